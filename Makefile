@@ -1,0 +1,60 @@
+# Starling: `make run` brings up the embedded stack, `make test` runs the suite.
+# Both set everything up on a fresh clone (.venv, Python packages, redis-server).
+
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.DEFAULT_GOAL := help
+.PHONY: help setup run test test-unit lint typecheck bench load clean check-java check-redis
+
+help: ## Show the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+$(STAMP): pyproject.toml
+	@command -v $(PYTHON) >/dev/null || { echo "Python 3.11 is needed ($(PYTHON) not found); set PYTHON=/path/to/python3.11"; exit 1; }
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' || { echo "$(PYTHON) is not Python 3.11"; exit 1; }
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+setup: $(STAMP) check-java check-redis ## Create .venv and install everything (run and test do this)
+
+check-java: ## Check that Java 17+ is installed (PySpark needs it)
+	@v=$$(java -version 2>&1 | awk -F'"' '/version/ {print $$2}' | cut -d. -f1); \
+	if [ -z "$$v" ] || [ "$$v" -lt 17 ]; then \
+	  echo "PySpark 4 needs Java 17 or newer (found: $${v:-none})."; \
+	  echo "  Debian/Ubuntu: sudo apt-get install -y openjdk-17-jre-headless"; \
+	  echo "  macOS:         brew install openjdk@17"; \
+	  echo "  then make sure 'java -version' prints 17 (or set JAVA_HOME)."; \
+	  exit 1; \
+	fi
+
+check-redis: ## Install redis-server with apt-get if it is missing
+	@command -v redis-server >/dev/null || { \
+	  echo "redis-server not found: installing it with apt-get"; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq redis-server >/dev/null || { \
+	    echo "could not install redis-server: install it yourself (apt-get install redis-server / brew install redis)"; exit 1; }; }
+
+run: setup ## Run the whole embedded stack (API on PORT, default 8000); Ctrl-C stops it
+	$(BIN)/python manage.py runstack
+
+test: setup ## Lint and run the whole test suite against real services
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+test-unit: setup ## Only the unit tests (no services)
+	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)
+
+lint: setup ## ruff and mypy
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy feed fanout spark load_tests
+
+clean: ## Remove the virtual environment and local state
+	rm -rf $(VENV) var staticfiles .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,86 @@
+"""Settings shared by every Starling process, read from the environment.
+
+Django, Celery and the Spark jobs all build a :class:`StarlingConfig` with
+:meth:`StarlingConfig.from_env`, so one variable name means the same thing
+everywhere (12-factor). Nothing here imports Django or Spark.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+DEFAULT_KAFKA = "127.0.0.1:9092"
+DEFAULT_TIMELINE_SIZE = 800
+DEFAULT_PARTITIONS = 4
+
+
+class ConfigError(ValueError):
+    """A setting in the environment is missing or malformed."""
+
+
+def _int(env: Mapping[str, str], name: str, default: int, *, low: int, high: int) -> int:
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be an integer, got {raw!r}") from None
+    if not low <= value <= high:
+        raise ConfigError(f"{name} must be between {low} and {high}, got {value}")
+    return value
+
+
+@dataclass(frozen=True)
+class TopicNames:
+    """The two changelog topics, named from ``STARLING_TOPIC_PREFIX``."""
+
+    prefix: str = ""
+
+    @property
+    def tweets(self) -> str:
+        return f"{self.prefix}tweets"
+
+    @property
+    def follows(self) -> str:
+        return f"{self.prefix}follows"
+
+    def all(self) -> tuple[str, str]:
+        return (self.tweets, self.follows)
+
+    def logical(self, physical: str) -> str:
+        """Map a physical topic name back to ``"tweets"`` or ``"follows"``."""
+        if physical == self.tweets:
+            return "tweets"
+        if physical == self.follows:
+            return "follows"
+        raise KeyError(physical)
+
+
+@dataclass(frozen=True)
+class StarlingConfig:
+    redis_url: str = DEFAULT_REDIS_URL
+    kafka_bootstrap_servers: str = DEFAULT_KAFKA
+    topics: TopicNames = field(default_factory=TopicNames)
+    partitions: int = DEFAULT_PARTITIONS
+    timeline_size: int = DEFAULT_TIMELINE_SIZE
+    spark_master: str = "local[2]"
+    #: Fixed id-generator node number (0-31); ``None`` lets the process take one.
+    node_id: int | None = None
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> StarlingConfig:
+        env = os.environ if env is None else env
+        node = env.get("STARLING_NODE_ID")
+        return cls(
+            redis_url=env.get("REDIS_URL") or DEFAULT_REDIS_URL,
+            kafka_bootstrap_servers=env.get("KAFKA_BOOTSTRAP_SERVERS") or DEFAULT_KAFKA,
+            topics=TopicNames(env.get("STARLING_TOPIC_PREFIX", "")),
+            partitions=_int(env, "STARLING_PARTITIONS", DEFAULT_PARTITIONS, low=1, high=1024),
+            timeline_size=_int(env, "TIMELINE_SIZE", DEFAULT_TIMELINE_SIZE, low=1, high=100_000),
+            spark_master=env.get("SPARK_MASTER") or "local[2]",
+            node_id=None if not node else _int(env, "STARLING_NODE_ID", 0, low=0, high=31),
+        )

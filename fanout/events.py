@@ -1,0 +1,247 @@
+"""Changelog events: plain frozen dataclasses and their wire format.
+
+This module is the only place that knows how an event looks on Kafka. It is
+pure (no Kafka, Django, Redis or Spark) so the web app, the outbox relay and
+the Spark jobs share one definition.
+
+Wire format (DESIGN.md decision 3, KTable style):
+
+* topic ``tweets``: key = tweet id, value = the tweet row as versioned JSON,
+  delete = tombstone (``None`` value).
+* topic ``follows``: key = ``"<follower_id>:<followee_id>"`` (the follow's
+  natural key), value = the follow row as versioned JSON, unfollow = tombstone.
+* every record carries two headers: ``seq``, the outbox id of the write
+  (global commit order, used for read-your-writes and to order events inside
+  a micro-batch), and ``jk``, the join key (tweet author / followee). A
+  tombstone has no value, so the header is how a consumer routes it.
+
+Keys and header values are decimal ASCII.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC
+from typing import Any
+
+import orjson
+
+from fanout import ids
+
+SCHEMA_VERSION = 1
+TWEETS = "tweets"
+FOLLOWS = "follows"
+HEADER_SEQ = "seq"
+HEADER_JOIN_KEY = "jk"
+
+
+class BadEvent(ValueError):
+    """A record that cannot be decoded into an event; ``str()`` says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class TweetPosted:
+    tweet_id: int
+    author_id: int
+    author: str
+    text: str
+
+    @property
+    def join_key(self) -> int:
+        return self.author_id
+
+
+@dataclass(frozen=True, slots=True)
+class TweetDeleted:
+    tweet_id: int
+    author_id: int
+
+    @property
+    def join_key(self) -> int:
+        return self.author_id
+
+
+@dataclass(frozen=True, slots=True)
+class Followed:
+    follower_id: int
+    followee_id: int
+
+    @property
+    def join_key(self) -> int:
+        return self.followee_id
+
+
+@dataclass(frozen=True, slots=True)
+class Unfollowed:
+    follower_id: int
+    followee_id: int
+
+    @property
+    def join_key(self) -> int:
+        return self.followee_id
+
+
+Event = TweetPosted | TweetDeleted | Followed | Unfollowed
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """An event as it is stored in the outbox and written to Kafka."""
+
+    topic: str  # logical name: TWEETS or FOLLOWS
+    key: bytes
+    value: bytes | None
+    join_key: int
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    """A decoded event with the outbox sequence number it was written under."""
+
+    seq: int
+    event: Event
+
+
+def created_at_iso(tweet_id: int) -> str:
+    """A tweet's creation time, derived from its id (ids are time-ordered)."""
+    return (
+        ids.created_at(tweet_id)
+        .astimezone(UTC)
+        .isoformat(timespec="milliseconds")
+        .replace("+00:00", "Z")
+    )
+
+
+def follow_key(follower_id: int, followee_id: int) -> bytes:
+    return f"{follower_id}:{followee_id}".encode("ascii")
+
+
+def encode(event: Event) -> Record:
+    if isinstance(event, TweetPosted):
+        value = orjson.dumps(
+            {
+                "v": SCHEMA_VERSION,
+                "id": event.tweet_id,
+                "author_id": event.author_id,
+                "author": event.author,
+                "text": event.text,
+            }
+        )
+        return Record(TWEETS, str(event.tweet_id).encode("ascii"), value, event.author_id)
+    if isinstance(event, TweetDeleted):
+        return Record(TWEETS, str(event.tweet_id).encode("ascii"), None, event.author_id)
+    if isinstance(event, Followed):
+        value = orjson.dumps(
+            {
+                "v": SCHEMA_VERSION,
+                "follower_id": event.follower_id,
+                "followee_id": event.followee_id,
+            }
+        )
+        return Record(
+            FOLLOWS, follow_key(event.follower_id, event.followee_id), value, event.followee_id
+        )
+    if isinstance(event, Unfollowed):
+        return Record(
+            FOLLOWS, follow_key(event.follower_id, event.followee_id), None, event.followee_id
+        )
+    raise TypeError(f"not an event: {event!r}")
+
+
+def headers(seq: int, join_key: int) -> list[tuple[str, bytes]]:
+    return [
+        (HEADER_SEQ, str(seq).encode("ascii")),
+        (HEADER_JOIN_KEY, str(join_key).encode("ascii")),
+    ]
+
+
+# --- decoding ---------------------------------------------------------------
+
+
+def _int_field(raw: bytes | str | None, what: str) -> int:
+    if raw is None:
+        raise BadEvent(f"missing {what}")
+    text = raw.decode("ascii", "replace") if isinstance(raw, bytes) else raw
+    if not text.isdigit() or len(text) > 20:
+        raise BadEvent(f"{what} is not a decimal id: {text[:40]!r}")
+    return int(text)
+
+
+def _id(obj: Mapping[str, Any], name: str) -> int:
+    value = obj.get(name)
+    if not ids.is_valid(value):
+        raise BadEvent(f"field {name!r} is not a valid id: {value!r}")
+    return int(value)  # type: ignore[arg-type]
+
+
+def _header_map(raw: Mapping[str, bytes] | Iterable[tuple[str, bytes]] | None) -> dict[str, bytes]:
+    if raw is None:
+        return {}
+    if isinstance(raw, Mapping):
+        return dict(raw)
+    return {k: v for k, v in raw}
+
+
+def _load(value: bytes) -> dict[str, Any]:
+    try:
+        obj = orjson.loads(value)
+    except orjson.JSONDecodeError as exc:
+        raise BadEvent(f"value is not JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise BadEvent("value is not a JSON object")
+    if obj.get("v") != SCHEMA_VERSION:
+        raise BadEvent(f"unknown schema version {obj.get('v')!r}")
+    return obj
+
+
+def decode(
+    topic: str,
+    key: bytes | None,
+    value: bytes | None,
+    header_items: Mapping[str, bytes] | Iterable[tuple[str, bytes]] | None,
+) -> Envelope:
+    """Decode one changelog record; raise :class:`BadEvent` naming the problem.
+
+    ``topic`` is the logical name (``"tweets"`` or ``"follows"``).
+    """
+    hdrs = _header_map(header_items)
+    seq = _int_field(hdrs.get(HEADER_SEQ), "header 'seq'")
+    join_key = _int_field(hdrs.get(HEADER_JOIN_KEY), "header 'jk'")
+    if key is None:
+        raise BadEvent("record has no key")
+    event: Event
+    if topic == TWEETS:
+        tweet_id = _int_field(key, "tweet key")
+        if value is None:
+            event = TweetDeleted(tweet_id=tweet_id, author_id=join_key)
+        else:
+            obj = _load(value)
+            text, author = obj.get("text"), obj.get("author")
+            if not isinstance(text, str) or not isinstance(author, str):
+                raise BadEvent("tweet needs string fields 'text' and 'author'")
+            event = TweetPosted(
+                tweet_id=_id(obj, "id"), author_id=_id(obj, "author_id"), author=author, text=text
+            )
+            if event.tweet_id != tweet_id:
+                raise BadEvent(f"key {tweet_id} does not match tweet id {event.tweet_id}")
+    elif topic == FOLLOWS:
+        left, sep, right = key.partition(b":")
+        if not sep:
+            raise BadEvent(f"follow key is not 'follower:followee': {key[:40]!r}")
+        follower_id = _int_field(left, "follower in key")
+        followee_id = _int_field(right, "followee in key")
+        if value is None:
+            event = Unfollowed(follower_id=follower_id, followee_id=followee_id)
+        else:
+            obj = _load(value)
+            event = Followed(
+                follower_id=_id(obj, "follower_id"), followee_id=_id(obj, "followee_id")
+            )
+            if (event.follower_id, event.followee_id) != (follower_id, followee_id):
+                raise BadEvent("follow key does not match its value")
+    else:
+        raise BadEvent(f"unknown topic {topic!r}")
+    if event.join_key != join_key:
+        raise BadEvent(f"header 'jk' {join_key} does not match the event's join key")
+    return Envelope(seq=seq, event=event)

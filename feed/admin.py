@@ -1,0 +1,125 @@
+"""Django admin for moderators.
+
+Moderators delete tweets and follows here, and those deletes go through the
+same use-cases as the API so their tombstones reach the changelogs. Nothing
+else changes rows from the admin: tweets and follows are created through the
+API, users are deactivated (not deleted: their tweets and follows would go
+without tombstones), and the outbox is read-only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.contrib.auth.admin import UserAdmin as DjangoUserAdmin
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse
+
+from feed import services
+from feed.models import Follow, OutboxEvent, Tweet, User
+from feed.outbox import DjangoOutboxStore
+
+
+@admin.register(User)
+class UserAdmin(DjangoUserAdmin):
+    list_display = ("id", "username", "is_active", "is_staff", "date_joined")
+    list_filter = ("is_active", "is_staff")
+    fieldsets = (
+        *(DjangoUserAdmin.fieldsets or ()),
+        ("Tokens", {"fields": ("tokens_valid_after",)}),
+    )
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+class _DeleteThroughServiceAdmin(admin.ModelAdmin):
+    """Read-only, except deletes, which call a use-case per row."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def delete_row(self, request: HttpRequest, obj: Any) -> None:
+        raise NotImplementedError
+
+    def delete_model(self, request: HttpRequest, obj: Any) -> None:
+        self.delete_row(request, obj)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        for obj in queryset:
+            self.delete_row(request, obj)
+
+
+@admin.register(Tweet)
+class TweetAdmin(_DeleteThroughServiceAdmin):
+    list_display = ("id", "author", "text", "created_at")
+    list_select_related = ("author",)
+    search_fields = ("text", "author__username")
+    ordering = ("-id",)
+    show_full_result_count = False
+
+    def delete_row(self, request: HttpRequest, obj: Tweet) -> None:
+        services.tweet_delete(tweet_id=obj.id, actor=request.user)  # type: ignore[arg-type]
+
+
+@admin.register(Follow)
+class FollowAdmin(_DeleteThroughServiceAdmin):
+    list_display = ("id", "follower", "followee", "created_at")
+    list_select_related = ("follower", "followee")
+    search_fields = ("follower__username", "followee__username")
+    ordering = ("-id",)
+    show_full_result_count = False
+
+    def delete_row(self, request: HttpRequest, obj: Follow) -> None:
+        services.follow_delete(follower=obj.follower, followee=obj.followee)
+
+
+class PublishedFilter(admin.SimpleListFilter):
+    title = "published"
+    parameter_name = "published"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("no", "Not yet (backlog)"), ("yes", "Published")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        if self.value() == "no":
+            return queryset.filter(published_at__isnull=True)
+        if self.value() == "yes":
+            return queryset.filter(published_at__isnull=False)
+        return queryset
+
+
+@admin.register(OutboxEvent)
+class OutboxEventAdmin(admin.ModelAdmin):
+    list_display = ("id", "topic", "key", "kind", "join_key", "created_at", "published_at")
+    list_filter = (PublishedFilter, "topic")
+    search_fields = ("key",)
+    ordering = ("-id",)
+    show_full_result_count = False
+
+    @admin.display(description="kind")
+    def kind(self, obj: OutboxEvent) -> str:
+        return "tombstone" if obj.value is None else "upsert"
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        backlog = DjangoOutboxStore().backlog()
+        context = {
+            **(extra_context or {}),
+            "title": f"Outbox: {backlog} events waiting for the relay",
+        }
+        return super().changelist_view(request, extra_context=context)

@@ -1,0 +1,326 @@
+"""The REST API: one class per resource operation, no business logic.
+
+Each view validates its input with a nested serializer, calls a use-case
+from :mod:`feed.services` or a query from :mod:`feed.selectors`, and shapes
+the output. Errors are raised, never built here: :mod:`feed.errors` turns
+them into JSON responses.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth import authenticate
+from drf_spectacular.utils import extend_schema, inline_serializer
+from rest_framework import exceptions, serializers, status
+from rest_framework.permissions import AllowAny, IsAuthenticated
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from fanout import events, ids
+from feed import selectors, services
+from feed.auth import issue_token
+from feed.errors import ApplicationError, NotFound
+from feed.health import check_all
+from feed.models import Tweet, User
+
+# --- shared shapes ------------------------------------------------------------
+
+
+class StrictCharField(serializers.CharField):
+    """A CharField that refuses numbers, booleans and lists instead of str()-ing them."""
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class ErrorSerializer(serializers.Serializer):
+    error = inline_serializer(
+        "ErrorDetail",
+        {
+            "code": serializers.CharField(),
+            "message": serializers.CharField(),
+            "fields": serializers.DictField(
+                child=serializers.ListField(child=serializers.CharField()), required=False
+            ),
+        },
+    )
+
+
+class TweetOut(serializers.Serializer):
+    id = serializers.IntegerField()
+    author = serializers.CharField()
+    text = serializers.CharField()
+    created_at = serializers.CharField()
+
+
+class SeqOut(serializers.Serializer):
+    seq = serializers.IntegerField(help_text="Outbox sequence number of this write.")
+
+
+class UserRef(serializers.Serializer):
+    id = serializers.IntegerField()
+    username = serializers.CharField()
+
+
+def tweet_out(tweet: Tweet) -> dict[str, Any]:
+    return {
+        "id": tweet.id,
+        "author": tweet.author.username,
+        "text": tweet.text,
+        "created_at": events.created_at_iso(tweet.id),
+    }
+
+
+def _errors(*codes: int) -> dict[int, type[serializers.Serializer]]:
+    return {code: ErrorSerializer for code in codes}
+
+
+def _query(serializer_class: type[serializers.Serializer], request: Request) -> dict[str, Any]:
+    serializer = serializer_class(data=request.query_params)
+    serializer.is_valid(raise_exception=True)
+    return dict(serializer.validated_data)
+
+
+def _id_param(help_text: str) -> serializers.IntegerField:
+    return serializers.IntegerField(
+        min_value=1, max_value=ids.MAX_ID, required=False, help_text=help_text
+    )
+
+
+def current_user(request: Request) -> User:
+    """The authenticated user (views that call this require IsAuthenticated)."""
+    user = request.user
+    if not isinstance(user, User):
+        raise exceptions.NotAuthenticated()
+    return user
+
+
+# --- auth ---------------------------------------------------------------------
+
+
+class RegisterApi(APIView):
+    permission_classes = [AllowAny]
+    authentication_classes: list[type] = []
+
+    class InputSerializer(serializers.Serializer):
+        username = StrictCharField(max_length=150)
+        password = StrictCharField(max_length=128, trim_whitespace=False)
+
+    class OutputSerializer(serializers.Serializer):
+        id = serializers.IntegerField()
+        username = serializers.CharField()
+        token = serializers.CharField()
+
+    @extend_schema(request=InputSerializer, responses={201: OutputSerializer, **_errors(400, 409)})
+    def post(self, request: Request) -> Response:
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        user = services.user_register(**data.validated_data)
+        return Response(
+            {"id": user.pk, "username": user.username, "token": issue_token(user)},
+            status=status.HTTP_201_CREATED,
+        )
+
+
+class InvalidCredentials(ApplicationError):
+    status_code = status.HTTP_401_UNAUTHORIZED
+    code = "invalid_credentials"
+
+
+class TokenApi(APIView):
+    permission_classes = [AllowAny]
+    authentication_classes: list[type] = []
+
+    class InputSerializer(serializers.Serializer):
+        username = StrictCharField(max_length=150)
+        password = StrictCharField(max_length=128, trim_whitespace=False)
+
+    class OutputSerializer(serializers.Serializer):
+        token = serializers.CharField()
+
+    @extend_schema(request=InputSerializer, responses={200: OutputSerializer, **_errors(400, 401)})
+    def post(self, request: Request) -> Response:
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        user = authenticate(request, **data.validated_data)
+        if user is None:
+            raise InvalidCredentials("wrong username or password")
+        return Response({"token": issue_token(user)})
+
+
+# --- tweets -------------------------------------------------------------------
+
+
+class TweetCreateApi(APIView):
+    permission_classes = [IsAuthenticated]
+
+    class InputSerializer(serializers.Serializer):
+        text = StrictCharField(
+            allow_blank=True, trim_whitespace=False, help_text="1-280 characters (after NFC)."
+        )
+
+    class OutputSerializer(TweetOut):
+        seq = serializers.IntegerField()
+
+    @extend_schema(request=InputSerializer, responses={201: OutputSerializer, **_errors(400, 401)})
+    def post(self, request: Request) -> Response:
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        written = services.tweet_create(
+            author=current_user(request), text=data.validated_data["text"]
+        )
+        return Response(
+            {**tweet_out(written.tweet), "seq": written.seq}, status=status.HTTP_201_CREATED
+        )
+
+
+class TweetDetailApi(APIView):
+    def get_permissions(self) -> list[Any]:
+        return [IsAuthenticated()] if self.request.method == "DELETE" else [AllowAny()]
+
+    @extend_schema(responses={200: TweetOut, **_errors(404)})
+    def get(self, request: Request, tweet_id: int) -> Response:
+        tweet = (
+            Tweet.objects.select_related("author").filter(id=tweet_id).first()
+            if ids.is_valid(tweet_id)
+            else None
+        )
+        if tweet is None:
+            raise NotFound(f"no tweet with id {tweet_id}")
+        return Response(tweet_out(tweet))
+
+    @extend_schema(responses={204: None, **_errors(401, 403, 404)})
+    def delete(self, request: Request, tweet_id: int) -> Response:
+        seq = services.tweet_delete(tweet_id=tweet_id, actor=current_user(request))
+        return Response(status=status.HTTP_204_NO_CONTENT, headers={"X-Starling-Seq": str(seq)})
+
+
+# --- users and follows --------------------------------------------------------
+
+
+class FollowApi(APIView):
+    permission_classes = [IsAuthenticated]
+
+    @extend_schema(request=None, responses={200: SeqOut, 201: SeqOut, **_errors(400, 401, 404)})
+    def post(self, request: Request, username: str) -> Response:
+        followee = services.user_by_username(username)
+        written = services.follow_create(follower=current_user(request), followee=followee)
+        return Response(
+            {"seq": written.seq},
+            status=status.HTTP_201_CREATED if written.created else status.HTTP_200_OK,
+        )
+
+    @extend_schema(request=None, responses={200: SeqOut, **_errors(401, 404)})
+    def delete(self, request: Request, username: str) -> Response:
+        followee = services.user_by_username(username)
+        return Response(
+            {"seq": services.follow_delete(follower=current_user(request), followee=followee)}
+        )
+
+
+class UserDetailApi(APIView):
+    permission_classes = [AllowAny]
+
+    class OutputSerializer(serializers.Serializer):
+        id = serializers.IntegerField()
+        username = serializers.CharField()
+        joined_at = serializers.DateTimeField()
+        followers_count = serializers.IntegerField()
+        following_count = serializers.IntegerField()
+        tweets_count = serializers.IntegerField()
+
+    @extend_schema(responses={200: OutputSerializer, **_errors(404)})
+    def get(self, request: Request, username: str) -> Response:
+        p = selectors.profile(services.user_by_username(username))
+        return Response(
+            self.OutputSerializer(
+                {
+                    "id": p.user.pk,
+                    "username": p.user.username,
+                    "joined_at": p.user.date_joined,
+                    "followers_count": p.followers_count,
+                    "following_count": p.following_count,
+                    "tweets_count": p.tweets_count,
+                }
+            ).data
+        )
+
+
+class UserTweetsApi(APIView):
+    permission_classes = [AllowAny]
+
+    class QuerySerializer(serializers.Serializer):
+        count = serializers.IntegerField(min_value=1, max_value=200, default=20)
+        max_id = _id_param("Newest id to return (inclusive).")
+        since_id = _id_param("Return only ids above this.")
+
+    class OutputSerializer(serializers.Serializer):
+        tweets = TweetOut(many=True)
+        next_max_id = serializers.IntegerField(allow_null=True)
+
+    @extend_schema(
+        parameters=[QuerySerializer], responses={200: OutputSerializer, **_errors(400, 404)}
+    )
+    def get(self, request: Request, username: str) -> Response:
+        query = _query(self.QuerySerializer, request)
+        user = services.user_by_username(username)
+        tweets = selectors.user_tweets(
+            user, count=query["count"], max_id=query.get("max_id"), since_id=query.get("since_id")
+        )
+        next_max_id = tweets[-1].id - 1 if len(tweets) == query["count"] else None
+        return Response({"tweets": [tweet_out(t) for t in tweets], "next_max_id": next_max_id})
+
+
+class _FollowListApi(APIView):
+    permission_classes = [AllowAny]
+    direction = ""
+
+    class QuerySerializer(serializers.Serializer):
+        count = serializers.IntegerField(min_value=1, max_value=200, default=50)
+        cursor = serializers.IntegerField(min_value=1, required=False)
+
+    class OutputSerializer(serializers.Serializer):
+        users = UserRef(many=True)
+        next_cursor = serializers.IntegerField(allow_null=True)
+
+    @extend_schema(
+        parameters=[QuerySerializer], responses={200: OutputSerializer, **_errors(400, 404)}
+    )
+    def get(self, request: Request, username: str) -> Response:
+        query = _query(self.QuerySerializer, request)
+        user = services.user_by_username(username)
+        page, next_cursor = selectors.follow_page(
+            user, direction=self.direction, count=query["count"], cursor=query.get("cursor")
+        )
+        users = [{"id": u.pk, "username": u.username} for _, u in page]
+        return Response({"users": users, "next_cursor": next_cursor})
+
+
+class UserFollowersApi(_FollowListApi):
+    direction = "followers"
+
+
+class UserFollowingApi(_FollowListApi):
+    direction = "following"
+
+
+# --- operations ---------------------------------------------------------------
+
+
+class HealthApi(APIView):
+    permission_classes = [AllowAny]
+    authentication_classes: list[type] = []
+
+    @extend_schema(
+        responses={
+            200: inline_serializer("Health", {"status": serializers.CharField()}),
+            503: inline_serializer("HealthDown", {"status": serializers.CharField()}),
+        }
+    )
+    def get(self, request: Request) -> Response:
+        report = check_all()
+        return Response(report, status=200 if report["status"] == "ok" else 503)

@@ -1,0 +1,55 @@
+"""Health of the parts a request depends on: database, Redis, Kafka."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+from django.conf import settings
+from django.db import connection
+
+from fanout.kafka import admin_client, topic_partitions
+from fanout.redis_conn import client
+
+_admins: dict[tuple[int, str], Any] = {}
+
+
+def _timed(check: Callable[[], dict[str, Any] | None]) -> dict[str, Any]:
+    started = time.perf_counter()
+    try:
+        extra = check() or {}
+        result: dict[str, Any] = {"ok": True, **extra}
+    except Exception as exc:
+        result = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:300]}
+    result["latency_ms"] = round((time.perf_counter() - started) * 1000, 2)
+    return result
+
+
+def _database() -> dict[str, Any]:
+    from feed.outbox import DjangoOutboxStore
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1")
+    return {"vendor": connection.vendor, "outbox_backlog": DjangoOutboxStore().backlog()}
+
+
+def _redis() -> None:
+    client(settings.STARLING.redis_url).ping()
+
+
+def _kafka() -> dict[str, Any]:
+    config = settings.STARLING
+    key = (os.getpid(), config.kafka_bootstrap_servers)
+    admin = _admins.get(key)
+    if admin is None:
+        admin = _admins[key] = admin_client(config)
+    existing = topic_partitions(admin, timeout=2.0)
+    return {"topics": {name: existing.get(name) for name in config.topics.all()}}
+
+
+def check_all() -> dict[str, Any]:
+    checks = {"database": _timed(_database), "redis": _timed(_redis), "kafka": _timed(_kafka)}
+    healthy = all(c["ok"] for c in checks.values())
+    return {"status": "ok" if healthy else "unavailable", "checks": checks}

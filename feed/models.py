@@ -1,0 +1,82 @@
+"""The system of record (DESIGN.md decision 1).
+
+Rows change only through the use-cases in :mod:`feed.services`, which append
+an :class:`OutboxEvent` in the same transaction. Foreign keys to users are
+``PROTECT``: a cascade would delete tweets and follows without emitting
+their tombstones, leaving timelines that still show them.
+"""
+
+from __future__ import annotations
+
+from django.contrib.auth.models import AbstractUser
+from django.db import models
+from django.db.models import F, Q
+from django.db.models.functions import Lower
+
+
+class User(AbstractUser):
+    #: Tokens issued before this instant are refused (logout everywhere / revocation).
+    tokens_valid_after = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(Lower("username"), name="user_username_ci_unique"),
+        ]
+
+
+class Tweet(models.Model):
+    #: 53-bit time-ordered id (:mod:`fanout.ids`); also the pagination cursor.
+    id = models.BigIntegerField(primary_key=True)
+    author = models.ForeignKey(User, on_delete=models.PROTECT, related_name="tweets")
+    text = models.CharField(max_length=280)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["author", "-id"], name="tweet_author_id_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.id} by {self.author_id}: {self.text[:40]}"
+
+
+class Follow(models.Model):
+    follower = models.ForeignKey(User, on_delete=models.PROTECT, related_name="following_set")
+    followee = models.ForeignKey(User, on_delete=models.PROTECT, related_name="follower_set")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["follower", "followee"], name="follow_unique_pair"),
+            models.CheckConstraint(condition=~Q(follower=F("followee")), name="follow_not_self"),
+        ]
+        indexes = [models.Index(fields=["followee", "-id"], name="follow_followee_id_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.follower_id} -> {self.followee_id}"
+
+
+class OutboxEvent(models.Model):
+    """One changelog record waiting for (or done with) the relay.
+
+    ``id`` is the event's ``seq``: the commit order the relay publishes in,
+    returned to clients for read-your-writes.
+    """
+
+    topic = models.CharField(max_length=16)
+    key = models.CharField(max_length=64)
+    #: JSON of the row; NULL for a tombstone (delete / unfollow).
+    value = models.TextField(null=True, blank=True)  # noqa: DJ001 - NULL means tombstone
+    join_key = models.BigIntegerField()
+    created_at = models.DateTimeField(auto_now_add=True)
+    published_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            models.Index(
+                fields=["id"], name="outbox_unpublished_idx", condition=Q(published_at__isnull=True)
+            ),
+            models.Index(fields=["published_at"], name="outbox_published_at_idx"),
+        ]
+
+    def __str__(self) -> str:
+        kind = "tombstone" if self.value is None else "upsert"
+        return f"#{self.id} {self.topic} {self.key} ({kind})"

@@ -1,0 +1,133 @@
+"""Write use-cases: each changes its rows and appends its outbox event in one
+transaction (DESIGN.md decision 1). Nothing here talks to Kafka.
+
+Every use-case returns the ``seq`` of the event it wrote. A write that
+changes nothing (follow an already-followed user, unfollow a user one does
+not follow) writes no event and returns the outbox's high-water ``seq``
+instead, so read-your-writes still means "everything before my request".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.contrib.auth.password_validation import validate_password
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import IntegrityError, transaction
+
+from fanout import events, ids
+from feed import outbox
+from feed.errors import ApplicationError, Conflict, Forbidden, NotFound
+from feed.idgen import next_tweet_id
+from feed.models import Follow, Tweet, User
+from feed.validation import InvalidInput, normalize_tweet_text, validate_username
+
+#: Attempts at a fresh tweet id if two processes ever mint the same one.
+_ID_ATTEMPTS = 5
+
+
+@dataclass(frozen=True)
+class TweetWrite:
+    tweet: Tweet
+    seq: int
+
+
+@dataclass(frozen=True)
+class FollowWrite:
+    created: bool
+    seq: int
+
+
+def _invalid(exc: InvalidInput) -> ApplicationError:
+    return ApplicationError(exc.message, field=exc.field)
+
+
+def user_by_username(username: str) -> User:
+    user = User.objects.filter(username__iexact=username).first()
+    if user is None:
+        raise NotFound(f"no user named {username!r}")
+    return user
+
+
+@transaction.atomic
+def user_register(*, username: str, password: str) -> User:
+    try:
+        validate_username(username)
+    except InvalidInput as exc:
+        raise _invalid(exc) from None
+    user = User(username=username)
+    try:
+        validate_password(password, user)
+    except DjangoValidationError as exc:
+        raise ApplicationError(" ".join(exc.messages), field="password") from None
+    if User.objects.filter(username__iexact=username).exists():
+        raise Conflict(f"username {username!r} is already taken", field="username")
+    user.set_password(password)
+    try:
+        with transaction.atomic():
+            user.save()
+    except IntegrityError:
+        raise Conflict(f"username {username!r} is already taken", field="username") from None
+    return user
+
+
+@transaction.atomic
+def tweet_create(*, author: User, text: str) -> TweetWrite:
+    try:
+        text = normalize_tweet_text(text)
+    except InvalidInput as exc:
+        raise _invalid(exc) from None
+    for attempt in range(_ID_ATTEMPTS):
+        tweet_id = next_tweet_id()
+        tweet = Tweet(id=tweet_id, author=author, text=text, created_at=ids.created_at(tweet_id))
+        try:
+            with transaction.atomic():
+                tweet.save(force_insert=True)
+            break
+        except IntegrityError:
+            if attempt == _ID_ATTEMPTS - 1:
+                raise
+    seq = outbox.append(
+        events.TweetPosted(
+            tweet_id=tweet.id, author_id=author.pk, author=author.username, text=text
+        )
+    )
+    return TweetWrite(tweet=tweet, seq=seq)
+
+
+@transaction.atomic
+def tweet_delete(*, tweet_id: int, actor: User) -> int:
+    """Delete a tweet as its author or as staff (moderation); return the seq."""
+    tweet = (
+        Tweet.objects.select_for_update().filter(id=tweet_id).first()
+        if ids.is_valid(tweet_id)
+        else None
+    )
+    if tweet is None:
+        raise NotFound(f"no tweet with id {tweet_id}")
+    if tweet.author_id != actor.pk and not actor.is_staff:
+        raise Forbidden("only the author or a moderator can delete this tweet")
+    author_id = tweet.author_id
+    tweet.delete()
+    return outbox.append(events.TweetDeleted(tweet_id=tweet_id, author_id=author_id))
+
+
+@transaction.atomic
+def follow_create(*, follower: User, followee: User) -> FollowWrite:
+    if follower.pk == followee.pk:
+        raise ApplicationError("you cannot follow yourself", field="username")
+    try:
+        with transaction.atomic():
+            Follow.objects.create(follower=follower, followee=followee)
+    except IntegrityError:
+        return FollowWrite(created=False, seq=outbox.high_water_seq())
+    seq = outbox.append(events.Followed(follower_id=follower.pk, followee_id=followee.pk))
+    return FollowWrite(created=True, seq=seq)
+
+
+@transaction.atomic
+def follow_delete(*, follower: User, followee: User) -> int:
+    deleted, _ = Follow.objects.filter(follower=follower, followee=followee).delete()
+    if not deleted:
+        return outbox.high_water_seq()
+    return outbox.append(events.Unfollowed(follower_id=follower.pk, followee_id=followee.pk))

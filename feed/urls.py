@@ -1,0 +1,29 @@
+from django.contrib import admin
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from feed import apis
+
+api_v1 = [
+    path("auth/register", apis.RegisterApi.as_view(), name="register"),
+    path("auth/token", apis.TokenApi.as_view(), name="token"),
+    path("tweets", apis.TweetCreateApi.as_view(), name="tweet-create"),
+    path("tweets/<int:tweet_id>", apis.TweetDetailApi.as_view(), name="tweet-detail"),
+    path("users/<str:username>", apis.UserDetailApi.as_view(), name="user-detail"),
+    path("users/<str:username>/follow", apis.FollowApi.as_view(), name="follow"),
+    path("users/<str:username>/tweets", apis.UserTweetsApi.as_view(), name="user-tweets"),
+    path("users/<str:username>/followers", apis.UserFollowersApi.as_view(), name="user-followers"),
+    path("users/<str:username>/following", apis.UserFollowingApi.as_view(), name="user-following"),
+    path("health", apis.HealthApi.as_view(), name="health"),
+]
+
+urlpatterns = [
+    path("api/v1/", include(api_v1)),
+    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
+    path("admin/", admin.site.urls),
+]
+
+handler400 = "feed.errors.bad_request"
+handler404 = "feed.errors.not_found"
+handler500 = "feed.errors.server_error"

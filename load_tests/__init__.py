@@ -1,0 +1,1 @@
+"""Locust scenarios, the data generator and the benchmarks."""

@@ -1,0 +1,1 @@
+"""The Spark jobs: the streaming fanout join, its Kafka data source, the rebuild."""

@@ -1,0 +1,97 @@
+from __future__ import annotations
+
+import contextlib
+
+import orjson
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from fanout import events, ids
+
+ID = st.integers(min_value=1, max_value=ids.MAX_ID)
+TEXT = st.text(min_size=1, max_size=280)
+EVENTS = st.one_of(
+    st.builds(
+        events.TweetPosted, tweet_id=ID, author_id=ID, author=st.text(max_size=30), text=TEXT
+    ),
+    st.builds(events.TweetDeleted, tweet_id=ID, author_id=ID),
+    st.builds(events.Followed, follower_id=ID, followee_id=ID),
+    st.builds(events.Unfollowed, follower_id=ID, followee_id=ID),
+)
+
+
+def wire(
+    event: events.Event, seq: int = 1
+) -> tuple[str, bytes, bytes | None, list[tuple[str, bytes]]]:
+    record = events.encode(event)
+    return record.topic, record.key, record.value, events.headers(seq, record.join_key)
+
+
+@given(EVENTS, st.integers(min_value=1, max_value=2**62))
+def test_every_event_round_trips(event: events.Event, seq: int) -> None:
+    assert events.decode(*wire(event, seq)) == events.Envelope(seq=seq, event=event)
+
+
+def test_keys_topics_and_tombstones() -> None:
+    posted = events.encode(events.TweetPosted(tweet_id=10, author_id=3, author="ann", text="hi"))
+    deleted = events.encode(events.TweetDeleted(tweet_id=10, author_id=3))
+    followed = events.encode(events.Followed(follower_id=4, followee_id=3))
+    unfollowed = events.encode(events.Unfollowed(follower_id=4, followee_id=3))
+    assert (posted.topic, posted.key, posted.join_key) == ("tweets", b"10", 3)
+    assert (deleted.key, deleted.value) == (b"10", None)
+    assert (followed.topic, followed.key, followed.join_key) == ("follows", b"4:3", 3)
+    assert (unfollowed.key, unfollowed.value) == (b"4:3", None)
+    assert orjson.loads(posted.value or b"") == {
+        "v": 1,
+        "id": 10,
+        "author_id": 3,
+        "author": "ann",
+        "text": "hi",
+    }
+
+
+def test_tombstone_is_routed_by_the_join_key_header() -> None:
+    decoded = events.decode("tweets", b"10", None, {"seq": b"5", "jk": b"3"})
+    assert decoded == events.Envelope(5, events.TweetDeleted(tweet_id=10, author_id=3))
+
+
+def test_created_at_comes_from_the_id() -> None:
+    tweet_id = ids.compose(ids.EPOCH_MS + 1234, 0, 0)
+    assert events.created_at_iso(tweet_id) == "2026-01-01T00:00:01.234Z"
+
+
+GOOD_VALUE = b'{"v":1,"id":10,"author_id":3,"author":"ann","text":"hi"}'
+GOOD_HEADERS = {"seq": b"5", "jk": b"3"}
+
+
+@pytest.mark.parametrize(
+    ("topic", "key", "value", "headers", "reason"),
+    [
+        ("tweets", b"10", b"{not json", GOOD_HEADERS, "not JSON"),
+        ("tweets", b"10", b"[1,2]", GOOD_HEADERS, "not a JSON object"),
+        ("tweets", b"10", GOOD_VALUE.replace(b'"v":1', b'"v":99'), GOOD_HEADERS, "schema version"),
+        ("tweets", b"11", GOOD_VALUE, GOOD_HEADERS, "does not match"),
+        ("tweets", b"10", GOOD_VALUE, {"jk": b"3"}, "header 'seq'"),
+        ("tweets", b"10", GOOD_VALUE, {"seq": b"x", "jk": b"3"}, "header 'seq'"),
+        ("tweets", b"10", GOOD_VALUE, {"seq": b"5", "jk": b"4"}, "join key"),
+        ("tweets", None, GOOD_VALUE, GOOD_HEADERS, "no key"),
+        ("tweets", b"10", GOOD_VALUE.replace(b'"id":10', b'"id":-10'), GOOD_HEADERS, "valid id"),
+        ("tweets", b"10", GOOD_VALUE.replace(b'"text":"hi"', b'"text":5'), GOOD_HEADERS, "text"),
+        ("follows", b"4-3", None, GOOD_HEADERS, "follower:followee"),
+        ("follows", b"4:3", b'{"v":1,"follower_id":4,"followee_id":9}', GOOD_HEADERS, "match"),
+        ("likes", b"1", b"{}", GOOD_HEADERS, "unknown topic"),
+    ],
+)
+def test_bad_records_raise_bad_event_naming_the_problem(
+    topic: str, key: bytes | None, value: bytes | None, headers: dict[str, bytes], reason: str
+) -> None:
+    with pytest.raises(events.BadEvent, match=reason):
+        events.decode(topic, key, value, headers)
+
+
+@given(st.binary(max_size=200), st.one_of(st.none(), st.binary(max_size=300)))
+def test_arbitrary_bytes_never_crash_the_decoder(key: bytes, value: bytes | None) -> None:
+    for topic in ("tweets", "follows"):
+        with contextlib.suppress(events.BadEvent):
+            events.decode(topic, key, value, GOOD_HEADERS)
