@@ -113,6 +113,16 @@ def created_at_iso(tweet_id: int) -> str:
     )
 
 
+def tweet_fields(tweet_id: int, author: str, text: str) -> dict[str, Any]:
+    """A tweet as clients see it (the API and the timeline cache share this shape)."""
+    return {"id": tweet_id, "author": author, "text": text, "created_at": created_at_iso(tweet_id)}
+
+
+def tweet_json(event: TweetPosted) -> bytes:
+    """The cached body of a posted tweet, served as-is by timeline reads."""
+    return orjson.dumps(tweet_fields(event.tweet_id, event.author, event.text))
+
+
 def follow_key(follower_id: int, followee_id: int) -> bytes:
     return f"{follower_id}:{followee_id}".encode("ascii")
 
@@ -208,6 +218,18 @@ def decode(
     hdrs = _header_map(header_items)
     seq = _int_field(hdrs.get(HEADER_SEQ), "header 'seq'")
     join_key = _int_field(hdrs.get(HEADER_JOIN_KEY), "header 'jk'")
+    return decode_record(topic, key, value, seq, join_key)
+
+
+def decode_record(
+    topic: str, key: bytes | None, value: bytes | None, seq: int | None, join_key: int | None
+) -> Envelope:
+    """:func:`decode` for a record whose headers were already read as numbers
+    (``None`` when missing or not a number), as the Spark job does in SQL."""
+    if seq is None or seq < 0:
+        raise BadEvent("missing header 'seq' (or not a decimal id)")
+    if join_key is None or join_key <= 0:
+        raise BadEvent("missing header 'jk' (or not a decimal id)")
     if key is None:
         raise BadEvent("record has no key")
     event: Event

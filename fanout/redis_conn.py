@@ -8,11 +8,12 @@ import threading
 import redis
 
 _lock = threading.Lock()
-_clients: dict[tuple[int, str], redis.Redis] = {}
+_clients: dict[tuple[int, str, float], redis.Redis] = {}
 
 
-def client(url: str) -> redis.Redis:
-    key = (os.getpid(), url)
+def client(url: str, *, timeout: float = 5.0) -> redis.Redis:
+    """A pooled client; bulk writers (the fanout sink) pass a longer ``timeout``."""
+    key = (os.getpid(), url, timeout)
     found = _clients.get(key)
     if found is not None:
         return found
@@ -21,7 +22,7 @@ def client(url: str) -> redis.Redis:
         if found is None:
             found = redis.Redis.from_url(
                 url,
-                socket_timeout=5,
+                socket_timeout=timeout,
                 socket_connect_timeout=2,
                 health_check_interval=30,
                 retry_on_timeout=False,

@@ -67,12 +67,7 @@ class UserRef(serializers.Serializer):
 
 
 def tweet_out(tweet: Tweet) -> dict[str, Any]:
-    return {
-        "id": tweet.id,
-        "author": tweet.author.username,
-        "text": tweet.text,
-        "created_at": events.created_at_iso(tweet.id),
-    }
+    return events.tweet_fields(tweet.id, tweet.author.username, tweet.text)
 
 
 def _errors(*codes: int) -> dict[int, type[serializers.Serializer]]:

@@ -71,3 +71,13 @@ def starling(
     config = make_config(kafka_bootstrap, redis_url)
     settings.STARLING = config
     return config
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    """One SparkSession for the whole test session (it takes ~20 s to start)."""
+    from spark.session import build_session
+
+    session = build_session("local[2]", "starling-tests")
+    yield session
+    session.stop()

@@ -1,0 +1,502 @@
+"""The Redis timeline store: the one module that knows the Redis layout.
+
+Keys (``g`` is a generation number, see DESIGN.md decision 8):
+
+| key | type | holds |
+| --- | --- | --- |
+| ``tl:{g}:{user_id}`` | string | a home timeline, packed (below) |
+| ``tw:{tweet_id}`` | string | a tweet's JSON body, shared by all generations |
+| ``starling:generation`` | string | the active generation |
+| ``starling:gen:{g}`` | hash | a generation's metadata; its absence means Redis lost it |
+| ``starling:wm:{g}`` | hash | the fanout watermark of a generation |
+| ``starling:deadletters`` | hash | bad changelog records, by ``topic/partition/offset`` |
+
+**Packed timelines.** A timeline is a string: an 8-byte big-endian horizon
+(see :mod:`fanout.join`), then tweet ids as 8-byte big-endian integers in
+ascending order. It holds between ``cap`` and ``cap + SLACK`` ids; readers
+take the newest ``cap``. Appending the newest tweet (the common case) is an
+``APPEND``; trimming happens once per ``SLACK`` appends. This costs about 11
+bytes per entry where a sorted set costs 129 (skiplist) or 21 (listpack,
+2.5x slower to write): see docs/decisions.md D10 for the figures.
+
+Every write is idempotent, so replaying a micro-batch changes nothing.
+The scripts reach keys they do not declare (timelines are chosen inside the
+script), which a single Redis allows and Redis Cluster does not.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import redis
+
+from fanout.join import SLACK, Mutation, Op
+
+ACTIVE_GENERATION = "starling:generation"
+DEAD_LETTERS = "starling:deadletters"
+_ID = struct.Struct(">Q")
+
+#: Lua shared by the scripts: packed-timeline helpers.
+_LUA_LIB = r"""
+local function pk(id) return struct.pack('>I8', id) end
+local function upk(s, pos) return (struct.unpack('>I8', s, pos or 1)) end
+
+-- decode a packed timeline into (horizon, {ids ascending})
+local function decode(s)
+  if not s then return 0, {} end
+  local out = {}
+  for pos = 9, #s, 8 do out[#out + 1] = upk(s, pos) end
+  return upk(s, 1), out
+end
+
+local function encode(horizon, ids)
+  local parts = {pk(horizon)}
+  for i = 1, #ids do parts[#parts + 1] = pk(ids[i]) end
+  return table.concat(parts)
+end
+"""
+
+_APPLY = (
+    _LUA_LIB
+    + r"""
+-- ARGV: generation, cap, slack, then ops (see encode_ops)
+local gen, cap, slack = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+if redis.call('EXISTS', 'starling:gen:' .. gen) == 0 then
+  return redis.error_reply('NOGEN generation ' .. gen .. ' is not in Redis (was Redis flushed?)')
+end
+local limit = cap + slack
+local added, removed, created = 0, 0, 0
+
+local function keep_newest(horizon, ids)
+  if #ids > limit then
+    local kept = {}
+    for i = #ids - cap + 1, #ids do kept[#kept + 1] = ids[i] end
+    return kept[1], kept
+  end
+  return horizon, ids
+end
+
+local function add_slow(key, new, h)
+  local horizon, ids = decode(redis.call('GET', key))
+  if h > horizon then
+    horizon = h
+    local kept = {}
+    for i = 1, #ids do if ids[i] >= h then kept[#kept + 1] = ids[i] end end
+    ids = kept
+  end
+  local merged, i, j, n = {}, 1, 1, 0
+  while i <= #ids or j <= #new do
+    local a, b = ids[i], new[j]
+    if b ~= nil and b < horizon then j = j + 1
+    elseif b == nil or (a ~= nil and a < b) then merged[#merged + 1] = a; i = i + 1
+    elseif a == b then merged[#merged + 1] = a; i = i + 1; j = j + 1
+    else merged[#merged + 1] = b; j = j + 1; n = n + 1 end
+  end
+  horizon, merged = keep_newest(horizon, merged)
+  redis.call('SET', key, encode(horizon, merged))
+  return n
+end
+
+local function ids_of(blob)
+  local out = {}
+  for pos = 1, #blob, 8 do out[#out + 1] = upk(blob, pos) end
+  return out
+end
+
+-- blob: packed ids, ascending
+local function trim(key, len)
+  if len > (limit + 1) * 8 then
+    local tail = redis.call('GETRANGE', key, len - cap * 8, -1)
+    redis.call('SET', key, string.sub(tail, 1, 8) .. tail)
+  end
+end
+
+-- Insert ids into an existing timeline without a horizon change. Only the
+-- entries from the first new id on are rewritten (SETRANGE): when two
+-- executors interleave their writes, that is a handful of entries, not 800.
+local function add_inside(key, blob)
+  local s = redis.call('GET', key)
+  local horizon, n = upk(s, 1), (#s - 8) / 8
+  local new = {}
+  for pos = 1, #blob, 8 do
+    local id = upk(blob, pos)
+    if id >= horizon then new[#new + 1] = id end
+  end
+  if #new == 0 then return 0 end
+  local lo, hi = 1, n
+  while lo <= hi do
+    local mid = math.floor((lo + hi) / 2)
+    if upk(s, mid * 8 + 1) < new[1] then lo = mid + 1 else hi = mid - 1 end
+  end
+  local merged, added, i, j = {}, 0, lo, 1
+  while i <= n or j <= #new do
+    local a = i <= n and upk(s, i * 8 + 1) or nil
+    local b = new[j]
+    if b == nil or (a ~= nil and a < b) then merged[#merged + 1] = pk(a); i = i + 1
+    elseif a == b then merged[#merged + 1] = pk(a); i = i + 1; j = j + 1
+    else merged[#merged + 1] = pk(b); j = j + 1; added = added + 1 end
+  end
+  if added == 0 then return 0 end
+  trim(key, redis.call('SETRANGE', key, lo * 8, table.concat(merged)))
+  return added
+end
+
+-- blob: packed ids, ascending
+local function add(key, blob, h)
+  if h == 0 and #blob > 0 then
+    local last = redis.call('GETRANGE', key, -8, -1)
+    if last == '' then
+      created = created + 1
+      return add_slow(key, ids_of(blob), h)
+    end
+    -- A header-only timeline's last 8 bytes are its horizon: ids above it go at the end too.
+    if upk(blob, 1) > upk(last) then
+      trim(key, redis.call('APPEND', key, blob))
+      return #blob / 8
+    end
+    return add_inside(key, blob)
+  elseif redis.call('EXISTS', key) == 0 then
+    created = created + 1
+  end
+  return add_slow(key, ids_of(blob), h)
+end
+
+local function remove(key, blob)
+  local s = redis.call('GET', key)
+  if not s or #s <= 8 then return 0 end
+  if #blob == 8 then
+    local target, lo, hi = upk(blob, 1), 1, (#s - 8) / 8
+    while lo <= hi do
+      local mid = math.floor((lo + hi) / 2)
+      local v = upk(s, mid * 8 + 1)
+      if v == target then
+        redis.call('SET', key, string.sub(s, 1, mid * 8) .. string.sub(s, mid * 8 + 9))
+        return 1
+      elseif v < target then lo = mid + 1 else hi = mid - 1 end
+    end
+    return 0
+  end
+  local drop = {}
+  for pos = 1, #blob, 8 do drop[upk(blob, pos)] = true end
+  local horizon, ids = decode(s)
+  local kept = {}
+  for i = 1, #ids do if not drop[ids[i]] then kept[#kept + 1] = ids[i] end end
+  if #kept == #ids then return 0 end
+  redis.call('SET', key, encode(horizon, kept))
+  return #ids - #kept
+end
+
+local prefix = 'tl:' .. gen .. ':'
+local i = 4
+while i <= #ARGV do
+  local op = ARGV[i]
+  if op == '1' then                       -- add: owner, horizon, packed ids
+    added = added + add(prefix .. ARGV[i + 1], ARGV[i + 3], tonumber(ARGV[i + 2]))
+    i = i + 4
+  elseif op == '2' then                   -- remove: owner, packed ids
+    removed = removed + remove(prefix .. ARGV[i + 1], ARGV[i + 2])
+    i = i + 3
+  elseif op == '3' then                   -- put a tweet body: id, body
+    redis.call('SET', 'tw:' .. ARGV[i + 1], ARGV[i + 2])
+    i = i + 3
+  else                                    -- 4: delete tweet bodies: packed ids
+    local blob = ARGV[i + 1]
+    for pos = 1, #blob, 8 do redis.call('DEL', 'tw:' .. string.format('%.0f', upk(blob, pos))) end
+    i = i + 2
+  end
+end
+return {added, removed, created}
+"""
+)
+
+_READ_IDS = (
+    _LUA_LIB
+    + r"""
+-- KEYS[1]: timeline; ARGV: cap. Returns {horizon, newest-first ids as strings} or false.
+local s = redis.call('GET', KEYS[1])
+if not s then return false end
+local horizon, ids = decode(s)
+local out, cap = {string.format('%.0f', horizon)}, tonumber(ARGV[1])
+for i = #ids, math.max(1, #ids - cap + 1), -1 do out[#out + 1] = string.format('%.0f', ids[i]) end
+return out
+"""
+)
+
+_WATERMARK = r"""
+-- KEYS[1]: watermark hash. ARGV: batch_id, seq, applied_at, event_time, offsets, then
+-- counter name/increment pairs. Counters move only for a batch newer than the last one.
+local last = tonumber(redis.call('HGET', KEYS[1], 'batch_id') or '-1')
+local batch = tonumber(ARGV[1])
+if batch <= last then return 0 end
+local seq = tonumber(ARGV[2])
+if seq > tonumber(redis.call('HGET', KEYS[1], 'seq') or '0') then
+  redis.call('HSET', KEYS[1], 'seq', ARGV[2])
+end
+redis.call('HSET', KEYS[1], 'batch_id', ARGV[1], 'applied_at', ARGV[3], 'offsets', ARGV[5])
+if tonumber(ARGV[4]) > 0 then redis.call('HSET', KEYS[1], 'event_time', ARGV[4]) end
+for i = 6, #ARGV, 2 do redis.call('HINCRBY', KEYS[1], ARGV[i], ARGV[i + 1]) end
+return 1
+"""
+
+
+def timeline_key(generation: int, user_id: int) -> str:
+    return f"tl:{generation}:{user_id}"
+
+
+def tweet_key(tweet_id: int) -> str:
+    return f"tw:{tweet_id}"
+
+
+def generation_key(generation: int) -> str:
+    return f"starling:gen:{generation}"
+
+
+def watermark_key(generation: int) -> str:
+    return f"starling:wm:{generation}"
+
+
+class GenerationMissing(RuntimeError):
+    """The generation being written is not in Redis: Redis lost its data."""
+
+
+@dataclass(frozen=True)
+class Timeline:
+    horizon: int
+    ids: list[int]  # newest first, at most cap
+
+
+@dataclass(frozen=True)
+class ApplyStats:
+    added: int = 0
+    removed: int = 0
+    created: int = 0
+    calls: int = 0
+
+    def __add__(self, other: ApplyStats) -> ApplyStats:
+        return ApplyStats(
+            self.added + other.added,
+            self.removed + other.removed,
+            self.created + other.created,
+            self.calls + other.calls,
+        )
+
+
+@dataclass(frozen=True)
+class Watermark:
+    seq: int
+    batch_id: int
+    applied_at: float
+    event_time: float
+    offsets: dict[str, Any]
+    counters: dict[str, int]
+
+
+class TimelineStore:
+    """Reads and idempotent bulk writes of timelines, bodies and bookkeeping."""
+
+    #: Ids per script call: bounds how long one call blocks Redis (a few ms).
+    CHUNK = 4000
+    #: Script calls per round trip.
+    PIPELINE = 16
+
+    def __init__(self, client: redis.Redis, *, cap: int, slack: int = SLACK) -> None:
+        self.redis = client
+        self.cap = cap
+        self.slack = slack
+        self._apply = client.register_script(_APPLY)
+        self._read_ids = client.register_script(_READ_IDS)
+        self._watermark = client.register_script(_WATERMARK)
+
+    # --- generations ---------------------------------------------------------
+
+    def active_generation(self) -> int | None:
+        raw = self.redis.get(ACTIVE_GENERATION)
+        return int(raw) if raw is not None else None
+
+    def generation_exists(self, generation: int) -> bool:
+        return bool(self.redis.exists(generation_key(generation)))
+
+    def create_generation(self, generation: int, **meta: str | float) -> None:
+        self.redis.hset(generation_key(generation), "created_at", time.time())
+        for name, value in meta.items():
+            self.redis.hset(generation_key(generation), name, value)
+
+    def activate(self, generation: int) -> None:
+        if not self.generation_exists(generation):
+            raise GenerationMissing(f"generation {generation} does not exist")
+        self.redis.set(ACTIVE_GENERATION, generation)
+
+    def ensure_active_generation(self) -> int:
+        """The active generation, creating generation 1 on a Redis that has none."""
+        active = self.active_generation()
+        if active is None:
+            self.create_generation(1, state="active")
+            self.redis.set(ACTIVE_GENERATION, 1, nx=True)
+            active = self.active_generation()
+        assert active is not None
+        return active
+
+    # --- writes ----------------------------------------------------------------
+
+    def apply(
+        self, generation: int, bodies: Mapping[int, bytes], mutations: Iterable[Mutation]
+    ) -> ApplyStats:
+        """Apply tweet bodies, then the mutations grouped per timeline; idempotent.
+
+        Raises :class:`GenerationMissing` if ``generation`` is not in Redis
+        (nothing is written then: a flushed Redis is not silently refilled
+        with partial timelines).
+        """
+        ops, deleted = group_by_timeline(mutations)
+        chunks = encode_ops(bodies, ops, deleted, self.CHUNK)
+        total = ApplyStats()
+        prefix = [generation, self.cap, self.slack]
+        for start in range(0, len(chunks), self.PIPELINE):
+            pipe = self.redis.pipeline(transaction=False)
+            for chunk in chunks[start : start + self.PIPELINE]:
+                self._apply(args=prefix + chunk, client=pipe)
+            try:
+                results = pipe.execute()
+            except redis.ResponseError as exc:
+                if "NOGEN" in str(exc):
+                    raise GenerationMissing(str(exc)) from None
+                raise
+            for added, removed, created in results:
+                total += ApplyStats(int(added), int(removed), int(created), 1)
+        return total
+
+    def record_watermark(
+        self,
+        generation: int,
+        *,
+        batch_id: int,
+        seq: int,
+        event_time: float,
+        offsets: Mapping[str, Any],
+        counters: Mapping[str, int],
+    ) -> bool:
+        """Record a micro-batch as applied; a replayed batch changes nothing."""
+        args: list[Any] = [batch_id, seq, time.time(), event_time, orjson.dumps(offsets)]
+        for name, value in counters.items():
+            args += [name, int(value)]
+        return bool(self._watermark(keys=[watermark_key(generation)], args=args))
+
+    def dead_letter(self, records: Iterable[Mapping[str, Any]]) -> int:
+        """Set bad records aside, keyed by ``topic/partition/offset`` (idempotent)."""
+        mapping = {f"{r['topic']}/{r['partition']}/{r['offset']}": orjson.dumps(r) for r in records}
+        if mapping:
+            self.redis.hset(DEAD_LETTERS, mapping=mapping)  # type: ignore[arg-type]
+        return len(mapping)
+
+    # --- reads -----------------------------------------------------------------
+
+    def timeline(self, generation: int, user_id: int) -> Timeline | None:
+        raw = self._read_ids(keys=[timeline_key(generation, user_id)], args=[self.cap])
+        if not raw:
+            return None
+        values = [int(v) for v in raw]
+        return Timeline(horizon=values[0], ids=values[1:])
+
+    def watermark(self, generation: int) -> Watermark | None:
+        raw = self.redis.hgetall(watermark_key(generation))
+        if not raw:
+            return None
+        data = {k.decode() if isinstance(k, bytes) else k: v for k, v in raw.items()}
+        known = {"seq", "batch_id", "applied_at", "event_time", "offsets"}
+        return Watermark(
+            seq=int(data.get("seq", 0)),
+            batch_id=int(data.get("batch_id", -1)),
+            applied_at=float(data.get("applied_at", 0)),
+            event_time=float(data.get("event_time", 0)),
+            offsets=orjson.loads(data["offsets"]) if "offsets" in data else {},
+            counters={k: int(v) for k, v in data.items() if k not in known},
+        )
+
+    def dead_letters(self) -> list[dict[str, Any]]:
+        return [orjson.loads(v) for v in self.redis.hgetall(DEAD_LETTERS).values()]
+
+    def dead_letter_count(self) -> int:
+        return int(self.redis.hlen(DEAD_LETTERS))
+
+
+@dataclass(frozen=True, slots=True)
+class TimelineOp:
+    """One timeline's share of a batch: add (after raising the horizon) or remove."""
+
+    op: Op
+    owner: int
+    tweets: tuple[int, ...]  # ascending
+    horizon: int = 0
+
+
+def group_by_timeline(mutations: Iterable[Mutation]) -> tuple[list[TimelineOp], list[int]]:
+    """Regroup a batch's mutations per timeline, keeping each timeline's order.
+
+    Consecutive adds to one timeline merge (their ids united, the higher
+    horizon kept), and so do consecutive removes; an add and a remove never
+    swap. A follower receiving five tweets in a micro-batch then costs one
+    write, not five. Returns the timeline ops and the tweet ids whose bodies
+    go (applied after every timeline op).
+    """
+    per_owner: dict[int, list[list[Any]]] = {}
+    deleted: list[int] = []
+    for m in mutations:
+        if m.op is Op.DELETE_BODY:
+            deleted.extend(m.tweets)
+            continue
+        for owner in m.owners:
+            ops = per_owner.setdefault(owner, [])
+            if ops and ops[-1][0] is m.op:
+                ops[-1][2].update(m.tweets)
+                ops[-1][1] = max(ops[-1][1], m.horizon)
+            else:
+                ops.append([m.op, m.horizon if m.op is Op.ADD else 0, set(m.tweets)])
+    out = [
+        TimelineOp(op, owner, tuple(sorted(ids)), horizon)
+        for owner, ops in per_owner.items()
+        for op, horizon, ids in ops
+    ]
+    return out, deleted
+
+
+def pack_ids(ids: Sequence[int]) -> bytes:
+    return struct.pack(f">{len(ids)}Q", *ids)
+
+
+def encode_ops(
+    bodies: Mapping[int, bytes], ops: Sequence[TimelineOp], deleted: Sequence[int], chunk: int
+) -> list[list[Any]]:
+    """The script arguments, cut into calls of about ``chunk`` ids each."""
+    chunks: list[list[Any]] = []
+    current: list[Any] = []
+    weight = 0
+    for tweet_id, body in bodies.items():
+        current += [3, tweet_id, body]
+        weight += 1
+        if weight >= chunk:
+            chunks.append(current)
+            current, weight = [], 0
+    for op in ops:
+        if op.op is Op.ADD:
+            current += [1, op.owner, op.horizon, pack_ids(op.tweets)]
+        else:
+            current += [2, op.owner, pack_ids(op.tweets)]
+        weight += 1 + len(op.tweets)
+        if weight >= chunk:
+            chunks.append(current)
+            current, weight = [], 0
+    if deleted:
+        current += [4, pack_ids(sorted(set(deleted)))]
+    if current:
+        chunks.append(current)
+    return chunks
+
+
+def pack_timeline(horizon: int, ids_ascending: Sequence[int]) -> bytes:
+    """The packed form of a timeline (what the scripts write), for rebuilds and tests."""
+    return _ID.pack(horizon) + b"".join(_ID.pack(i) for i in ids_ascending)

@@ -1,0 +1,540 @@
+"""The streaming fanout job: tweets ⋈ follows → home timelines in Redis.
+
+    python -m spark.fanout [--master local[2]] [--checkpoint DIR] [--trigger "250 milliseconds"]
+
+Wiring (DESIGN.md decision 5)::
+
+    starling-kafka source (both changelogs, offsets in the checkpoint)
+      → group by join key (the "jk" header: tweet author / followee)
+      → transformWithState(JoinProcessor)   RocksDB state per author, rules in fanout.join
+      → foreachBatch: mutations written to Redis by the executors (fanout.timelines),
+        then the watermark (highest seq applied, offsets, counters) by the driver
+
+The operator is the row-based ``transformWithState``: measured here at about
+0.19 ms per active author per micro-batch against 0.6 ms for the pandas
+flavour (docs/performance.md). Each author's state is one value (a packed
+blob), so a key costs three state calls: set key, get, update.
+
+A record that cannot be decoded is counted, written to the dead-letter hash
+in Redis with its topic, partition and offset, and skipped. Spark code here
+never imports Django.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import functools
+import json
+import logging
+import os
+import shutil
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pyarrow as pa
+from pyspark.sql import DataFrame, Row, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle, StreamingQueryListener
+from pyspark.sql.types import BinaryType, StructField, StructType
+
+from fanout import events
+from fanout.config import StarlingConfig, TopicNames
+from fanout.join import AuthorState, Mutation, Op, join_events
+from fanout.redis_conn import client
+from fanout.timelines import GenerationMissing, TimelineStore
+from spark.kafka_source import NAME as SOURCE
+from spark.session import build_session
+
+log = logging.getLogger("starling.fanout")
+
+STATE_SCHEMA = StructType([StructField("blob", BinaryType())])
+
+#: The operator emits exactly one row per author: a bundle (see encode_bundle).
+#: One narrow binary column is what PySpark converts fastest (11 µs per key,
+#: against 143 µs for a row per mutation with typed columns).
+OUTPUT_SCHEMA = "bundle binary"
+STATS_SCHEMA = (
+    "seq bigint, ts bigint, mutations bigint, deliveries bigint, added bigint, removed bigint, "
+    "created bigint, dead_letters bigint, ignored bigint, calls bigint, redis_ms bigint"
+)
+_STATS_FIELDS = [f.strip().split(" ")[0] for f in STATS_SCHEMA.split(",")]
+
+
+@dataclass
+class Bundle:
+    """One author's output for one micro-batch."""
+
+    seq: int = 0  # highest outbox seq among its events
+    ts: int = 0  # newest Kafka timestamp (ms) among its records
+    ignored: int = 0
+    bodies: dict[int, bytes] = field(default_factory=dict)
+    mutations: list[Mutation] = field(default_factory=list)
+    dead_letters: list[dict[str, Any]] = field(default_factory=list)
+
+
+def encode_bundle(b: Bundle) -> bytes:
+    return orjson.dumps(
+        {
+            "s": b.seq,
+            "t": b.ts,
+            "i": b.ignored,
+            "b": [[k, v.decode()] for k, v in b.bodies.items()],
+            "m": [[int(m.op), m.owners, m.tweets, m.horizon] for m in b.mutations],
+            "d": b.dead_letters,
+        }
+    )
+
+
+def decode_bundle(raw: bytes) -> Bundle:
+    obj = orjson.loads(raw)
+    return Bundle(
+        seq=obj["s"],
+        ts=obj["t"],
+        ignored=obj["i"],
+        bodies={k: v.encode() for k, v in obj["b"]},
+        mutations=[Mutation(Op(op), tuple(o), tuple(t), h) for op, o, t, h in obj["m"]],
+        dead_letters=obj["d"],
+    )
+
+
+class JoinProcessor(StatefulProcessor):
+    """Per join key: decode the records, apply the join rules, emit one bundle."""
+
+    def __init__(self, topics: TopicNames, cap: int) -> None:
+        self.topics = topics
+        self.cap = cap
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.state = handle.getValueState("author", STATE_SCHEMA)
+
+    def handleInputRows(self, key: Any, rows: Iterator[Row], timerValues: Any) -> Iterator[Row]:
+        author_id = int(key[0])
+        out = Bundle()
+        envelopes: list[events.Envelope] = []
+        for row in rows:
+            out.ts = max(out.ts, row.timestamp or 0)
+            try:
+                envelope = events.decode_record(
+                    self.topics.logical(row.topic),
+                    _bytes(row.key),
+                    _bytes(row.value),
+                    row.seq,
+                    row.jk,
+                )
+            except (events.BadEvent, KeyError) as exc:
+                out.dead_letters.append(dead_letter(row, str(exc)))
+                continue
+            envelopes.append(envelope)
+            out.seq = max(out.seq, envelope.seq)
+        if envelopes:
+            stored = self.state.get()
+            result = join_events(
+                author_id,
+                AuthorState.decode(stored[0] if stored else None),
+                envelopes,
+                cap=self.cap,
+            )
+            if result.changed:
+                self.state.update((result.state.encode(),))
+            out.ignored = result.ignored
+            out.bodies = result.bodies
+            out.mutations = result.mutations
+        yield Row(bundle=encode_bundle(out))
+
+    def close(self) -> None:
+        pass
+
+
+def _bytes(value: Any) -> bytes | None:
+    return None if value is None else bytes(value)
+
+
+def _b64(value: Any) -> str | None:
+    return None if value is None else base64.b64encode(bytes(value)).decode()
+
+
+def dead_letter(row: Row, error: str) -> dict[str, Any]:
+    """A bad record as an operator sees it: where it was, what it held, why it failed."""
+    return {
+        "topic": row.topic,
+        "partition": row.partition,
+        "offset": row.offset,
+        "timestamp": row.timestamp,
+        "key": _b64(row.key),
+        "value": _b64(row.value),
+        "error": error,
+        "seen_at": time.time(),
+    }
+
+
+# --- the sink -------------------------------------------------------------------------
+
+
+def write_partition(
+    batches: Iterator[pa.RecordBatch], *, redis_url: str, cap: int, generation: int
+) -> Iterator[pa.RecordBatch]:
+    """Executor side: apply one partition's bundles to Redis, return its statistics.
+
+    The whole partition is applied at once so the store can group it per
+    timeline (a follower who gets five tweets in this batch gets one write).
+    """
+    store = TimelineStore(client(redis_url, timeout=120), cap=cap)
+    totals = dict.fromkeys(_STATS_FIELDS, 0)
+    bodies: dict[int, bytes] = {}
+    mutations: list[Mutation] = []
+    dead: list[dict[str, Any]] = []
+    for batch in batches:
+        for raw in batch.column(0).to_pylist():
+            bundle = decode_bundle(raw)
+            totals["seq"] = max(totals["seq"], bundle.seq)
+            totals["ts"] = max(totals["ts"], bundle.ts)
+            totals["ignored"] += bundle.ignored
+            bodies.update(bundle.bodies)
+            mutations += bundle.mutations
+            dead += bundle.dead_letters
+    totals["mutations"] = len(mutations)
+    totals["deliveries"] = sum(m.deliveries for m in mutations if m.op is Op.ADD)
+    started = time.perf_counter()
+    applied = store.apply(generation, bodies, mutations)
+    totals["redis_ms"] = int((time.perf_counter() - started) * 1000)
+    totals["added"] = applied.added
+    totals["removed"] = applied.removed
+    totals["created"] = applied.created
+    totals["calls"] = applied.calls
+    totals["dead_letters"] = store.dead_letter(dead)
+    yield pa.RecordBatch.from_pydict({k: [v] for k, v in totals.items()})
+
+
+@dataclass
+class BatchReport:
+    batch_id: int = -1
+    stats: dict[str, int] = field(default_factory=dict)
+    sink_seconds: float = 0.0
+
+
+class FanoutSink:
+    """``foreachBatch``: write the batch from the executors, then the watermark."""
+
+    def __init__(self, config: StarlingConfig, generation: int, checkpoint: Path) -> None:
+        self.config = config
+        self.generation = generation
+        self.checkpoint = checkpoint
+        self.last = BatchReport()
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        started = time.monotonic()
+        write = functools.partial(
+            write_partition,
+            redis_url=self.config.redis_url,
+            cap=self.config.timeline_size,
+            generation=self.generation,
+        )
+        rows = batch.mapInArrow(write, STATS_SCHEMA).collect()  # one small row per partition
+        stats = dict.fromkeys(_STATS_FIELDS, 0)
+        for row in rows:
+            for name in _STATS_FIELDS:
+                value = row[name] or 0
+                stats[name] = (
+                    max(stats[name], value) if name in ("seq", "ts") else stats[name] + value
+                )
+        store = TimelineStore(client(self.config.redis_url), cap=self.config.timeline_size)
+        store.record_watermark(
+            self.generation,
+            batch_id=batch_id,
+            seq=stats["seq"],
+            event_time=stats["ts"] / 1000,
+            offsets=self._offsets(batch_id),
+            counters={
+                "batches": 1,
+                "deliveries": stats["deliveries"],
+                "added": stats["added"],
+                "removed": stats["removed"],
+                "dead_letters": stats["dead_letters"],
+            },
+        )
+        self.last = BatchReport(batch_id, stats, time.monotonic() - started)
+
+    def _offsets(self, batch_id: int) -> dict[str, Any]:
+        """This batch's end offsets, from the checkpoint's offset log."""
+        path = self.checkpoint / "offsets" / str(batch_id)
+        try:
+            lines = path.read_text().splitlines()
+            return json.loads(lines[2]) if len(lines) > 2 else {}
+        except (OSError, ValueError):
+            return {}
+
+
+class ProgressLogger(StreamingQueryListener):
+    """One line per micro-batch: rows in, mutations out, duration, lag."""
+
+    def __init__(self, sink: FanoutSink) -> None:
+        self.sink = sink
+
+    def onQueryStarted(self, event: Any) -> None:
+        log.info("fanout query started (id %s)", event.id)
+
+    def onQueryProgress(self, event: Any) -> None:
+        p = event.progress
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("progress %s", p.json)
+        if p.numInputRows == 0 and self.sink.last.batch_id != p.batchId:
+            return
+        stats = self.sink.last.stats if self.sink.last.batch_id == p.batchId else {}
+        behind = 0
+        for source in p.sources:
+            with contextlib.suppress(ValueError, TypeError, AttributeError):
+                end, latest = json.loads(source.endOffset), json.loads(source.latestOffset)
+                behind += sum(
+                    int(o) - int(end.get(t, {}).get(part, 0))
+                    for t, parts in latest.items()
+                    for part, o in parts.items()
+                )
+        lag = time.time() - stats["ts"] / 1000 if stats.get("ts") else 0.0
+        log.info(
+            "batch %d: %d rows in, %d mutations, %d deliveries (%d new), %d dead letters, "
+            "%.2fs (redis %.2fs), lag %d records / %.2fs",
+            p.batchId,
+            p.numInputRows,
+            stats.get("mutations", 0),
+            stats.get("deliveries", 0),
+            stats.get("added", 0),
+            stats.get("dead_letters", 0),
+            p.durationMs.get("triggerExecution", 0) / 1000,
+            stats.get("redis_ms", 0) / 1000,
+            behind,
+            lag,
+        )
+
+    def onQueryIdle(self, event: Any) -> None:
+        pass
+
+    def onQueryTerminated(self, event: Any) -> None:
+        if event.exception:
+            log.error("fanout query stopped: %s", event.exception.splitlines()[0])
+
+
+# --- wiring ---------------------------------------------------------------------------
+
+
+def header_column(name: str) -> Any:
+    """A decimal header as a bigint (null when missing or not a number)."""
+    return F.expr(
+        f"try_cast(cast(get(filter(headers, h -> h.key = '{name}'), 0).value as string) as bigint)"
+    )
+
+
+def join_key_column() -> Any:
+    """The ``jk`` header; records without a usable one go to negative
+    (per-partition) keys, where decoding fails and dead-letters them."""
+    jk = F.col("jk")
+    return F.when(jk > 0, jk).otherwise(-(F.col("partition") + 1))
+
+
+def build_query(
+    spark: SparkSession,
+    config: StarlingConfig,
+    *,
+    generation: int,
+    checkpoint: Path,
+    trigger: str = "250 milliseconds",
+    max_records: int | None = None,
+    fail_on_data_loss: bool = True,
+    query_name: str = "fanout",
+) -> tuple[Any, FanoutSink]:
+    reader = (
+        spark.readStream.format(SOURCE)
+        .option("bootstrap.servers", config.kafka_bootstrap_servers)
+        .option("topics", ",".join(config.topics.all()))
+        .option("failOnDataLoss", str(fail_on_data_loss).lower())
+    )
+    if max_records:
+        reader = reader.option("maxRecordsPerTrigger", str(max_records))
+    joined = (
+        reader.load()
+        .withColumn("seq", header_column(events.HEADER_SEQ))
+        .withColumn("jk", header_column(events.HEADER_JOIN_KEY))
+        .withColumn("join_key", join_key_column())
+        .drop("headers")  # read above: nested columns are slow to hand to Python
+        .groupBy("join_key")
+        .transformWithState(
+            JoinProcessor(config.topics, config.timeline_size),
+            OUTPUT_SCHEMA,
+            "Append",
+            "None",
+        )
+    )
+    sink = FanoutSink(config, generation, checkpoint)
+    query = (
+        joined.writeStream.queryName(query_name)
+        .foreachBatch(sink)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(processingTime=trigger)
+        .start()
+    )
+    return query, sink
+
+
+def has_committed(checkpoint: Path) -> bool:
+    commits = checkpoint / "commits"
+    return commits.is_dir() and any(p.name.isdigit() for p in commits.iterdir())
+
+
+def resolve_generation(store: TimelineStore, checkpoint: Path, requested: int | None) -> int:
+    """The generation to write, refusing to refill a Redis that lost its data."""
+    if requested is not None:
+        if not store.generation_exists(requested):
+            raise GenerationMissing(f"generation {requested} does not exist in Redis")
+        return requested
+    active = store.active_generation()
+    if active is None or not store.generation_exists(active):
+        if has_committed(checkpoint):
+            raise GenerationMissing(
+                f"Redis has no timelines (generation {active}) but the checkpoint {checkpoint} "
+                "has already committed batches: Redis lost its data. Rebuild the timelines "
+                "(manage.py rebuild_timelines) or restart the job with --reset."
+            )
+        return store.ensure_active_generation()
+    return active
+
+
+# --- running it --------------------------------------------------------------------
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m spark.fanout", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--master", help="Spark master (default: SPARK_MASTER or local[2])")
+    parser.add_argument("--checkpoint", type=Path, help="checkpoint directory")
+    parser.add_argument("--trigger", default="250 milliseconds", help="micro-batch interval")
+    parser.add_argument("--max-records", type=int, help="maxRecordsPerTrigger (default: no limit)")
+    parser.add_argument(
+        "--generation", type=int, help="timeline generation to write (default: active)"
+    )
+    parser.add_argument(
+        "--reset",
+        action="store_true",
+        help="delete the checkpoint and replay the changelogs into a new, active generation",
+    )
+    parser.add_argument("--no-fail-on-data-loss", action="store_true", help="skip lost offsets")
+    return parser.parse_args(argv)
+
+
+def default_checkpoint() -> Path:
+    return Path(os.environ.get("STARLING_VAR_DIR", "var")) / "spark" / "fanout"
+
+
+def main(argv: list[str] | None = None) -> int:
+    from fanout.kafka import ensure_topics
+
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    log.setLevel(os.environ.get("STARLING_LOG_LEVEL", "INFO"))
+    args = _parse(argv)
+    config = StarlingConfig.from_env()
+    master = args.master or config.spark_master
+    checkpoint: Path = (args.checkpoint or default_checkpoint()).resolve()
+    store = TimelineStore(client(config.redis_url), cap=config.timeline_size)
+    if args.reset:
+        shutil.rmtree(checkpoint, ignore_errors=True)
+        generation = (store.active_generation() or 0) + 1
+        store.create_generation(generation, state="active", reason="reset")
+        store.activate(generation)
+        log.info("reset: replaying the changelogs into new generation %d", generation)
+    try:
+        generation = resolve_generation(store, checkpoint, args.generation)
+    except GenerationMissing as exc:
+        log.error("%s", exc)
+        return 2
+    log.info(
+        "waiting for topics %s on %s",
+        ", ".join(config.topics.all()),
+        config.kafka_bootstrap_servers,
+    )
+    ensure_topics(config, timeout=120)
+    spark = build_session(master, "starling-fanout")
+    stopping = threading.Event()
+
+    def stop(signum: int, _frame: Any) -> None:
+        log.info("signal %d: stopping after the current micro-batch", signum)
+        stopping.set()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    return run(
+        spark, config, generation=generation, checkpoint=checkpoint, args=args, stopping=stopping
+    )
+
+
+def run(
+    spark: SparkSession,
+    config: StarlingConfig,
+    *,
+    generation: int,
+    checkpoint: Path,
+    args: argparse.Namespace,
+    stopping: threading.Event,
+) -> int:
+    """Run the query; restart it with back-off after transient failures (Redis or
+    Kafka down) instead of exiting, so a supervisor never sees a crash loop."""
+    backoff = 1.0
+    listener: ProgressLogger | None = None
+    while not stopping.is_set():
+        log.info(
+            "fanout: generation %d, checkpoint %s, master %s, trigger %s",
+            generation,
+            checkpoint,
+            spark.sparkContext.master,
+            args.trigger,
+        )
+        query, sink = build_query(
+            spark,
+            config,
+            generation=generation,
+            checkpoint=checkpoint,
+            trigger=args.trigger,
+            max_records=args.max_records,
+            fail_on_data_loss=not args.no_fail_on_data_loss,
+        )
+        if listener is not None:
+            spark.streams.removeListener(listener)
+        listener = ProgressLogger(sink)
+        spark.streams.addListener(listener)
+        started = time.monotonic()
+        while query.isActive and not stopping.is_set():
+            stopping.wait(0.5)
+        if stopping.is_set():
+            query.stop()
+            return 0
+        error = query.exception()
+        message = str(error)
+        if "GenerationMissing" in message or "NOGEN" in message or "DataLossError" in message:
+            log.error("fanout cannot continue: %s", _first_line(message))
+            return 2
+        if time.monotonic() - started > 60:
+            backoff = 1.0
+        log.warning("fanout query failed (%s); restarting in %.0fs", _first_line(message), backoff)
+        stopping.wait(backoff)
+        backoff = min(backoff * 2, 60.0)
+    return 0
+
+
+def _first_line(message: str) -> str:
+    for line in message.splitlines():
+        if "Error" in line or "error" in line:
+            return line.strip()[:300]
+    return message.strip().splitlines()[0][:300] if message.strip() else "unknown error"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,380 @@
+"""A Kafka source for Spark written as a Python data source.
+
+The JVM Kafka connector cannot be installed here (no Maven Central), and a
+Python data source keeps the offsets in Spark's checkpoint, so input is
+exactly-once (DESIGN.md decision 5). Rows have the shape of Spark's own
+Kafka source (``timestamp`` in epoch milliseconds); a tombstone is a row
+with a null ``value``.
+
+Options (``spark.readStream.format("starling-kafka").option(...)``):
+
+| option | meaning |
+| --- | --- |
+| ``bootstrap.servers`` | the brokers |
+| ``topics`` | comma-separated topic names |
+| ``maxRecordsPerTrigger`` | read at most this many records per micro-batch |
+| ``failOnDataLoss`` | ``true`` (default): fail when the checkpoint is ahead of the log |
+| ``startingOffsets`` / ``endingOffsets`` | batch reads: JSON ``{topic: {partition: offset}}`` |
+
+**End offsets.** Apache Kafka's ListOffsets answers the end of the log; the
+embedded Tansu broker answers the base offset of the last record batch + 1
+(ENVIRONMENT.md). So the source asks ListOffsets, then fetches from one
+record before that answer with ``enable.partition.eof``: the end-of-partition
+event carries the real end. On Kafka both agree; on Tansu the fetch corrects
+the answer. One fetch of the last record batch per partition per trigger.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
+
+log = logging.getLogger(__name__)
+
+NAME = "starling-kafka"
+SCHEMA = (
+    "key binary, value binary, topic string, partition int, offset bigint, timestamp bigint, "
+    "headers array<struct<key: string, value: binary>>"
+)
+#: Offsets as Spark checkpoints them: ``{topic: {"<partition>": next offset}}``.
+Offsets = dict[str, dict[str, int]]
+
+
+class DataLossError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    bootstrap: str
+    topics: tuple[str, ...]
+    max_records: int | None = None
+    fail_on_data_loss: bool = True
+    read_timeout: float = 60.0
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> SourceOptions:
+        bootstrap = options.get("bootstrap.servers")
+        topics = tuple(t.strip() for t in options.get("topics", "").split(",") if t.strip())
+        if not bootstrap or not topics:
+            raise ValueError("starling-kafka needs the options bootstrap.servers and topics")
+        max_records = options.get("maxRecordsPerTrigger")
+        return cls(
+            bootstrap=bootstrap,
+            topics=topics,
+            max_records=int(max_records) if max_records else None,
+            fail_on_data_loss=options.get("failOnDataLoss", "true").lower() != "false",
+            read_timeout=float(options.get("readTimeoutSeconds", "60")),
+        )
+
+
+@dataclass(frozen=True)
+class OffsetRange(InputPartition):
+    """One input partition: records [start, end) of one topic-partition."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+
+# --- pure offset arithmetic ----------------------------------------------------------
+
+
+def data_loss(start: Offsets, ends: Offsets) -> list[str]:
+    """Partitions whose checkpointed offset is beyond the end of the log."""
+    problems = []
+    for topic, parts in start.items():
+        for p, offset in parts.items():
+            end = ends.get(topic, {}).get(p)
+            if end is None:
+                problems.append(f"{topic}/{p}: partition no longer exists (was at offset {offset})")
+            elif offset > end:
+                problems.append(f"{topic}/{p}: checkpoint at offset {offset}, log ends at {end}")
+    return problems
+
+
+def clamp_to_log(start: Offsets, ends: Offsets) -> Offsets:
+    """``start`` moved back to the end of the log where it is beyond it (failOnDataLoss=false)."""
+    return {
+        topic: {p: min(o, ends.get(topic, {}).get(p, 0)) for p, o in parts.items()}
+        for topic, parts in start.items()
+    }
+
+
+def limit_offsets(start: Offsets, ends: Offsets, max_records: int) -> Offsets:
+    """Advance from ``start`` towards ``ends`` by at most ``max_records`` in all.
+
+    The budget is shared out in rounds so every partition with a backlog moves
+    (no partition starves behind a big one).
+    """
+    pending = {
+        (t, p): max(0, end - start.get(t, {}).get(p, 0))
+        for t, parts in ends.items()
+        for p, end in parts.items()
+    }
+    take = dict.fromkeys(pending, 0)
+    budget = max_records
+    while budget > 0:
+        open_ = [tp for tp in pending if take[tp] < pending[tp]]
+        if not open_:
+            break
+        share = max(1, budget // len(open_))
+        for tp in open_:
+            step = min(share, pending[tp] - take[tp], budget)
+            take[tp] += step
+            budget -= step
+            if budget == 0:
+                break
+    return {
+        t: {p: start.get(t, {}).get(p, 0) + take[(t, p)] for p in parts}
+        for t, parts in ends.items()
+    }
+
+
+def ranges(start: Offsets, end: Offsets) -> list[OffsetRange]:
+    out = []
+    for topic, parts in end.items():
+        for p, stop in parts.items():
+            begin = start.get(topic, {}).get(p, 0)
+            if stop > begin:
+                out.append(OffsetRange(topic, int(p), begin, stop))
+    return out
+
+
+# --- Kafka I/O -------------------------------------------------------------------------
+
+
+def _consumer(bootstrap: str) -> Any:
+    from confluent_kafka import Consumer
+
+    return Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "starling-spark-source",  # never joined: partitions are assigned
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "fetch.wait.max.ms": 10,
+            "socket.connection.setup.timeout.ms": 5000,
+            "logger": log,
+        }
+    )
+
+
+class EndOffsetProbe:
+    """Finds the true end offset of partitions, on Kafka and on Tansu."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.bootstrap = bootstrap
+        self._consumer: Any = None
+
+    def end_offsets(self, topics: tuple[str, ...], timeout: float = 15.0) -> Offsets:
+        from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+        if self._consumer is None:
+            self._consumer = _consumer(self.bootstrap)
+        consumer = self._consumer
+        try:
+            metadata = consumer.list_topics(timeout=timeout)
+        except KafkaException as exc:
+            raise RuntimeError(f"Kafka at {self.bootstrap} does not answer: {exc}") from exc
+        listed: dict[tuple[str, int], int] = {}
+        for topic in topics:
+            info = metadata.topics.get(topic)
+            if info is None or info.error is not None:
+                raise RuntimeError(f"topic {topic!r} does not exist on {self.bootstrap}")
+            for p in info.partitions:
+                listed[(topic, p)] = consumer.get_watermark_offsets(
+                    TopicPartition(topic, p), timeout=timeout
+                )[1]
+        ends = dict(listed)
+        probe = {tp: hi for tp, hi in listed.items() if hi > 0}
+        if probe:
+            consumer.assign([TopicPartition(t, p, hi - 1) for (t, p), hi in probe.items()])
+            deadline = time.monotonic() + timeout
+            seen: set[tuple[str, int]] = set()
+            while len(seen) < len(probe):
+                if time.monotonic() > deadline:
+                    missing = sorted(set(probe) - seen)
+                    raise RuntimeError(f"no end-of-partition answer from Kafka for {missing}")
+                msg = consumer.poll(0.1)  # returns as soon as an event is there
+                if msg is None:
+                    continue
+                err = msg.error()
+                if err is not None and err.code() == KafkaError._PARTITION_EOF:
+                    tp = (msg.topic(), msg.partition())
+                    ends[tp] = max(ends[tp], msg.offset())
+                    seen.add(tp)
+            consumer.unassign()
+        out: Offsets = {topic: {} for topic in topics}
+        for (topic, p), end in sorted(ends.items()):
+            out[topic][str(p)] = end
+        return out
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+
+
+_worker_consumers: dict[tuple[int, str], Any] = {}
+
+
+def read_range(bootstrap: str, part: OffsetRange, timeout: float) -> Iterator[tuple[Any, ...]]:
+    """Yield the records of ``part`` as rows of :data:`SCHEMA` (executor side)."""
+    from confluent_kafka import KafkaError, TopicPartition
+
+    key = (os.getpid(), bootstrap)
+    consumer = _worker_consumers.get(key)
+    if consumer is None:  # reused across tasks by the Python worker
+        consumer = _worker_consumers[key] = _consumer(bootstrap)
+    consumer.assign([TopicPartition(part.topic, part.partition, part.start)])
+    deadline = time.monotonic() + timeout
+    position = part.start
+    try:
+        while position < part.end:
+            if time.monotonic() > deadline:
+                raise DataLossError(
+                    f"{part.topic}/{part.partition}: offsets {position}-{part.end} did not arrive "
+                    f"within {timeout:.0f}s; did the broker lose data?"
+                )
+            # Ask for exactly what is missing: consume() returns as soon as that many
+            # messages are buffered (it would otherwise wait out its timeout).
+            for msg in consumer.consume(min(part.end - position, 10_000), timeout=0.1):
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        if msg.offset() >= part.end:  # compacted away up to the end
+                            position = part.end
+                        continue
+                    raise RuntimeError(f"{part.topic}/{part.partition}: {err}")
+                offset = msg.offset()
+                if offset < part.start:
+                    continue
+                if offset >= part.end:
+                    position = part.end
+                    break
+                position = offset + 1
+                yield (
+                    msg.key(),
+                    msg.value(),
+                    part.topic,
+                    part.partition,
+                    offset,
+                    msg.timestamp()[1],
+                    [(k, v) for k, v in (msg.headers() or [])],
+                )
+    finally:
+        consumer.unassign()
+
+
+# --- the data source ---------------------------------------------------------------------
+
+
+class KafkaStreamReader(DataSourceStreamReader):
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self._probe = EndOffsetProbe(options.bootstrap)
+        self._latest: Offsets | None = None
+
+    def initialOffset(self) -> dict:
+        ends = self._probe.end_offsets(self.options.topics)
+        return {t: dict.fromkeys(parts, 0) for t, parts in ends.items()}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.options.max_records:
+            return ReadMaxRows(self.options.max_records)
+        return ReadAllAvailable()
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        ends = self._probe.end_offsets(self.options.topics)
+        self._latest = ends
+        # New partitions start at 0; known ones must not be beyond the log.
+        start = {t: {**dict.fromkeys(ends.get(t, {}), 0), **parts} for t, parts in start.items()}
+        problems = data_loss(start, ends)
+        if problems:
+            if self.options.fail_on_data_loss:
+                raise DataLossError(
+                    "the Kafka log is behind this query's checkpoint: "
+                    + "; ".join(problems)
+                    + ". The broker lost data (the embedded Tansu broker keeps everything in "
+                    "memory). Start the fanout job with a fresh checkpoint (--reset) and rebuild "
+                    "the timelines, or set failOnDataLoss=false to skip ahead."
+                )
+            log.warning("data loss, continuing from the end of the log: %s", problems)
+            start = clamp_to_log(start, ends)
+        if isinstance(limit, ReadMaxRows):
+            return limit_offsets(start, ends, limit.max_rows)
+        return {
+            t: {p: max(o, start.get(t, {}).get(p, 0)) for p, o in parts.items()}
+            for t, parts in ends.items()
+        }
+
+    def reportLatestOffset(self) -> dict | None:
+        return self._latest
+
+    def partitions(self, start: dict, end: dict) -> list[OffsetRange]:
+        return ranges(start, end)
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+        assert isinstance(partition, OffsetRange)
+        return read_range(self.options.bootstrap, partition, self.options.read_timeout)
+
+    def commit(self, end: dict) -> None:
+        """Offsets live in Spark's checkpoint; nothing to commit to Kafka."""
+
+    def stop(self) -> None:
+        self._probe.close()
+
+
+class KafkaBatchReader(DataSourceReader):
+    """Reads from ``startingOffsets`` (default: the start) to ``endingOffsets`` (or the end)."""
+
+    def __init__(self, options: SourceOptions, raw: Mapping[str, str]) -> None:
+        self.options = options
+        probe = EndOffsetProbe(options.bootstrap)
+        try:
+            ends = (
+                json.loads(raw["endingOffsets"])
+                if "endingOffsets" in raw
+                else probe.end_offsets(options.topics)
+            )
+        finally:
+            probe.close()
+        self.end: Offsets = ends
+        self.start: Offsets = json.loads(raw["startingOffsets"]) if "startingOffsets" in raw else {}
+
+    def partitions(self) -> list[OffsetRange]:
+        return ranges(self.start, self.end)
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+        assert isinstance(partition, OffsetRange)
+        return read_range(self.options.bootstrap, partition, self.options.read_timeout)
+
+
+class KafkaChangelogSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return NAME
+
+    def schema(self) -> str:
+        return SCHEMA
+
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        return KafkaStreamReader(SourceOptions.parse(self.options))
+
+    def reader(self, schema: Any) -> DataSourceReader:
+        return KafkaBatchReader(SourceOptions.parse(self.options), self.options)
