@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_KAFKA = "127.0.0.1:9092"
 DEFAULT_TIMELINE_SIZE = 800
+DEFAULT_TIMELINE_SLACK = 64
 #: Partitions of each changelog. Two per topic keep both cores busy on the
 #: embedded stack without paying for extra read tasks per micro-batch.
 DEFAULT_PARTITIONS = 2
@@ -69,6 +70,8 @@ class StarlingConfig:
     topics: TopicNames = field(default_factory=TopicNames)
     partitions: int = DEFAULT_PARTITIONS
     timeline_size: int = DEFAULT_TIMELINE_SIZE
+    #: Entries kept beyond the cap before a trim (see fanout.join): memory vs. trim work.
+    timeline_slack: int = DEFAULT_TIMELINE_SLACK
     spark_master: str = "local[2]"
     #: Fixed id-generator node number (0-31); ``None`` lets the process take one.
     node_id: int | None = None
@@ -83,6 +86,7 @@ class StarlingConfig:
             topics=TopicNames(env.get("STARLING_TOPIC_PREFIX", "")),
             partitions=_int(env, "STARLING_PARTITIONS", DEFAULT_PARTITIONS, low=1, high=1024),
             timeline_size=_int(env, "TIMELINE_SIZE", DEFAULT_TIMELINE_SIZE, low=1, high=100_000),
+            timeline_slack=_int(env, "TIMELINE_SLACK", DEFAULT_TIMELINE_SLACK, low=1, high=100_000),
             spark_master=env.get("SPARK_MASTER") or "local[2]",
             node_id=None if not node else _int(env, "STARLING_NODE_ID", 0, low=0, high=31),
         )

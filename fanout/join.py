@@ -51,9 +51,10 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 
 from fanout import events
+from fanout.config import DEFAULT_TIMELINE_SLACK
 
-#: Entries kept beyond the cap, in timelines and in author state.
-SLACK = 64
+#: Entries kept beyond the cap, in timelines and in author state (TIMELINE_SLACK).
+SLACK = DEFAULT_TIMELINE_SLACK
 _STATE_VERSION = 1
 _HEADER = struct.Struct("<BqII")  # version, horizon, n_followers, n_tweets
 

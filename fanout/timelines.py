@@ -35,7 +35,9 @@ from typing import Any
 import orjson
 import redis
 
+from fanout.config import StarlingConfig
 from fanout.join import SLACK, Mutation, Op
+from fanout.redis_conn import client
 
 ACTIVE_GENERATION = "starling:generation"
 DEAD_LETTERS = "starling:deadletters"
@@ -294,6 +296,15 @@ class Watermark:
     event_time: float
     offsets: dict[str, Any]
     counters: dict[str, int]
+
+
+def store_for(config: StarlingConfig, *, timeout: float = 5.0) -> TimelineStore:
+    """The store with the configured Redis, cap and slack."""
+    return TimelineStore(
+        client(config.redis_url, timeout=timeout),
+        cap=config.timeline_size,
+        slack=config.timeline_slack,
+    )
 
 
 class TimelineStore:

@@ -33,15 +33,21 @@ def append(event: events.Event) -> int:
     The relay is poked once the transaction commits (never before: it must
     not see, or miss, a row whose transaction may still roll back).
     """
+    row = outbox_row(event)
+    row.save()
+    transaction.on_commit(notify_relay, robust=True)
+    return row.pk
+
+
+def outbox_row(event: events.Event) -> OutboxEvent:
+    """The (unsaved) outbox row of ``event``."""
     record = events.encode(event)
-    row = OutboxEvent.objects.create(
+    return OutboxEvent(
         topic=record.topic,
         key=record.key.decode("ascii"),
         value=None if record.value is None else record.value.decode("utf-8"),
         join_key=record.join_key,
     )
-    transaction.on_commit(notify_relay, robust=True)
-    return row.pk
 
 
 def high_water_seq() -> int:

@@ -68,6 +68,8 @@ def user_register(*, username: str, password: str) -> User:
             user.save()
     except IntegrityError:
         raise Conflict(f"username {username!r} is already taken", field="username") from None
+    # The self edge: the join materializes the new user's (empty) home timeline.
+    outbox.append(events.Followed(follower_id=user.pk, followee_id=user.pk))
     return user
 
 

@@ -49,8 +49,7 @@ from pyspark.sql.types import BinaryType, StructField, StructType
 from fanout import events
 from fanout.config import StarlingConfig, TopicNames
 from fanout.join import AuthorState, Mutation, Op, join_events
-from fanout.redis_conn import client
-from fanout.timelines import GenerationMissing, TimelineStore
+from fanout.timelines import GenerationMissing, TimelineStore, store_for
 from spark.kafka_source import NAME as SOURCE
 from spark.session import build_session
 
@@ -109,9 +108,10 @@ def decode_bundle(raw: bytes) -> Bundle:
 class JoinProcessor(StatefulProcessor):
     """Per join key: decode the records, apply the join rules, emit one bundle."""
 
-    def __init__(self, topics: TopicNames, cap: int) -> None:
+    def __init__(self, topics: TopicNames, cap: int, slack: int) -> None:
         self.topics = topics
         self.cap = cap
+        self.slack = slack
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.state = handle.getValueState("author", STATE_SCHEMA)
@@ -180,14 +180,14 @@ def dead_letter(row: Row, error: str) -> dict[str, Any]:
 
 
 def write_partition(
-    batches: Iterator[pa.RecordBatch], *, redis_url: str, cap: int, generation: int
+    batches: Iterator[pa.RecordBatch], *, config: StarlingConfig, generation: int
 ) -> Iterator[pa.RecordBatch]:
     """Executor side: apply one partition's bundles to Redis, return its statistics.
 
     The whole partition is applied at once so the store can group it per
     timeline (a follower who gets five tweets in this batch gets one write).
     """
-    store = TimelineStore(client(redis_url, timeout=120), cap=cap)
+    store = store_for(config, timeout=120)
     totals = dict.fromkeys(_STATS_FIELDS, 0)
     bodies: dict[int, bytes] = {}
     mutations: list[Mutation] = []
@@ -232,12 +232,7 @@ class FanoutSink:
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
-        write = functools.partial(
-            write_partition,
-            redis_url=self.config.redis_url,
-            cap=self.config.timeline_size,
-            generation=self.generation,
-        )
+        write = functools.partial(write_partition, config=self.config, generation=self.generation)
         rows = batch.mapInArrow(write, STATS_SCHEMA).collect()  # one small row per partition
         stats = dict.fromkeys(_STATS_FIELDS, 0)
         for row in rows:
@@ -246,7 +241,7 @@ class FanoutSink:
                 stats[name] = (
                     max(stats[name], value) if name in ("seq", "ts") else stats[name] + value
                 )
-        store = TimelineStore(client(self.config.redis_url), cap=self.config.timeline_size)
+        store = store_for(self.config)
         store.record_watermark(
             self.generation,
             batch_id=batch_id,
@@ -366,7 +361,7 @@ def build_query(
         .drop("headers")  # read above: nested columns are slow to hand to Python
         .groupBy("join_key")
         .transformWithState(
-            JoinProcessor(config.topics, config.timeline_size),
+            JoinProcessor(config.topics, config.timeline_size, config.timeline_slack),
             OUTPUT_SCHEMA,
             "Append",
             "None",
@@ -444,7 +439,7 @@ def main(argv: list[str] | None = None) -> int:
     config = StarlingConfig.from_env()
     master = args.master or config.spark_master
     checkpoint: Path = (args.checkpoint or default_checkpoint()).resolve()
-    store = TimelineStore(client(config.redis_url), cap=config.timeline_size)
+    store = store_for(config)
     if args.reset:
         shutil.rmtree(checkpoint, ignore_errors=True)
         generation = (store.active_generation() or 0) + 1

@@ -21,12 +21,13 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from fanout.embedded import free_port, port_open
+from feed.models import User
 
-PROCESSES = ["broker", "redis", "web", "worker", "beat", "ready"]
+PROCESSES = ["broker", "redis", "web", "worker", "beat", "fanout", "ready"]
 
 
 class Command(BaseCommand):
-    help = "Run Starling's embedded stack (broker, Redis, web, Celery worker and beat)."
+    help = "Run Starling's embedded stack (broker, Redis, web, Celery, the fanout job)."
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
@@ -42,6 +43,12 @@ class Command(BaseCommand):
         self.stdout.write("migrating the database...")
         call_command("migrate", interactive=False, verbosity=0)
         call_command("collectstatic", interactive=False, verbosity=0)
+        if "KAFKA_PORT" in env:
+            # The embedded broker starts empty: put the database's rows back on
+            # the changelogs and let the fanout job rebuild every timeline.
+            env["FANOUT_ARGS"] = "--reset"
+            if User.objects.exists():
+                call_command("republish_changelogs")
         processes = [
             p
             for p in PROCESSES
