@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help setup run test test-unit lint typecheck bench load clean check-java check-redis
+.PHONY: help setup run test test-unit lint bench clean check-java check-redis
 
 help: ## Show the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -44,12 +44,16 @@ check-redis: ## Install redis-server with apt-get if it is missing
 run: setup ## Run the whole embedded stack (API on PORT, default 8000); Ctrl-C stops it
 	$(BIN)/python manage.py runstack
 
-test: setup ## Lint and run the whole test suite against real services
+test: setup ## Lint, type-check and run the whole test suite against real services
 	$(BIN)/ruff check .
+	$(BIN)/mypy feed fanout spark load_tests
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 test-unit: setup ## Only the unit tests (no services)
 	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)
+
+bench: setup ## Run the benchmarks (load_tests/bench_*.py); reports go to load_tests/reports/
+	@for b in load_tests/bench_*.py; do m=$$(basename $$b .py); echo "== $$m"; $(BIN)/python -m load_tests.$$m || exit 1; done
 
 lint: setup ## ruff and mypy
 	$(BIN)/ruff check .

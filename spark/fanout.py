@@ -142,6 +142,7 @@ class JoinProcessor(StatefulProcessor):
                 AuthorState.decode(stored[0] if stored else None),
                 envelopes,
                 cap=self.cap,
+                slack=self.slack,
             )
             if result.changed:
                 self.state.update((result.state.encode(),))
@@ -218,7 +219,6 @@ def write_partition(
 class BatchReport:
     batch_id: int = -1
     stats: dict[str, int] = field(default_factory=dict)
-    sink_seconds: float = 0.0
 
 
 class FanoutSink:
@@ -231,7 +231,6 @@ class FanoutSink:
         self.last = BatchReport()
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        started = time.monotonic()
         write = functools.partial(write_partition, config=self.config, generation=self.generation)
         rows = batch.mapInArrow(write, STATS_SCHEMA).collect()  # one small row per partition
         stats = dict.fromkeys(_STATS_FIELDS, 0)
@@ -256,7 +255,7 @@ class FanoutSink:
                 "dead_letters": stats["dead_letters"],
             },
         )
-        self.last = BatchReport(batch_id, stats, time.monotonic() - started)
+        self.last = BatchReport(batch_id, stats)
 
     def _offsets(self, batch_id: int) -> dict[str, Any]:
         """This batch's end offsets, from the checkpoint's offset log."""
@@ -271,8 +270,9 @@ class FanoutSink:
 class ProgressLogger(StreamingQueryListener):
     """One line per micro-batch: rows in, mutations out, duration, lag."""
 
-    def __init__(self, sink: FanoutSink) -> None:
+    def __init__(self, sink: FanoutSink, progress_file: Path | None = None) -> None:
         self.sink = sink
+        self.progress_file = progress_file
 
     def onQueryStarted(self, event: Any) -> None:
         log.info("fanout query started (id %s)", event.id)
@@ -294,6 +294,19 @@ class ProgressLogger(StreamingQueryListener):
                     for part, o in parts.items()
                 )
         lag = time.time() - stats["ts"] / 1000 if stats.get("ts") else 0.0
+        duration = p.durationMs.get("triggerExecution", 0) / 1000
+        if self.progress_file is not None:
+            record = {
+                "batch": p.batchId,
+                "at": time.time(),
+                "rows": p.numInputRows,
+                "duration": duration,
+                "behind": behind,
+                "lag": lag,
+                **stats,
+            }
+            with self.progress_file.open("a") as out:
+                out.write(json.dumps(record) + "\n")
         log.info(
             "batch %d: %d rows in, %d mutations, %d deliveries (%d new), %d dead letters, "
             "%.2fs (redis %.2fs), lag %d records / %.2fs",
@@ -303,7 +316,7 @@ class ProgressLogger(StreamingQueryListener):
             stats.get("deliveries", 0),
             stats.get("added", 0),
             stats.get("dead_letters", 0),
-            p.durationMs.get("triggerExecution", 0) / 1000,
+            duration,
             stats.get("redis_ms", 0) / 1000,
             behind,
             lag,
@@ -421,6 +434,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         help="delete the checkpoint and replay the changelogs into a new, active generation",
     )
     parser.add_argument("--no-fail-on-data-loss", action="store_true", help="skip lost offsets")
+    parser.add_argument(
+        "--progress-file", type=Path, help="append one JSON line per micro-batch to this file"
+    )
     return parser.parse_args(argv)
 
 
@@ -503,7 +519,7 @@ def run(
         )
         if listener is not None:
             spark.streams.removeListener(listener)
-        listener = ProgressLogger(sink)
+        listener = ProgressLogger(sink, args.progress_file)
         spark.streams.addListener(listener)
         started = time.monotonic()
         while query.isActive and not stopping.is_set():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from pyspark.sql import SparkSession
@@ -12,6 +13,7 @@ from pyspark.sql import SparkSession
 from spark.kafka_source import KafkaChangelogSource
 
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+LOG4J = Path(__file__).with_name("log4j2.properties")
 
 #: Settings measured on the 2-core machine (docs/performance.md has the figures).
 TUNING: dict[str, str] = {
@@ -22,6 +24,15 @@ TUNING: dict[str, str] = {
     # Counting rows costs a read per write in RocksDB; nothing here needs the count.
     "spark.sql.streaming.stateStore.rocksdb.trackTotalNumberOfRows": "false",
     "spark.sql.streaming.minBatchesToRetain": "20",
+    # Hadoop's local filesystem shells out to `readlink` (FileContext renames)
+    # and `chmod` for every checkpoint file it writes, and each of those forks a
+    # ~700 MB JVM. The FileSystem-based manager renames without `readlink`, and
+    # the optional checksum files double the writes: 25-30% off the per-batch
+    # floor measured here (~0.65-0.8 s -> ~0.5 s with few authors).
+    "spark.sql.streaming.checkpointFileManagerClass": (
+        "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
+    ),
+    "spark.sql.streaming.checkpoint.fileChecksum.enabled": "false",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.python.worker.reuse": "true",
     # Python workers and the transformWithState state server talk over a Unix
@@ -50,6 +61,7 @@ def build_session(master: str, app_name: str, **conf: Any) -> SparkSession:
     builder = SparkSession.builder.master(master).appName(app_name)
     settings = {
         **TUNING,
+        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{LOG4J}",
         "spark.sql.shuffle.partitions": str(shuffle_partitions(master)),
         **{k: str(v) for k, v in conf.items()},
     }

@@ -1,0 +1,114 @@
+"""JoinProcessor without a Spark session: a fake state handle stands in for
+Spark's state server (these are the pure parts: decoding, rules, bundles)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql import Row
+
+from fanout import events
+from fanout.config import TopicNames
+from fanout.join import AuthorState, Mutation, Op
+from spark.fanout import Bundle, JoinProcessor, decode_bundle, encode_bundle
+
+TOPICS = TopicNames("p.")
+
+
+class FakeValueState:
+    def __init__(self) -> None:
+        self.value: tuple[Any, ...] | None = None
+
+    def get(self) -> tuple[Any, ...] | None:
+        return self.value
+
+    def update(self, value: tuple[Any, ...]) -> None:
+        self.value = value
+
+
+class FakeHandle:
+    def __init__(self) -> None:
+        self.states: dict[str, FakeValueState] = {}
+
+    def getValueState(self, name: str, schema: Any) -> FakeValueState:
+        return self.states.setdefault(name, FakeValueState())
+
+
+def row(event: events.Event, seq: int, offset: int = 0) -> Row:
+    record = events.encode(event)
+    topic = TOPICS.tweets if record.topic == events.TWEETS else TOPICS.follows
+    return Row(
+        topic=topic,
+        partition=0,
+        offset=offset,
+        timestamp=1_000 + seq,
+        key=record.key,
+        value=record.value,
+        seq=seq,
+        jk=record.join_key,
+    )
+
+
+def run(processor: JoinProcessor, author: int, rows: list[Row]) -> Bundle:
+    (out,) = list(processor.handleInputRows((author,), iter(rows), None))
+    return decode_bundle(out.bundle)
+
+
+def test_processor_applies_the_rules_with_the_configured_cap_and_slack() -> None:
+    processor = JoinProcessor(TOPICS, cap=2, slack=1)
+    handle = FakeHandle()
+    processor.init(handle)
+    posts = [events.TweetPosted(100 + i, 7, "ann", f"t{i}") for i in range(5)]
+    bundle = run(
+        processor, 7, [row(events.Followed(8, 7), 1)] + [row(p, i + 2) for i, p in enumerate(posts)]
+    )
+    state = AuthorState.decode(handle.states["author"].value[0])  # type: ignore[index]
+    assert state.tweets == [102, 103, 104] and state.horizon == 102  # cap 2 + slack 1
+    assert state.followers == {8}
+    assert bundle.seq == 6 and bundle.ts == 1_006
+    assert set(bundle.bodies) == {100, 101, 102, 103, 104}
+    assert bundle.mutations[-1] == Mutation(Op.ADD, (7, 8), (100, 101, 102, 103, 104))
+
+
+def test_bad_records_become_dead_letters_with_their_position() -> None:
+    processor = JoinProcessor(TOPICS, cap=10, slack=2)
+    processor.init(FakeHandle())
+    good = row(events.TweetPosted(100, 7, "ann", "ok"), 5, offset=3)
+    bad = Row(
+        topic=TOPICS.tweets,
+        partition=1,
+        offset=9,
+        timestamp=1,
+        key=b"101",
+        value=b"{nope",
+        seq=6,
+        jk=7,
+    )
+    no_seq = Row(
+        topic=TOPICS.tweets,
+        partition=1,
+        offset=10,
+        timestamp=1,
+        key=b"102",
+        value=None,
+        seq=None,
+        jk=7,
+    )
+    bundle = run(processor, 7, [good, bad, no_seq])
+    assert [(d["partition"], d["offset"]) for d in bundle.dead_letters] == [(1, 9), (1, 10)]
+    assert (
+        "not JSON" in bundle.dead_letters[0]["error"] and "seq" in bundle.dead_letters[1]["error"]
+    )
+    assert list(bundle.bodies) == [100] and bundle.seq == 5
+
+
+def test_bundles_round_trip() -> None:
+    bundle = Bundle(
+        seq=3,
+        ts=9,
+        ignored=1,
+        bodies={5: b'{"id":5}'},
+        mutations=[Mutation(Op.REMOVE, (1, 2), (5,)), Mutation(Op.ADD, (3,), (), 7)],
+        dead_letters=[{"topic": "t", "partition": 0, "offset": 1, "error": "x"}],
+    )
+    assert decode_bundle(encode_bundle(bundle)) == bundle
