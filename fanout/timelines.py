@@ -10,6 +10,8 @@ Keys (``g`` is a generation number, see DESIGN.md decision 8):
 | ``starling:gen:{g}`` | hash | a generation's metadata; its absence means Redis lost it |
 | ``starling:wm:{g}`` | hash | the fanout watermark of a generation |
 | ``starling:deadletters`` | hash | bad changelog records, by ``topic/partition/offset`` |
+| ``starling:tokens:{user_id}`` | string | tokens issued before this Unix time are refused |
+| ``starling:regen:{g}:{user_id}`` | string | regenerating: cold until the watermark passes it |
 
 **Packed timelines.** A timeline is a string: an 8-byte big-endian horizon
 (see :mod:`fanout.join`), then tweet ids as 8-byte big-endian integers in
@@ -37,7 +39,7 @@ import redis
 
 from fanout.config import StarlingConfig
 from fanout.join import SLACK, Mutation, Op
-from fanout.redis_conn import client
+from fanout.redis_conn import HotScript, client
 
 ACTIVE_GENERATION = "starling:generation"
 DEAD_LETTERS = "starling:deadletters"
@@ -229,6 +231,58 @@ return out
 """
 )
 
+_READ_PAGE = (
+    _LUA_LIB
+    + r"""
+-- One home-timeline page in one call: generation, revocation, cursors, bodies.
+-- ARGV: user_id, count, max_id (0: none), since_id (0: none), cap, token issued-at (s)
+-- Returns {status, generation, wm seq, wm applied_at, wm event_time, page JSON}
+-- status: ok | cold (no timeline in the active generation) | nogen | revoked
+local uid, count = ARGV[1], tonumber(ARGV[2])
+local max_id, since_id, cap = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local valid_after = redis.call('GET', 'starling:tokens:' .. uid)
+if valid_after and tonumber(ARGV[6]) < tonumber(valid_after) then return {'revoked'} end
+local gen = redis.call('GET', 'starling:generation')
+if not gen then return {'nogen'} end
+local wm = redis.call('HMGET', 'starling:wm:' .. gen, 'seq', 'applied_at', 'event_time')
+local head = {gen, wm[1] or '0', wm[2] or '0', wm[3] or '0'}
+local s = redis.call('GET', 'tl:' .. gen .. ':' .. uid)
+-- A timeline being regenerated stays cold until the job has applied its events.
+local regen = redis.call('GET', 'starling:regen:' .. gen .. ':' .. uid)
+if not s or (regen and tonumber(head[2]) < tonumber(regen)) then
+  return {'cold', head[1], head[2], head[3], head[4]}
+end
+local n = (#s - 8) / 8
+local lo, hi = math.max(1, n - cap + 1), n   -- only the newest cap entries are visible
+local function first_above(x)               -- first index whose id > x
+  local a, b = 1, n
+  while a <= b do
+    local mid = math.floor((a + b) / 2)
+    if upk(s, mid * 8 + 1) <= x then a = mid + 1 else b = mid - 1 end
+  end
+  return a
+end
+if max_id > 0 then hi = math.min(hi, first_above(max_id) - 1) end
+if since_id > 0 then lo = math.max(lo, first_above(since_id)) end
+local keys, last = {}, nil
+local stop = math.max(lo, hi - count + 1)
+for i = hi, stop, -1 do
+  last = upk(s, i * 8 + 1)
+  keys[#keys + 1] = 'tw:' .. string.format('%.0f', last)
+end
+local parts = {}
+if #keys > 0 then
+  for _, body in ipairs(redis.call('MGET', unpack(keys))) do
+    if body then parts[#parts + 1] = body end  -- a body gone = a tweet deleted
+  end
+end
+local nxt = 'null'
+if last and stop > lo then nxt = string.format('%.0f', last - 1) end
+return {'ok', head[1], head[2], head[3], head[4],
+        '{"tweets":[' .. table.concat(parts, ',') .. '],"next_max_id":' .. nxt .. '}'}
+"""
+)
+
 _WATERMARK = r"""
 -- KEYS[1]: watermark hash. ARGV: batch_id, seq, applied_at, event_time, offsets, then
 -- counter name/increment pairs. Counters move only for a batch newer than the last one.
@@ -289,6 +343,18 @@ class ApplyStats:
 
 
 @dataclass(frozen=True)
+class Page:
+    """A home-timeline page as the read script returns it."""
+
+    status: str  # ok | cold | nogen | revoked
+    generation: int | None = None
+    watermark_seq: int = 0
+    applied_at: float = 0.0
+    event_time: float = 0.0
+    body: bytes = b""  # the response JSON, assembled by the script
+
+
+@dataclass(frozen=True)
 class Watermark:
     seq: int
     batch_id: int
@@ -321,6 +387,7 @@ class TimelineStore:
         self.slack = slack
         self._apply = client.register_script(_APPLY)
         self._read_ids = client.register_script(_READ_IDS)
+        self._read_page = HotScript(client, _READ_PAGE)
         self._watermark = client.register_script(_WATERMARK)
 
     # --- generations ---------------------------------------------------------
@@ -405,6 +472,30 @@ class TimelineStore:
         return len(mapping)
 
     # --- reads -----------------------------------------------------------------
+
+    def read_page(
+        self,
+        user_id: int,
+        *,
+        count: int,
+        max_id: int | None = None,
+        since_id: int | None = None,
+        issued_at: float = 0.0,
+    ) -> Page:
+        """A page of a home timeline in one script call (one round trip)."""
+        raw = self._read_page(user_id, count, max_id or 0, since_id or 0, self.cap, int(issued_at))
+        assert isinstance(raw, list)
+        status = raw[0].decode()
+        if len(raw) == 1:
+            return Page(status)
+        return Page(
+            status=status,
+            generation=int(raw[1]),
+            watermark_seq=int(raw[2]),
+            applied_at=float(raw[3]),
+            event_time=float(raw[4]),
+            body=raw[5] if len(raw) > 5 else b"",
+        )
 
     def timeline(self, generation: int, user_id: int) -> Timeline | None:
         raw = self._read_ids(keys=[timeline_key(generation, user_id)], args=[self.cap])

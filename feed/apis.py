@@ -8,9 +8,12 @@ them into JSON responses.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth import authenticate
+from django.http import HttpResponse
 from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import exceptions, serializers, status
 from rest_framework.permissions import AllowAny, IsAuthenticated
@@ -19,7 +22,9 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from fanout import events, ids
-from feed import selectors, services
+from fanout.config import StarlingConfig
+from fanout.timelines import store_for
+from feed import selectors, services, timeline
 from feed.auth import issue_token
 from feed.errors import ApplicationError, NotFound
 from feed.health import check_all
@@ -301,6 +306,69 @@ class UserFollowersApi(_FollowListApi):
 
 class UserFollowingApi(_FollowListApi):
     direction = "following"
+
+
+# --- home timeline ---------------------------------------------------------------
+
+_readers: dict[tuple[int, StarlingConfig], timeline.TimelineReader] = {}
+
+
+def timeline_reader() -> timeline.TimelineReader:
+    """The process's timeline reader (one per configuration, reused)."""
+    config = settings.STARLING
+    key = (os.getpid(), config)
+    reader = _readers.get(key)
+    if reader is None:
+        reader = _readers[key] = timeline.TimelineReader(
+            store=store_for(config),
+            fallback=selectors.home_timeline_fallback,
+            regenerate=lambda user_id: services.timeline_regenerate(user_id=user_id),
+            max_wait=settings.STARLING_READ_YOUR_WRITES_WAIT,
+        )
+    return reader
+
+
+class TimelineApi(APIView):
+    """``GET /api/v1/timeline``: the authenticated user's home timeline.
+
+    In production the WSGI fast path (:mod:`feed.fastpath`) answers this URL
+    before Django; both call :func:`feed.timeline.handle`.
+    """
+
+    authentication_classes: list[type] = []
+    permission_classes = [AllowAny]
+
+    class QuerySerializer(serializers.Serializer):
+        count = serializers.IntegerField(min_value=1, max_value=timeline.MAX_COUNT, default=50)
+        max_id = _id_param("Newest id to return (inclusive).")
+        since_id = _id_param("Return only ids above this.")
+        min_seq = serializers.IntegerField(
+            min_value=0,
+            required=False,
+            help_text="Wait (up to 2 s) until the timelines reflect this write seq.",
+        )
+
+    class OutputSerializer(serializers.Serializer):
+        tweets = TweetOut(many=True)
+        next_max_id = serializers.IntegerField(allow_null=True)
+
+    @extend_schema(
+        parameters=[QuerySerializer],
+        responses={200: OutputSerializer, **_errors(400, 401)},
+        description="Newest first; one Redis round trip and no SQL for a warm timeline. "
+        "Headers: X-Starling-Source (redis|fallback), X-Starling-Watermark, "
+        "X-Starling-Fanout-Lag, X-Starling-Watermark-Age, X-Starling-Stale.",
+    )
+    def get(self, request: Request) -> HttpResponse:
+        r = timeline.handle(
+            "GET",
+            request.META.get("HTTP_AUTHORIZATION", ""),
+            request.META.get("QUERY_STRING", ""),
+            timeline_reader(),
+        )
+        return HttpResponse(
+            r.body, status=r.status, content_type="application/json", headers=r.headers
+        )
 
 
 # --- operations ---------------------------------------------------------------

@@ -39,6 +39,13 @@ def append(event: events.Event) -> int:
     return row.pk
 
 
+def append_many(batch: list[events.Event]) -> int:
+    """:func:`append` for many events in one insert; returns the last ``seq``."""
+    rows = OutboxEvent.objects.bulk_create([outbox_row(e) for e in batch])
+    transaction.on_commit(notify_relay, robust=True)
+    return max(row.pk for row in rows)
+
+
 def outbox_row(event: events.Event) -> OutboxEvent:
     """The (unsaved) outbox row of ``event``."""
     record = events.encode(event)

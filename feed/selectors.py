@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+import orjson
 from django.db.models import QuerySet
 
+from fanout import events
 from feed.models import Follow, Tweet, User
+
+if TYPE_CHECKING:
+    from feed.timeline import TimelineQuery
+
+#: The fallback reads the tweets of at most this many (most recent) followees.
+FALLBACK_MAX_FOLLOWEES = 1000
 
 
 @dataclass(frozen=True)
@@ -55,3 +64,34 @@ def follow_page(
     rows = list(qs.order_by("-id")[: count + 1])
     page = [(f.id, f.follower if direction == "followers" else f.followee) for f in rows[:count]]
     return page, (page[-1][0] if len(rows) > count else None)
+
+
+def home_timeline_fallback(user_id: int, issued_at: float, query: TimelineQuery) -> bytes | None:
+    """A home-timeline page computed by the database (the join of DESIGN.md for
+    one user), for a timeline missing from Redis. Bounded: at most ``count``
+    rows, from at most FALLBACK_MAX_FOLLOWEES followees, through the
+    (author, -id) index. None if the user is gone, deactivated or revoked the token.
+    """
+    user = User.objects.filter(pk=user_id, is_active=True).only("id", "tokens_valid_after").first()
+    if user is None:
+        return None
+    if user.tokens_valid_after and issued_at < int(user.tokens_valid_after.timestamp()):
+        return None
+    followees = list(
+        Follow.objects.filter(follower_id=user_id)
+        .order_by("-id")
+        .values_list("followee_id", flat=True)[:FALLBACK_MAX_FOLLOWEES]
+    )
+    qs = Tweet.objects.filter(author_id__in=[user_id, *followees])
+    if query.max_id is not None:
+        qs = qs.filter(id__lte=query.max_id)
+    if query.since_id is not None:
+        qs = qs.filter(id__gt=query.since_id)
+    rows = list(qs.order_by("-id").values_list("id", "author__username", "text")[: query.count])
+    next_max_id = rows[-1][0] - 1 if len(rows) == query.count else None
+    return orjson.dumps(
+        {
+            "tweets": [events.tweet_fields(i, author, text) for i, author, text in rows],
+            "next_max_id": next_max_id,
+        }
+    )

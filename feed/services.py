@@ -133,3 +133,18 @@ def follow_delete(*, follower: User, followee: User) -> int:
     if not deleted:
         return outbox.high_water_seq()
     return outbox.append(events.Unfollowed(follower_id=follower.pk, followee_id=followee.pk))
+
+
+@transaction.atomic
+def timeline_regenerate(*, user_id: int) -> int:
+    """Have the join rebuild one user's home timeline; return the seq to wait for.
+
+    Re-publishes the user's current follows, and the self edge, through the
+    outbox: for each followee the join merges that author's recent tweets, and
+    the self edge merges the user's own. The fanout job stays the only writer
+    of timelines (nothing races it). Duplicated follow events are harmless:
+    the join treats a follow of a known follower as a re-merge.
+    """
+    followees = Follow.objects.filter(follower_id=user_id).values_list("followee_id", flat=True)
+    edges = [events.Followed(follower_id=user_id, followee_id=f) for f in followees]
+    return outbox.append_many([*edges, events.Followed(follower_id=user_id, followee_id=user_id)])

@@ -40,6 +40,8 @@ STARLING = StarlingConfig.from_env()
 
 #: Lifetime of an API token (seconds).
 STARLING_TOKEN_TTL = int(os.environ.get("STARLING_TOKEN_TTL", str(30 * 24 * 3600)))
+#: How long a timeline read with ``min_seq`` waits for the fanout (seconds).
+STARLING_READ_YOUR_WRITES_WAIT = float(os.environ.get("STARLING_READ_YOUR_WRITES_WAIT", "2"))
 #: How often Celery beat sweeps the outbox (seconds), and how long published rows are kept.
 STARLING_OUTBOX_SWEEP_SECONDS = float(os.environ.get("STARLING_OUTBOX_SWEEP_SECONDS", "2"))
 STARLING_OUTBOX_RETENTION_DAYS = int(os.environ.get("STARLING_OUTBOX_RETENTION_DAYS", "7"))

@@ -14,6 +14,7 @@ api_v1 = [
     path("users/<str:username>/tweets", apis.UserTweetsApi.as_view(), name="user-tweets"),
     path("users/<str:username>/followers", apis.UserFollowersApi.as_view(), name="user-followers"),
     path("users/<str:username>/following", apis.UserFollowingApi.as_view(), name="user-following"),
+    path("timeline", apis.TimelineApi.as_view(), name="timeline"),
     path("health", apis.HealthApi.as_view(), name="health"),
 ]
 

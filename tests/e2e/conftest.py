@@ -26,6 +26,9 @@ ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 
 
+READ_YOUR_WRITES_WAIT = 4.0
+
+
 @dataclass
 class Stack:
     base: str
@@ -117,6 +120,9 @@ def stack(
         "STARLING_VAR_DIR": str(logs),
         "STARLING_OUTBOX_SWEEP_SECONDS": "1",
         "PYTHONUNBUFFERED": "1",
+        # Two cores shared with pytest and the other tests' processes: a
+        # min_seq read may wait longer here than the 2 s production default.
+        "STARLING_READ_YOUR_WRITES_WAIT": str(READ_YOUR_WRITES_WAIT),
     }
     s = Stack(f"http://127.0.0.1:{port}", env, db_path, logs, stack_redis, timeline_size)
     subprocess.run(
