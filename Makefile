@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help setup run test test-unit lint bench clean check-java check-redis
+.PHONY: help setup run test test-unit lint bench clean check-java check-redis check-wrk
 
 help: ## Show the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -52,7 +52,14 @@ test: setup ## Lint, type-check and run the whole test suite against real servic
 test-unit: setup ## Only the unit tests (no services)
 	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)
 
-bench: setup ## Run the benchmarks (load_tests/bench_*.py); reports go to load_tests/reports/
+check-wrk: ## Install wrk with apt-get if it is missing (the read benchmark's HTTP client)
+	@command -v wrk >/dev/null || { \
+	  echo "wrk not found: installing it with apt-get"; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq wrk >/dev/null || { \
+	    echo "could not install wrk: install it yourself (apt-get install wrk / brew install wrk)"; exit 1; }; }
+
+bench: setup check-wrk ## Run the benchmarks (load_tests/bench_*.py); reports go to load_tests/reports/
 	@for b in load_tests/bench_*.py; do m=$$(basename $$b .py); echo "== $$m"; $(BIN)/python -m load_tests.$$m || exit 1; done
 
 lint: setup ## ruff and mypy
