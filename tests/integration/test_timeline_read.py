@@ -365,8 +365,9 @@ def test_remembered_tokens_still_expire(settings, monkeypatch: pytest.MonkeyPatc
 
     settings.STARLING_TOKEN_TTL = 60
     monkeypatch.setattr(auth, "_verified", {})  # the same token may be remembered already
-    token = issue_token(UserFactory(username="ann"))
-    user_id, _ = auth.verify_token_cached(token)  # checked once, then remembered
+    ann = UserFactory(username="ann")
+    token = issue_token(ann)
+    assert auth.verify_token_cached(token)[0] == ann.pk  # checked once, then remembered
     later = types.SimpleNamespace(time=lambda: time.time() + 61)
     monkeypatch.setattr(auth, "time", later)
     monkeypatch.setattr(signing, "time", later)
