@@ -205,3 +205,42 @@ def coalesce(mutations: list[Mutation]) -> list[Mutation]:
         else:
             out.append(m)
     return out
+
+
+# --- the same view computed in one pass (the rebuild) ----------------------------------
+
+
+def rebuilt_timeline(
+    ids: Iterable[int], *, cap: int, slack: int = SLACK, floor: int = 0
+) -> tuple[int, list[int]]:
+    """(horizon, ids ascending) of a timeline computed from scratch.
+
+    ``ids`` are the tweets the join puts in it, as far as they are known:
+    ``floor`` is the highest horizon of the authors they came from (below it
+    an author's older tweets are not in its state). Kept: the newest
+    ``cap + slack`` ids at or above ``floor``; the horizon is ``floor``, or
+    the oldest kept id when older ones were cut. This is what the incremental
+    rules converge to, with the slack refilled.
+    """
+    kept = sorted({i for i in ids if i >= floor})
+    keep = cap + slack
+    if len(kept) <= keep:
+        return floor, kept
+    kept = kept[-keep:]
+    return kept[0], kept
+
+
+def rebuilt_author_state(
+    author_id: int,
+    followers: Iterable[int],
+    live_tweets: Iterable[int],
+    *,
+    cap: int,
+    slack: int = SLACK,
+) -> AuthorState:
+    """An author's join state computed from the current tables: what
+    :func:`join_events` would hold after replaying the author's history."""
+    horizon, tweets = rebuilt_timeline(live_tweets, cap=cap, slack=slack)
+    return AuthorState(
+        followers={f for f in followers if f != author_id}, tweets=tweets, horizon=horizon
+    )

@@ -10,6 +10,9 @@ Keys (``g`` is a generation number, see DESIGN.md decision 8):
 | ``starling:gen:{g}`` | hash | a generation's metadata; its absence means Redis lost it |
 | ``starling:wm:{g}`` | hash | the fanout watermark of a generation |
 | ``starling:deadletters`` | hash | bad changelog records, by ``topic/partition/offset`` |
+| ``starling:generations`` | string | the last generation number handed out |
+| ``starling:handover`` | string | a rebuilt generation waiting for the fanout job to take it over |
+| ``starling:rebuild`` | hash | the state of the last rebuild (stage, progress, summary) |
 | ``starling:tokens:{user_id}`` | string | tokens issued before this Unix time are refused |
 | ``starling:regen:{g}:{user_id}`` | string | regenerating: cold until the watermark passes it |
 
@@ -42,6 +45,9 @@ from fanout.join import SLACK, Mutation, Op
 from fanout.redis_conn import HotScript, client
 
 ACTIVE_GENERATION = "starling:generation"
+GENERATION_COUNTER = "starling:generations"
+HANDOVER = "starling:handover"
+REBUILD_STATUS = "starling:rebuild"
 DEAD_LETTERS = "starling:deadletters"
 _ID = struct.Struct(">Q")
 
@@ -419,6 +425,114 @@ class TimelineStore:
         assert active is not None
         return active
 
+    def new_generation(self, **meta: str | float) -> int:
+        """A fresh generation number (above every one in use), created with ``meta``."""
+        number = int(self.redis.incr(GENERATION_COUNTER))
+        floor = self.active_generation() or 0
+        if number <= floor:  # the counter was lost (FLUSHALL) or predates it
+            self.redis.set(GENERATION_COUNTER, floor + 1)
+            number = floor + 1
+        self.create_generation(number, **meta)
+        return number
+
+    def generation_meta(self, generation: int) -> dict[str, str]:
+        raw = self.redis.hgetall(generation_key(generation))
+        return {_text(k): _text(v) for k, v in raw.items()}
+
+    def set_generation_meta(self, generation: int, **meta: str | float) -> None:
+        self.redis.hset(generation_key(generation), mapping=meta)  # type: ignore[arg-type]
+
+    def rebuild_status(self) -> dict[str, str]:
+        """The last rebuild's state, stage and summary (what spark.rebuild publishes)."""
+        return {_text(k): _text(v) for k, v in self.redis.hgetall(REBUILD_STATUS).items()}
+
+    def request_handover(self, generation: int) -> None:
+        """Ask the fanout job to carry on in ``generation`` (see spark.fanout)."""
+        self.set_generation_meta(generation, state="ready")
+        self.redis.set(HANDOVER, generation)
+
+    def pending_handover(self) -> int | None:
+        raw = self.redis.get(HANDOVER)
+        if raw is None:
+            return None
+        generation = int(raw)
+        return generation if self.generation_exists(generation) else None
+
+    def switch(self, new: int, old: int | None) -> None:
+        """Make ``new`` the active generation: one atomic step for readers."""
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.set(ACTIVE_GENERATION, new)
+        pipe.hset(generation_key(new), mapping={"state": "active", "activated_at": time.time()})
+        if old is not None and old != new:
+            pipe.hset(generation_key(old), mapping={"state": "retired", "retired_at": time.time()})
+        pipe.delete(HANDOVER)
+        pipe.execute()
+
+    def drop_generation(self, generation: int, *, batch: int = 2000) -> int:
+        """Delete a generation's timelines and bookkeeping; returns keys deleted.
+        UNLINK in batches: Redis frees the memory in the background."""
+        deleted = 0
+        for pattern in (f"tl:{generation}:*", f"starling:regen:{generation}:*"):
+            keys: list[bytes] = []
+            for key in self.redis.scan_iter(match=pattern, count=batch):
+                keys.append(key)
+                if len(keys) >= batch:
+                    deleted += int(self.redis.unlink(*keys))
+                    keys = []
+            if keys:
+                deleted += int(self.redis.unlink(*keys))
+        deleted += int(self.redis.unlink(generation_key(generation), watermark_key(generation)))
+        return deleted
+
+    def seed_watermark(self, generation: int, *, seq: int, offsets: Mapping[str, Any]) -> None:
+        """A rebuilt generation's starting watermark: the snapshot (batch -1, so the
+        fanout job's first micro-batch counts as newer)."""
+        now = time.time()
+        self.redis.hset(
+            watermark_key(generation),
+            mapping={
+                "batch_id": -1,
+                "seq": seq,
+                "applied_at": now,
+                "event_time": now,
+                "offsets": orjson.dumps(offsets),
+            },
+        )
+
+    def write_timelines(self, generation: int, timelines: Iterable[tuple[int, bytes]]) -> int:
+        """Set packed timelines (a rebuild's output), pipelined; returns how many."""
+        n = 0
+        pipe = self.redis.pipeline(transaction=False)
+        for owner, packed in timelines:
+            pipe.set(timeline_key(generation, owner), packed)
+            n += 1
+            if n % 1000 == 0:
+                pipe.execute()
+        pipe.execute()
+        return n
+
+    def write_bodies(self, bodies: Iterable[tuple[int, bytes]]) -> int:
+        """Put tweet bodies in the cache where missing (bodies never change)."""
+        n = 0
+        pipe = self.redis.pipeline(transaction=False)
+        for tweet_id, body in bodies:
+            pipe.set(tweet_key(tweet_id), body, nx=True)
+            n += 1
+            if n % 1000 == 0:
+                pipe.execute()
+        pipe.execute()
+        return n
+
+    def packed_timelines(self, generation: int, owners: Sequence[int]) -> list[bytes | None]:
+        """The raw packed timelines of ``owners`` (None where missing), pipelined."""
+        out: list[bytes | None] = []
+        for start in range(0, len(owners), 1000):
+            pipe = self.redis.pipeline(transaction=False)
+            for owner in owners[start : start + 1000]:
+                pipe.get(timeline_key(generation, owner))
+            out += pipe.execute()
+        return out
+
     # --- writes ----------------------------------------------------------------
 
     def apply(
@@ -566,6 +680,10 @@ def group_by_timeline(mutations: Iterable[Mutation]) -> tuple[list[TimelineOp], 
     return out, deleted
 
 
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
 def pack_ids(ids: Sequence[int]) -> bytes:
     return struct.pack(f">{len(ids)}Q", *ids)
 
@@ -601,4 +719,15 @@ def encode_ops(
 
 def pack_timeline(horizon: int, ids_ascending: Sequence[int]) -> bytes:
     """The packed form of a timeline (what the scripts write), for rebuilds and tests."""
-    return _ID.pack(horizon) + b"".join(_ID.pack(i) for i in ids_ascending)
+    return struct.pack(f">{len(ids_ascending) + 1}Q", horizon, *ids_ascending)
+
+
+def unpack_timeline(packed: bytes) -> tuple[int, list[int]]:
+    """(horizon, ids ascending) of a packed timeline."""
+    values = struct.unpack(f">{len(packed) // 8}Q", packed)
+    return values[0], list(values[1:])
+
+
+def visible(ids_ascending: Sequence[int], cap: int) -> list[int]:
+    """What readers see of a timeline: its newest ``cap`` ids, newest first."""
+    return list(reversed(ids_ascending[-cap:])) if cap else []

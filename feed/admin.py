@@ -13,11 +13,12 @@ from typing import Any
 
 from django.contrib import admin
 from django.contrib.auth.admin import UserAdmin as DjangoUserAdmin
+from django.db import transaction
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 
 from feed import services
-from feed.models import Follow, OutboxEvent, Tweet, User
+from feed.models import Follow, OutboxEvent, TimelineRebuild, Tweet, User
 from feed.outbox import DjangoOutboxStore
 
 
@@ -123,3 +124,45 @@ class OutboxEventAdmin(admin.ModelAdmin):
             "title": f"Outbox: {backlog} events waiting for the relay",
         }
         return super().changelist_view(request, extra_context=context)
+
+
+@admin.register(TimelineRebuild)
+class TimelineRebuildAdmin(admin.ModelAdmin):
+    """Start a rebuild ("Add") and see the state of the last ones. The rebuild
+    runs as a Celery task (``python -m spark.rebuild`` in a subprocess)."""
+
+    list_display = (
+        "id",
+        "requested_at",
+        "requested_by",
+        "dry_run",
+        "status",
+        "stage",
+        "finished_at",
+    )
+    readonly_fields = (
+        "requested_by",
+        "requested_at",
+        "status",
+        "stage",
+        "detail",
+        "summary",
+        "error",
+        "finished_at",
+    )
+    fields = ("dry_run", *readonly_fields)
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def save_model(
+        self, request: HttpRequest, obj: TimelineRebuild, form: Any, change: bool
+    ) -> None:
+        from feed.tasks import rebuild_timelines
+
+        obj.requested_by = request.user  # type: ignore[assignment]
+        super().save_model(request, obj, form, change)
+        transaction.on_commit(lambda: rebuild_timelines.delay(obj.pk))

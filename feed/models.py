@@ -8,6 +8,7 @@ their tombstones, leaving timelines that still show them.
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib.auth.models import AbstractUser
 from django.db import models
 from django.db.models import F, Q
@@ -80,3 +81,34 @@ class OutboxEvent(models.Model):
     def __str__(self) -> str:
         kind = "tombstone" if self.value is None else "upsert"
         return f"#{self.id} {self.topic} {self.key} ({kind})"
+
+
+class TimelineRebuild(models.Model):
+    """A timeline rebuild started from the admin (run by a Celery task)."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        SUCCEEDED = "succeeded"
+        HANDED_OVER = "handed-over", "handed over (the job switches when caught up)"
+        FAILED = "failed"
+
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    requested_at = models.DateTimeField(auto_now_add=True)
+    dry_run = models.BooleanField(
+        default=False, help_text="Only report how many timelines differ; change nothing."
+    )
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
+    stage = models.CharField(max_length=200, blank=True)
+    detail = models.TextField(blank=True)
+    summary = models.JSONField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-id"]
+
+    def __str__(self) -> str:
+        return f"rebuild #{self.pk} ({'dry run, ' if self.dry_run else ''}{self.status})"

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import orjson
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 
 from fanout import events
-from feed.models import Follow, Tweet, User
+from feed.models import Follow, OutboxEvent, Tweet, User
 
 if TYPE_CHECKING:
     from feed.timeline import TimelineQuery
@@ -95,3 +96,37 @@ def home_timeline_fallback(user_id: int, issued_at: float, query: TimelineQuery)
             "next_max_id": next_max_id,
         }
     )
+
+
+def home_timeline_oracle(user_ids: Sequence[int], cap: int) -> dict[int, list[int]]:
+    """The view the timelines maintain, computed by the database (DESIGN.md's
+    join plus the user's own tweets): each user's newest ``cap`` tweet ids,
+    newest first. What a rebuild verifies its sample against."""
+    out: dict[int, list[int]] = {}
+    for user_id in user_ids:
+        followees = Follow.objects.filter(follower_id=user_id).values("followee_id")
+        authors = Q(author_id=user_id) | Q(author_id__in=followees)
+        out[user_id] = list(
+            Tweet.objects.filter(authors).order_by("-id").values_list("id", flat=True)[:cap]
+        )
+    return out
+
+
+def settled_since(user_ids: Sequence[int], seq: int) -> set[int]:
+    """The users whose home timeline no write after outbox ``seq`` can have
+    changed: they neither followed nor unfollowed, and nobody they follow (nor
+    they) tweeted or deleted since. Their timeline as of ``seq`` equals the
+    database's current join."""
+    recent = OutboxEvent.objects.filter(id__gt=seq)
+    followers = {
+        int(key.split(":", 1)[0])
+        for key in recent.filter(topic=events.FOLLOWS).values_list("key", flat=True)
+    }
+    authors = set(recent.filter(topic=events.TWEETS).values_list("join_key", flat=True))
+    settled = set()
+    for user_id in user_ids:
+        if user_id in followers or user_id in authors:
+            continue
+        if not Follow.objects.filter(follower_id=user_id, followee_id__in=authors).exists():
+            settled.add(user_id)
+    return settled

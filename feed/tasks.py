@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import subprocess
+import sys
+import time
 from datetime import timedelta
+from typing import Any
 
 from celery import shared_task
 from confluent_kafka import Producer
@@ -74,3 +79,44 @@ def prune_outbox() -> None:
     deleted, _ = OutboxEvent.objects.filter(published_at__lt=cutoff).delete()
     if deleted:
         log.info("pruned %d published outbox rows", deleted)
+
+
+@shared_task(ignore_result=True)
+def rebuild_timelines(run_id: int) -> str:
+    """Run ``python -m spark.rebuild`` for an admin-started rebuild and mirror
+    its progress (which the rebuild publishes in Redis) into the row."""
+    from fanout.timelines import store_for
+    from feed.models import TimelineRebuild
+
+    run = TimelineRebuild.objects.get(pk=run_id)
+    run.status = TimelineRebuild.Status.RUNNING
+    run.save(update_fields=["status"])
+    logs = settings.VAR_DIR / "rebuild"
+    logs.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, "-m", "spark.rebuild", "--json"]
+    if run.dry_run:
+        command.append("--dry-run")
+    store = store_for(settings.STARLING)
+    log_path = logs / f"run-{run_id}.log"
+    with open(log_path, "ab") as log_file:
+        proc = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT)  # noqa: S603
+        while proc.poll() is None:
+            time.sleep(2)
+            _mirror(run, store.rebuild_status())
+    status = store.rebuild_status()
+    _mirror(run, status)
+    run.finished_at = timezone.now()
+    if proc.returncode == 0:
+        run.status = status.get("state", TimelineRebuild.Status.SUCCEEDED)
+        run.summary = json.loads(status["summary"]) if "summary" in status else None
+    else:
+        run.status = TimelineRebuild.Status.FAILED
+        run.error = status.get("error") or f"exit status {proc.returncode}; see {log_path}"
+    run.save()
+    return str(run.status)
+
+
+def _mirror(run: Any, status: dict[str, str]) -> None:
+    run.stage = status.get("stage", "")[:200]
+    run.detail = status.get("detail", "")
+    run.save(update_fields=["stage", "detail"])

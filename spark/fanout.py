@@ -41,6 +41,7 @@ from typing import Any
 
 import orjson
 import pyarrow as pa
+import redis
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle, StreamingQueryListener
@@ -49,7 +50,7 @@ from pyspark.sql.types import BinaryType, StructField, StructType
 from fanout import events
 from fanout.config import StarlingConfig, TopicNames
 from fanout.join import AuthorState, Mutation, Op, join_events
-from fanout.timelines import GenerationMissing, TimelineStore, store_for
+from fanout.timelines import TimelineStore, store_for
 from spark.kafka_source import NAME as SOURCE
 from spark.session import build_session
 
@@ -115,6 +116,10 @@ class JoinProcessor(StatefulProcessor):
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.state = handle.getValueState("author", STATE_SCHEMA)
+
+    def handleInitialState(self, key: Any, initialState: Row, timerValues: Any) -> None:
+        """A rebuild's author state (spark.rebuild), loaded in the first batch."""
+        self.state.update((bytes(initialState.blob),))
 
     def handleInputRows(self, key: Any, rows: Iterator[Row], timerValues: Any) -> Iterator[Row]:
         author_id = int(key[0])
@@ -357,7 +362,12 @@ def build_query(
     max_records: int | None = None,
     fail_on_data_loss: bool = True,
     query_name: str = "fanout",
+    starting_offsets: dict[str, Any] | None = None,
+    initial_state: DataFrame | None = None,
 ) -> tuple[Any, FanoutSink]:
+    """The streaming query. A rebuilt generation is taken over from its snapshot:
+    ``starting_offsets`` and ``initial_state`` (``join_key``, ``blob``) apply only
+    to a checkpoint that has not committed a batch yet."""
     reader = (
         spark.readStream.format(SOURCE)
         .option("bootstrap.servers", config.kafka_bootstrap_servers)
@@ -366,6 +376,8 @@ def build_query(
     )
     if max_records:
         reader = reader.option("maxRecordsPerTrigger", str(max_records))
+    if starting_offsets:
+        reader = reader.option("startingOffsets", json.dumps(starting_offsets))
     joined = (
         reader.load()
         .withColumn("seq", header_column(events.HEADER_SEQ))
@@ -378,6 +390,7 @@ def build_query(
             OUTPUT_SCHEMA,
             "Append",
             "None",
+            initialState=initial_state.groupBy("join_key") if initial_state is not None else None,
         )
     )
     sink = FanoutSink(config, generation, checkpoint)
@@ -396,22 +409,85 @@ def has_committed(checkpoint: Path) -> bool:
     return commits.is_dir() and any(p.name.isdigit() for p in commits.iterdir())
 
 
-def resolve_generation(store: TimelineStore, checkpoint: Path, requested: int | None) -> int:
-    """The generation to write, refusing to refill a Redis that lost its data."""
-    if requested is not None:
-        if not store.generation_exists(requested):
-            raise GenerationMissing(f"generation {requested} does not exist in Redis")
-        return requested
+def checkpoint_for(root: Path, generation: int) -> Path:
+    """Each generation has a checkpoint of its own: a rebuild starts a fresh one."""
+    return root / f"gen-{generation}"
+
+
+@dataclass(frozen=True)
+class Target:
+    """The generation the job writes, and how its query starts."""
+
+    generation: int
+    checkpoint: Path
+    starting_offsets: dict[str, Any] | None = None
+    initial_state: str | None = None  # parquet directory written by the rebuild
+
+    @property
+    def takeover(self) -> bool:
+        return self.starting_offsets is not None
+
+
+def choose_target(store: TimelineStore, root: Path, blocked: int | None = None) -> Target | None:
+    """A rebuilt generation waiting for the job, else the active one.
+
+    None when the job cannot go on by itself and waits for a rebuild: Redis
+    lost its timelines while the checkpoint says batches were applied (a
+    refill from here would leave every timeline without its history), or
+    the ``blocked`` generation's checkpoint is unusable (the broker lost data).
+    """
+    handover = store.pending_handover()
+    if handover is not None and handover != blocked:
+        checkpoint = checkpoint_for(root, handover)
+        meta = store.generation_meta(handover)
+        if has_committed(checkpoint) or "snapshot" not in meta:
+            return Target(handover, checkpoint)
+        return Target(handover, checkpoint, json.loads(meta["snapshot"]), meta.get("state_path"))
     active = store.active_generation()
     if active is None or not store.generation_exists(active):
-        if has_committed(checkpoint):
-            raise GenerationMissing(
-                f"Redis has no timelines (generation {active}) but the checkpoint {checkpoint} "
-                "has already committed batches: Redis lost its data. Rebuild the timelines "
-                "(manage.py rebuild_timelines) or restart the job with --reset."
-            )
-        return store.ensure_active_generation()
-    return active
+        if root.is_dir() and any(has_committed(p) for p in root.iterdir()):
+            return None
+        active = store.ensure_active_generation()
+    if active == blocked:
+        return None
+    return Target(active, checkpoint_for(root, active))
+
+
+def maybe_switch(store: TimelineStore, root: Path, target: Target) -> bool:
+    """Make a taken-over generation active once it has caught up with the live
+    one (its watermark at least the live watermark), so readers never go back
+    in time; then drop the old generation in the background."""
+    active = store.active_generation()
+    if active == target.generation:
+        return False
+    new = store.watermark(target.generation)
+    if new is None:
+        return False
+    live = (
+        store.watermark(active) if active is not None and store.generation_exists(active) else None
+    )
+    if live is not None and new.seq < live.seq:
+        return False
+    store.switch(target.generation, active)
+    log.info(
+        "generation %d is active (watermark %d; generation %s retired)",
+        target.generation,
+        new.seq,
+        active,
+    )
+    if active is not None and active != target.generation:
+        old = active
+
+        def drop() -> None:
+            try:
+                deleted = store.drop_generation(old)
+                shutil.rmtree(checkpoint_for(root, old), ignore_errors=True)
+                log.info("generation %d deleted (%d keys)", old, deleted)
+            except Exception:
+                log.exception("could not delete generation %d", old)
+
+        threading.Thread(target=drop, name=f"drop-generation-{old}", daemon=True).start()
+    return True
 
 
 # --- running it --------------------------------------------------------------------
@@ -422,16 +498,15 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         prog="python -m spark.fanout", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--master", help="Spark master (default: SPARK_MASTER or local[2])")
-    parser.add_argument("--checkpoint", type=Path, help="checkpoint directory")
+    parser.add_argument(
+        "--checkpoint", type=Path, help="checkpoint root (one directory per generation)"
+    )
     parser.add_argument("--trigger", default="250 milliseconds", help="micro-batch interval")
     parser.add_argument("--max-records", type=int, help="maxRecordsPerTrigger (default: no limit)")
     parser.add_argument(
-        "--generation", type=int, help="timeline generation to write (default: active)"
-    )
-    parser.add_argument(
         "--reset",
         action="store_true",
-        help="delete the checkpoint and replay the changelogs into a new, active generation",
+        help="delete the checkpoints and replay the changelogs into a new, active generation",
     )
     parser.add_argument("--no-fail-on-data-loss", action="store_true", help="skip lost offsets")
     parser.add_argument(
@@ -454,19 +529,14 @@ def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     config = StarlingConfig.from_env()
     master = args.master or config.spark_master
-    checkpoint: Path = (args.checkpoint or default_checkpoint()).resolve()
+    root: Path = (args.checkpoint or default_checkpoint()).resolve()
     store = store_for(config)
     if args.reset:
-        shutil.rmtree(checkpoint, ignore_errors=True)
-        generation = (store.active_generation() or 0) + 1
-        store.create_generation(generation, state="active", reason="reset")
-        store.activate(generation)
+        shutil.rmtree(root, ignore_errors=True)
+        old = store.active_generation()
+        generation = store.new_generation(state="active", reason="reset")
+        store.switch(generation, old)
         log.info("reset: replaying the changelogs into new generation %d", generation)
-    try:
-        generation = resolve_generation(store, checkpoint, args.generation)
-    except GenerationMissing as exc:
-        log.error("%s", exc)
-        return 2
     log.info(
         "waiting for topics %s on %s",
         ", ".join(config.topics.all()),
@@ -482,62 +552,120 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    return run(
-        spark, config, generation=generation, checkpoint=checkpoint, args=args, stopping=stopping
-    )
+    return run(spark, config, root=root, args=args, stopping=stopping)
+
+
+#: How often the running job looks for a handover or a switch (seconds).
+WATCH_INTERVAL = 1.0
+#: How often a job waiting for a rebuild says so (seconds).
+WAITING_REMINDER = 60.0
 
 
 def run(
     spark: SparkSession,
     config: StarlingConfig,
     *,
-    generation: int,
-    checkpoint: Path,
+    root: Path,
     args: argparse.Namespace,
     stopping: threading.Event,
 ) -> int:
     """Run the query; restart it with back-off after transient failures (Redis or
-    Kafka down) instead of exiting, so a supervisor never sees a crash loop."""
+    Kafka down) instead of exiting, so a supervisor never sees a crash loop.
+
+    It also follows rebuilds (spark.rebuild): when a rebuilt generation is
+    handed over, the query is restarted on it from the rebuild's snapshot
+    with the rebuilt state, and the generation is switched once caught up.
+    When Redis or the broker lost data, it waits for that rebuild.
+    """
+    store = store_for(config)
     backoff = 1.0
     listener: ProgressLogger | None = None
+    blocked: int | None = None
+    said = 0.0
     while not stopping.is_set():
+        try:
+            target = choose_target(store, root, blocked)
+        except redis.RedisError as exc:
+            log.warning("Redis unavailable (%s); retrying in %.0fs", exc, backoff)
+            stopping.wait(backoff)
+            backoff = min(backoff * 2, 60.0)
+            continue
+        if target is None:
+            if time.monotonic() - said > WAITING_REMINDER:
+                log.error(
+                    "the timelines cannot be continued from the checkpoint (Redis or the broker "
+                    "lost data): waiting for a rebuild (manage.py rebuild_timelines or "
+                    "python -m spark.rebuild), or restart the job with --reset"
+                )
+                said = time.monotonic()
+            stopping.wait(2.0)
+            continue
         log.info(
-            "fanout: generation %d, checkpoint %s, master %s, trigger %s",
-            generation,
-            checkpoint,
+            "fanout: generation %d%s, checkpoint %s, master %s, trigger %s",
+            target.generation,
+            " (taking over a rebuild)" if target.takeover else "",
+            target.checkpoint,
             spark.sparkContext.master,
             args.trigger,
         )
         query, sink = build_query(
             spark,
             config,
-            generation=generation,
-            checkpoint=checkpoint,
+            generation=target.generation,
+            checkpoint=target.checkpoint,
             trigger=args.trigger,
             max_records=args.max_records,
             fail_on_data_loss=not args.no_fail_on_data_loss,
+            starting_offsets=target.starting_offsets,
+            initial_state=spark.read.parquet(target.initial_state)
+            if target.takeover and target.initial_state
+            else None,
         )
         if listener is not None:
             spark.streams.removeListener(listener)
         listener = ProgressLogger(sink, args.progress_file)
         spark.streams.addListener(listener)
         started = time.monotonic()
-        while query.isActive and not stopping.is_set():
-            stopping.wait(0.5)
+        handed_over = watch(query, store, root, target, stopping)
         if stopping.is_set():
             query.stop()
             return 0
+        if handed_over:
+            query.stop()
+            continue
         error = query.exception()
         message = str(error)
-        if "GenerationMissing" in message or "NOGEN" in message or "DataLossError" in message:
+        if "GenerationMissing" in message or "NOGEN" in message:
+            log.error("Redis lost the timelines: %s", _first_line(message))
+            continue
+        if "DataLossError" in message:
             log.error("fanout cannot continue: %s", _first_line(message))
-            return 2
+            blocked = target.generation
+            continue
         if time.monotonic() - started > 60:
             backoff = 1.0
         log.warning("fanout query failed (%s); restarting in %.0fs", _first_line(message), backoff)
         stopping.wait(backoff)
         backoff = min(backoff * 2, 60.0)
     return 0
+
+
+def watch(
+    query: Any, store: TimelineStore, root: Path, target: Target, stopping: threading.Event
+) -> bool:
+    """Wait while the query runs; True when a new rebuild was handed over."""
+    while query.isActive and not stopping.is_set():
+        stopping.wait(WATCH_INTERVAL)
+        try:
+            handover = store.pending_handover()
+            if handover is not None and handover != target.generation:
+                log.info("rebuilt generation %d handed over: restarting on it", handover)
+                return True
+            if target.takeover or store.active_generation() != target.generation:
+                maybe_switch(store, root, target)
+        except redis.RedisError as exc:
+            log.warning("Redis unavailable while watching for rebuilds: %s", exc)
+    return False
 
 
 def _first_line(message: str) -> str:

@@ -14,7 +14,9 @@ Options (``spark.readStream.format("starling-kafka").option(...)``):
 | ``topics`` | comma-separated topic names |
 | ``maxRecordsPerTrigger`` | read at most this many records per micro-batch |
 | ``failOnDataLoss`` | ``true`` (default): fail when the checkpoint is ahead of the log |
-| ``startingOffsets`` / ``endingOffsets`` | batch reads: JSON ``{topic: {partition: offset}}`` |
+| ``startingOffsets`` | JSON ``{topic: {partition: offset}}`` to start from (default: 0); a
+  streaming query uses it only when it has no checkpoint yet (a rebuild's snapshot) |
+| ``endingOffsets`` | batch reads: JSON ``{topic: {partition: offset}}`` (default: the end) |
 
 **End offsets.** Apache Kafka's ListOffsets answers the end of the log; the
 embedded Tansu broker answers the base offset of the last record batch + 1
@@ -64,6 +66,7 @@ class SourceOptions:
     max_records: int | None = None
     fail_on_data_loss: bool = True
     read_timeout: float = 60.0
+    starting: Offsets | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -78,6 +81,9 @@ class SourceOptions:
             max_records=int(max_records) if max_records else None,
             fail_on_data_loss=options.get("failOnDataLoss", "true").lower() != "false",
             read_timeout=float(options.get("readTimeoutSeconds", "60")),
+            starting=json.loads(options["startingOffsets"])
+            if options.get("startingOffsets")
+            else None,
         )
 
 
@@ -292,7 +298,8 @@ class KafkaStreamReader(DataSourceStreamReader):
 
     def initialOffset(self) -> dict:
         ends = self._probe.end_offsets(self.options.topics)
-        return {t: dict.fromkeys(parts, 0) for t, parts in ends.items()}
+        given = self.options.starting or {}
+        return {t: {p: int(given.get(t, {}).get(p, 0)) for p in parts} for t, parts in ends.items()}
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.options.max_records:
@@ -355,7 +362,7 @@ class KafkaBatchReader(DataSourceReader):
         finally:
             probe.close()
         self.end: Offsets = ends
-        self.start: Offsets = json.loads(raw["startingOffsets"]) if "startingOffsets" in raw else {}
+        self.start: Offsets = options.starting or {}
 
     def partitions(self) -> list[OffsetRange]:
         return ranges(self.start, self.end)

@@ -1,0 +1,154 @@
+"""The timeline rebuild through the whole stack: corrupted timelines repaired,
+readers see the old or the new timeline and never a mix, writes made during
+the rebuild survive it, and a Redis that lost everything comes back."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import threading
+import time
+
+import pytest
+import requests
+
+from fanout.timelines import pack_timeline, timeline_key, unpack_timeline
+from tests.e2e.conftest import BIN, ROOT, Stack
+from tests.e2e.test_fanout_oracle import Workload, check_against_oracle
+
+# A rebuild starts a Spark session of its own next to the running job.
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
+
+
+def rebuild(stack: Stack, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [str(BIN / "python"), "manage.py", "rebuild_timelines", "--wait", "240", *args],
+        cwd=ROOT,
+        env=stack.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def finish(proc: subprocess.Popen[str], timeout: float = 600) -> str:
+    out, _ = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, out
+    return out
+
+
+def all_users(stack: Stack) -> list[str]:
+    return sorted(name for (name,) in stack.sql("SELECT username FROM feed_user"))
+
+
+def user_id(stack: Stack, name: str) -> int:
+    return stack.sql("SELECT id FROM feed_user WHERE username = ?", name)[0][0]
+
+
+def corrupt(stack: Stack, uid: int, bogus: int) -> None:
+    """What a buggy fanout would leave: entries lost, a wrong one added."""
+    store = stack.store
+    generation = store.active_generation()
+    assert generation is not None
+    key = timeline_key(generation, uid)
+    horizon, ids = unpack_timeline(store.redis.get(key) or pack_timeline(0, []))
+    damaged = sorted({*ids[::2], bogus})
+    store.redis.set(key, pack_timeline(horizon, damaged))
+
+
+class Reader(threading.Thread):
+    """Reads one user's timeline over HTTP as fast as it can, keeping every page."""
+
+    def __init__(self, stack: Stack, token: str) -> None:
+        super().__init__(daemon=True)
+        self.url = f"{stack.base}/api/v1/timeline?count=50"
+        self.headers = {"Authorization": f"Bearer {token}"}
+        self.pages: list[tuple[int, ...]] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        http = requests.Session()
+        while not self.stop.is_set():
+            response = http.get(self.url, headers=self.headers, timeout=10)
+            if response.headers.get("X-Starling-Source") == "redis":
+                self.pages.append(tuple(t["id"] for t in response.json()["tweets"]))
+            time.sleep(0.02)
+
+
+def test_rebuild_repairs_corrupted_timelines_while_reads_and_writes_go_on(stack: Stack) -> None:
+    work = Workload(stack, random.Random(11), prefix="rb")
+    work.register(40)
+    work.run(500)
+    # The reader's user: three tweets of its own, nobody else writes to its timeline.
+    solo = Workload(stack, random.Random(0), prefix="rb_reader")  # kept out of `work`
+    solo.register(1)
+    reader_name = "rb_reader0"
+    own = [solo.call("POST", "/tweets", reader_name, {"text": f"mine {i}"})["id"] for i in range(3)]
+    stack.wait_for_seq(max(work.max_seq, solo.max_seq))
+
+    victims = random.Random(3).sample(sorted(work.users), 10)
+    bogus = next(iter(work.live))  # a real tweet, wrong in most timelines
+    for name in [*victims, reader_name]:
+        corrupt(stack, user_id(stack, name), bogus)
+    damaged_reader = tuple(sorted({*own[::2], bogus}, reverse=True))
+
+    # The dry run reports the damage and changes nothing.
+    generation = stack.store.active_generation()
+    report = dry_run(stack)
+    assert report["differing"] >= len(victims) + 1
+    assert report["missing_entries"] > 0 and report["extra_entries"] > 0
+    assert stack.store.active_generation() == generation
+
+    reader = Reader(stack, solo.users[reader_name])
+    reader.start()
+    proc = rebuild(stack)
+    during = 0
+    while proc.poll() is None and during < 60:  # writes while the rebuild runs
+        work.run(5)
+        during += 5
+        time.sleep(0.2)
+    out = finish(proc)
+    assert "(active)" in out, out
+    stack.wait_for_seq(work.max_seq)
+    time.sleep(0.5)
+    reader.stop.set()
+    reader.join(10)
+
+    new_generation = stack.store.active_generation()
+    assert new_generation is not None and new_generation != generation
+    stats = check_against_oracle(stack, all_users(stack))
+    assert stats["timelines"] == len(all_users(stack))
+    fixed = tuple(sorted(own, reverse=True))
+    assert set(reader.pages) <= {damaged_reader, fixed}, set(reader.pages) - {damaged_reader, fixed}
+    assert reader.pages[0] == damaged_reader and reader.pages[-1] == fixed
+    assert during > 0, "the rebuild finished before any write could be made during it"
+    # The old generation is deleted in the background.
+    deadline = time.monotonic() + 60
+    while stack.store.redis.exists(f"starling:gen:{generation}"):
+        assert time.monotonic() < deadline, "old generation not deleted"
+        time.sleep(0.5)
+    assert not list(stack.store.redis.scan_iter(match=f"tl:{generation}:*", count=1000))
+    print(f"\nrebuild: {stats}; {during} writes during the rebuild")
+
+
+def dry_run(stack: Stack) -> dict:
+    out = finish(rebuild(stack, "--dry-run", "--json"))
+    return json.loads(out[out.rindex("\n{") + 1 :])
+
+
+def test_after_flushall_one_rebuild_brings_every_timeline_back(stack: Stack) -> None:
+    work = Workload(stack, random.Random(12), prefix="fl")
+    work.register(30)
+    work.run(300)
+    stack.wait_for_seq(work.max_seq)
+    stack.store.redis.flushall()
+    time.sleep(3)
+    assert stack.procs["fanout"].poll() is None, "the fanout job exited instead of waiting"
+    finish(rebuild(stack))
+    stats = check_against_oracle(stack, all_users(stack))
+    assert stats["timelines"] == len(all_users(stack))
+    # The job carries on in the new generation.
+    work.run(20)
+    stack.wait_for_seq(work.max_seq)
+    check_against_oracle(stack, sorted(work.users))
