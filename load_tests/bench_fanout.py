@@ -47,6 +47,31 @@ from load_tests.harness import Report, percentile, ratio, summary
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def start_services(
+    name: str,
+) -> tuple[Path, StarlingConfig, list[subprocess.Popen[bytes]]]:
+    """A work directory, and a broker and a Redis of the benchmark's own (stop
+    them with :func:`stop_services`), with the configuration pointing at them."""
+    workdir = ROOT / "var" / "bench" / f"{name}-{uuid.uuid4().hex[:6]}"
+    workdir.mkdir(parents=True)
+    kport, rport = embedded.free_port(), embedded.free_port()
+    broker = embedded.start(embedded.broker_command(kport), kport, log=workdir / "broker.log")
+    redis_proc = embedded.start(embedded.redis_command(rport), rport, log=workdir / "redis.log")
+    config = StarlingConfig(
+        redis_url=f"redis://127.0.0.1:{rport}/0",
+        kafka_bootstrap_servers=f"127.0.0.1:{kport}",
+        topics=TopicNames("bench."),
+        partitions=2,
+        timeline_size=800,
+    )
+    return workdir, config, [redis_proc, broker]
+
+
+def stop_services(services: list[subprocess.Popen[bytes]]) -> None:
+    for proc in services:
+        embedded.stop(proc)
+
+
 class Changelog:
     """Writes events with increasing seq, the way the relay does."""
 
@@ -284,18 +309,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
-    workdir = ROOT / "var" / "bench" / f"fanout-{uuid.uuid4().hex[:6]}"
-    workdir.mkdir(parents=True)
-    kport, rport = embedded.free_port(), embedded.free_port()
-    broker = embedded.start(embedded.broker_command(kport), kport, log=workdir / "broker.log")
-    redis_proc = embedded.start(embedded.redis_command(rport), rport, log=workdir / "redis.log")
-    config = StarlingConfig(
-        redis_url=f"redis://127.0.0.1:{rport}/0",
-        kafka_bootstrap_servers=f"127.0.0.1:{kport}",
-        topics=TopicNames("bench."),
-        partitions=2,
-        timeline_size=800,
-    )
+    workdir, config, services = start_services("fanout")
     report = Report("bench_fanout", params=vars(args) | {"partitions": 2, "timeline_size": 800})
     job: Job | None = None
     try:
@@ -487,8 +501,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if job is not None:
             job.stop()
-        embedded.stop(broker, timeout=1)
-        embedded.stop(redis_proc)
+        stop_services(services)
 
 
 if __name__ == "__main__":

@@ -98,14 +98,18 @@ class Progress:
     out: Any = sys.stdout
     started: float = field(default_factory=time.monotonic)
     stage_started: float = 0.0
+    current: str = ""
+    durations: dict[str, float] = field(default_factory=dict)
 
     def stage(self, name: str) -> None:
         self.stage_started = time.monotonic()
+        self.current = name
         self._print(f"{name} ...")
         self.publish(stage=name)
 
     def done(self, what: str) -> None:
         took = time.monotonic() - self.stage_started
+        self.durations[self.current] = round(took, 2)
         self._print(f"  {what} ({took:.1f}s)")
         self.publish(detail=what)
 
@@ -465,7 +469,7 @@ class Rebuild:
             )
         self.summary.verified_counts = len(owners)
         self.progress.note(f"lengths: {len(owners):,} timelines as computed")
-        if self.oracle is None or not owners:
+        if self.oracle is None or not owners or self.sample <= 0:
             self.progress.done("no database oracle given: sample check skipped")
             return
         rnd = random.Random(generation)  # noqa: S311 - a sample, not a secret
@@ -585,6 +589,7 @@ class Rebuild:
                 raise
             self.hand_over(generation, wait)
         self.summary.seconds = time.monotonic() - started
+        self.summary.stages = dict(self.progress.durations)
         return self.summary
 
 
