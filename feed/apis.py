@@ -29,6 +29,7 @@ from feed.auth import issue_token
 from feed.errors import ApplicationError, NotFound
 from feed.health import check_all
 from feed.models import Tweet, User
+from feed.ratelimit import LoginIPThrottle, LoginUserThrottle
 
 # --- shared shapes ------------------------------------------------------------
 
@@ -104,6 +105,7 @@ def current_user(request: Request) -> User:
 
 class RegisterApi(APIView):
     permission_classes = [AllowAny]
+    throttle_classes = [LoginIPThrottle]
     authentication_classes: list[type] = []
 
     class InputSerializer(serializers.Serializer):
@@ -133,6 +135,7 @@ class InvalidCredentials(ApplicationError):
 
 class TokenApi(APIView):
     permission_classes = [AllowAny]
+    throttle_classes = [LoginIPThrottle, LoginUserThrottle]
     authentication_classes: list[type] = []
 
     class InputSerializer(serializers.Serializer):

@@ -132,6 +132,22 @@ REST_FRAMEWORK = {
     "EXCEPTION_HANDLER": "feed.errors.exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": None,
+    "DEFAULT_THROTTLE_CLASSES": [
+        "feed.ratelimit.WriteUserThrottle",
+        "feed.ratelimit.WriteIPThrottle",
+    ],
+    # Client addresses: REMOTE_ADDR, or the X-Forwarded-For entry this many proxies back.
+    "NUM_PROXIES": int(os.environ["STARLING_NUM_PROXIES"])
+    if os.environ.get("STARLING_NUM_PROXIES")
+    else None,
+}
+
+#: Rate limits (feed/ratelimit.py): "<count>/<s|min|h|day>"; "0" turns one off.
+STARLING_RATES = {
+    "write_user": os.environ.get("STARLING_RATE_WRITE_USER", "60/min"),
+    "write_ip": os.environ.get("STARLING_RATE_WRITE_IP", "600/min"),
+    "login_ip": os.environ.get("STARLING_RATE_LOGIN_IP", "30/min"),
+    "login_user": os.environ.get("STARLING_RATE_LOGIN_USER", "10/min"),
 }
 
 SPECTACULAR_SETTINGS = {

@@ -11,3 +11,6 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 # Serve admin assets from the apps (no collectstatic needed in tests).
 WHITENOISE_AUTOREFRESH = True
 WHITENOISE_USE_FINDERS = True
+
+# Rate limits off; tests of the limiter set them (tests/integration/test_ratelimit.py).
+STARLING_RATES = dict.fromkeys(STARLING_RATES, "0")  # noqa: F405

@@ -75,6 +75,10 @@ class Command(BaseCommand):
             PYTHONUNBUFFERED="1",
             PATH=os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", ""),
         )
+        # On one machine every client is 127.0.0.1 (curl, Locust): per-address
+        # limits would throttle them all as one. Per-user limits stay on.
+        env.setdefault("STARLING_RATE_WRITE_IP", "0")
+        env.setdefault("STARLING_RATE_LOGIN_IP", "0")
         if not env.get("REDIS_URL"):
             port = free_port()
             env.update(REDIS_PORT=str(port), REDIS_URL=f"redis://127.0.0.1:{port}/0")
