@@ -442,6 +442,11 @@ class TimelineStore:
     def set_generation_meta(self, generation: int, **meta: str | float) -> None:
         self.redis.hset(generation_key(generation), mapping=meta)  # type: ignore[arg-type]
 
+    def revoke_tokens(self, user_id: int, valid_after: int, ttl: int) -> None:
+        """Refuse the user's tokens issued before ``valid_after`` (Unix seconds) on
+        the read path; kept ``ttl`` seconds, after which those tokens expired anyway."""
+        self.redis.set(f"starling:tokens:{user_id}", valid_after, ex=max(1, ttl))
+
     def rebuild_status(self) -> dict[str, str]:
         """The last rebuild's state, stage and summary (what spark.rebuild publishes)."""
         return {_text(k): _text(v) for k, v in self.redis.hgetall(REBUILD_STATUS).items()}

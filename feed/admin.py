@@ -31,8 +31,26 @@ class UserAdmin(DjangoUserAdmin):
         ("Tokens", {"fields": ("tokens_valid_after",)}),
     )
 
+    actions = ["revoke_tokens"]
+
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+    def save_model(self, request: HttpRequest, obj: User, form: Any, change: bool) -> None:
+        """Deactivating a user or moving ``tokens_valid_after`` goes through the
+        use-case, so the read path (which checks Redis, not the database) agrees."""
+        super().save_model(request, obj, form, change)
+        changed = set(form.changed_data)
+        if change and "is_active" in changed and not obj.is_active:
+            services.tokens_revoke(user=obj, deactivate=True)
+        elif change and "tokens_valid_after" in changed and obj.tokens_valid_after:
+            services.tokens_revoke(user=obj, at=obj.tokens_valid_after)
+
+    @admin.action(description="Revoke the selected users' tokens")
+    def revoke_tokens(self, request: HttpRequest, queryset: QuerySet[User]) -> None:
+        for user in queryset:
+            services.tokens_revoke(user=user)
+        self.message_user(request, f"revoked the tokens of {queryset.count()} user(s)")
 
 
 class _DeleteThroughServiceAdmin(admin.ModelAdmin):

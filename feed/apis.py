@@ -155,6 +155,20 @@ class TokenApi(APIView):
         return Response({"token": issue_token(user)})
 
 
+class RevokeApi(APIView):
+    """``POST /api/v1/auth/revoke``: every token of the caller stops working,
+    this one included (also on the timeline read path, through Redis)."""
+
+    permission_classes = [IsAuthenticated]
+
+    @extend_schema(request=None, responses={204: None, **_errors(401)})
+    def post(self, request: Request) -> Response:
+        user = request.user
+        assert isinstance(user, User)
+        services.tokens_revoke(user=user)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
 # --- tweets -------------------------------------------------------------------
 
 

@@ -10,10 +10,12 @@ instead, so read-your-writes still means "everything before my request".
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from django.contrib.auth.password_validation import validate_password
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import IntegrityError, transaction
+from django.utils import timezone
 
 from fanout import events, ids
 from feed import outbox
@@ -148,3 +150,127 @@ def timeline_regenerate(*, user_id: int) -> int:
     followees = Follow.objects.filter(follower_id=user_id).values_list("followee_id", flat=True)
     edges = [events.Followed(follower_id=user_id, followee_id=f) for f in followees]
     return outbox.append_many([*edges, events.Followed(follower_id=user_id, followee_id=user_id)])
+
+
+# --- Bulk variants, for seeding (load_tests/seed.py) --------------------------
+# The same validation, rows and events as the use-cases above, many per
+# transaction: each row's outbox event is committed with the row.
+
+
+@transaction.atomic
+def user_register_many(*, usernames: list[str], password: str) -> list[User]:
+    """:func:`user_register` for many users (with their self edges) at once.
+
+    Every user gets the same password, hashed once: a hash is deliberately
+    slow (about 0.3 s here), and seeded accounts share a known password.
+    """
+    from django.contrib.auth.hashers import make_password
+    from django.db.models.functions import Lower
+
+    users = []
+    for username in usernames:
+        try:
+            validate_username(username)
+        except InvalidInput as exc:
+            raise _invalid(exc) from None
+        user = User(username=username)
+        try:
+            validate_password(password, user)
+        except DjangoValidationError as exc:
+            raise ApplicationError(" ".join(exc.messages), field="password") from None
+        users.append(user)
+    lowered = [u.lower() for u in usernames]
+    if len(set(lowered)) != len(lowered):
+        raise ApplicationError("a username is given twice", field="username")
+    taken = User.objects.annotate(name=Lower("username")).filter(name__in=lowered)
+    first = taken.values_list("username", flat=True).first()
+    if first is not None:
+        raise Conflict(f"username {first!r} is already taken", field="username")
+    encoded = make_password(password)
+    for user in users:
+        user.password = encoded
+    User.objects.bulk_create(users)  # sets the ids (PostgreSQL, SQLite >= 3.35)
+    if users:
+        outbox.append_many([events.Followed(follower_id=u.pk, followee_id=u.pk) for u in users])
+    return users
+
+
+@transaction.atomic
+def follow_create_many(*, pairs: list[tuple[int, int]]) -> int:
+    """:func:`follow_create` for many (follower id, followee id) pairs.
+
+    Pairs already followed are skipped without an event, as there. Returns
+    the seq of the last event written (the high-water seq if none was).
+    """
+    if any(follower == followee for follower, followee in pairs):
+        raise ApplicationError("you cannot follow yourself", field="username")
+    wanted = list(dict.fromkeys(pairs))
+    existing = set(
+        Follow.objects.filter(
+            follower_id__in={f for f, _ in wanted}, followee_id__in={g for _, g in wanted}
+        ).values_list("follower_id", "followee_id")
+    )
+    new = [pair for pair in wanted if pair not in existing]
+    if not new:
+        return outbox.high_water_seq()
+    Follow.objects.bulk_create([Follow(follower_id=f, followee_id=g) for f, g in new])
+    return outbox.append_many([events.Followed(follower_id=f, followee_id=g) for f, g in new])
+
+
+@transaction.atomic
+def tweet_create_many(*, posts: list[tuple[User, str]]) -> int:
+    """:func:`tweet_create` for many (author, text) posts; returns the last seq.
+
+    Ids come from this process's generator; should another process share its
+    node number and mint one of them too, the primary key refuses the batch
+    (nothing is written) rather than retrying tweet by tweet.
+    """
+    tweets = []
+    for author, text in posts:
+        try:
+            text = normalize_tweet_text(text)
+        except InvalidInput as exc:
+            raise _invalid(exc) from None
+        tweet_id = next_tweet_id()
+        tweets.append(
+            Tweet(id=tweet_id, author=author, text=text, created_at=ids.created_at(tweet_id))
+        )
+    if not tweets:
+        return outbox.high_water_seq()
+    Tweet.objects.bulk_create(tweets)
+    return outbox.append_many(
+        [
+            events.TweetPosted(
+                tweet_id=t.id, author_id=t.author.pk, author=t.author.username, text=t.text
+            )
+            for t in tweets
+        ]
+    )
+
+
+def tokens_revoke(*, user: User, at: datetime | None = None, deactivate: bool = False) -> None:
+    """Refuse every token the user holds (and, with ``deactivate``, the account).
+
+    The database is the record (write endpoints check it); the timeline read
+    path, which never asks the database, checks the copy the store keeps in
+    Redis. Tokens are timestamped to the second: one issued in the same
+    second as the revocation stays valid.
+    """
+    from django.conf import settings
+
+    from fanout.timelines import store_for
+
+    now = at or timezone.now()
+    user.tokens_valid_after = now
+    fields = ["tokens_valid_after"]
+    if deactivate:
+        user.is_active = False
+        fields.append("is_active")
+    user.save(update_fields=fields)
+    valid_after = int(now.timestamp())
+    transaction.on_commit(
+        lambda: store_for(settings.STARLING).revoke_tokens(
+            user.pk, valid_after, settings.STARLING_TOKEN_TTL
+        ),
+        robust=False,
+    )

@@ -375,3 +375,22 @@ def test_remembered_tokens_still_expire(settings, monkeypatch: pytest.MonkeyPatc
         auth.verify_token_cached(token)
     response = APIClient().get("/api/v1/timeline", HTTP_AUTHORIZATION=f"Bearer {token}")
     assert response.status_code == 401 and "expired" in response.json()["error"]["message"]
+
+
+def test_revoking_tokens_refuses_them_on_writes_and_on_the_read_path(
+    fanout: Fanout, django_capture_on_commit_callbacks: Callable[..., Any]
+) -> None:
+    ann = UserFactory(username="ann")
+    fanout.apply(events.Followed(ann.pk, ann.pk))
+    old = client_for(ann)
+    assert old.get("/api/v1/timeline").status_code == 200
+    time.sleep(1.05)  # tokens are timestamped to the second
+    with django_capture_on_commit_callbacks(execute=True):
+        assert old.post("/api/v1/auth/revoke").status_code == 204
+    read = old.get("/api/v1/timeline")
+    assert read.status_code == 401 and "revoked" in read.json()["error"]["message"]
+    write = old.post("/api/v1/tweets", {"text": "as ann"}, format="json")
+    assert write.status_code == 401 and "revoked" in write.json()["error"]["message"]
+    time.sleep(1.05)
+    fresh = client_for(ann)  # a token issued after the revocation works
+    assert fresh.get("/api/v1/timeline").status_code == 200
