@@ -685,6 +685,19 @@ def group_by_timeline(mutations: Iterable[Mutation]) -> tuple[list[TimelineOp], 
     return out, deleted
 
 
+#: Upper bounds (seconds) of the micro-batch duration histogram (/metrics).
+BATCH_BUCKETS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
+
+
+def batch_duration_counters(seconds: float) -> dict[str, int]:
+    """A micro-batch's duration as Prometheus histogram counters (cumulative
+    buckets ``batch_le_<bound>``, ``batch_ms`` the sum), kept with the
+    watermark so a replayed batch is not counted twice."""
+    counters = {f"batch_le_{bound:g}": int(seconds <= bound) for bound in BATCH_BUCKETS}
+    counters["batch_ms"] = int(seconds * 1000)
+    return counters
+
+
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 

@@ -3,6 +3,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from feed import apis
+from feed.metrics import metrics_view
 
 api_v1 = [
     path("auth/register", apis.RegisterApi.as_view(), name="register"),
@@ -24,6 +25,7 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
     path("admin/", admin.site.urls),
+    path("metrics", metrics_view, name="metrics"),
 ]
 
 handler400 = "feed.errors.bad_request"

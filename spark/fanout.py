@@ -50,7 +50,7 @@ from pyspark.sql.types import BinaryType, StructField, StructType
 from fanout import events
 from fanout.config import StarlingConfig, TopicNames
 from fanout.join import AuthorState, Mutation, Op, join_events
-from fanout.timelines import TimelineStore, store_for
+from fanout.timelines import TimelineStore, batch_duration_counters, store_for
 from spark.kafka_source import NAME as SOURCE
 from spark.session import build_session
 
@@ -236,6 +236,7 @@ class FanoutSink:
         self.last = BatchReport()
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        started = time.monotonic()
         write = functools.partial(write_partition, config=self.config, generation=self.generation)
         rows = batch.mapInArrow(write, STATS_SCHEMA).collect()  # one small row per partition
         stats = dict.fromkeys(_STATS_FIELDS, 0)
@@ -258,6 +259,7 @@ class FanoutSink:
                 "added": stats["added"],
                 "removed": stats["removed"],
                 "dead_letters": stats["dead_letters"],
+                **batch_duration_counters(time.monotonic() - started),
             },
         )
         self.last = BatchReport(batch_id, stats)

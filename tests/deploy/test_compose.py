@@ -93,6 +93,7 @@ OPTIONAL = {
     "STARLING_RATE_LOGIN_IP",
     "STARLING_RATE_LOGIN_USER",
     "STARLING_NUM_PROXIES",
+    "STARLING_METRICS_TOKEN",
 }
 #: Read by the code, deliberately not part of the production deployment.
 NOT_FOR_PRODUCTION = {
