@@ -69,3 +69,24 @@ lint: setup ## ruff and mypy
 
 clean: ## Remove the virtual environment and local state
 	rm -rf $(VENV) var staticfiles .pytest_cache .mypy_cache .ruff_cache
+
+# --- load test (issue 6): Locust against a running stack (`make run` in another terminal)
+LOAD_USERS ?= 50
+LOAD_DURATION ?= 60s
+LOAD_HOST ?= http://127.0.0.1:$(or $(PORT),8000)
+SEED_USERS ?= 2000
+SEED ?= 1
+SEED_FILE ?= var/load/seed.json
+.PHONY: seed load
+
+seed: setup ## Seed the running stack with SEED_USERS users (load_tests/seed.py), wait until applied
+	$(BIN)/python -m load_tests.seed --users $(SEED_USERS) --seed $(SEED) --out $(SEED_FILE) --wait $(LOAD_HOST)
+
+load: setup ## Locust, LOAD_USERS users for LOAD_DURATION against LOAD_HOST (seeds first if needed)
+	@test -f $(SEED_FILE) || $(MAKE) --no-print-directory seed
+	@mkdir -p load_tests/reports
+	@stamp=$$(date +%Y%m%d-%H%M%S); report=load_tests/reports/load-$$stamp; \
+	SEED_FILE=$(SEED_FILE) $(BIN)/locust -f load_tests/locustfile.py --headless --host $(LOAD_HOST) \
+	  --users $(LOAD_USERS) --spawn-rate $(LOAD_USERS) --run-time $(LOAD_DURATION) --only-summary \
+	  --csv $$report --html $$report.html; rc=$$?; \
+	echo "reports: $$report.html and $${report}_*.csv"; exit $$rc
