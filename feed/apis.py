@@ -14,7 +14,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth import authenticate
 from django.http import HttpResponse
-from drf_spectacular.utils import extend_schema, inline_serializer
+from drf_spectacular.utils import extend_schema, extend_schema_serializer, inline_serializer
 from rest_framework import exceptions, serializers, status
 from rest_framework.permissions import AllowAny, IsAuthenticated
 from rest_framework.request import Request
@@ -30,6 +30,7 @@ from feed.errors import ApplicationError, NotFound
 from feed.health import check_all
 from feed.models import Tweet, User
 from feed.ratelimit import LoginIPThrottle, LoginUserThrottle
+from feed.schema import BearerTokenScheme  # noqa: F401  (registers the auth scheme)
 
 # --- shared shapes ------------------------------------------------------------
 
@@ -76,6 +77,17 @@ def tweet_out(tweet: Tweet) -> dict[str, Any]:
     return events.tweet_fields(tweet.id, tweet.author.username, tweet.text)
 
 
+class View(APIView):
+    """An API view that answers an unsupported method with 405 before it
+    authenticates (DRF authenticates first, so a bad token got 401)."""
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        method = (request.method or "").lower()
+        if method not in self.http_method_names or not hasattr(self, method):
+            self.http_method_not_allowed(request, *args, **kwargs)
+        super().initial(request, *args, **kwargs)
+
+
 def _errors(*codes: int) -> dict[int, type[serializers.Serializer]]:
     return {code: ErrorSerializer for code in codes}
 
@@ -103,7 +115,7 @@ def current_user(request: Request) -> User:
 # --- auth ---------------------------------------------------------------------
 
 
-class RegisterApi(APIView):
+class RegisterApi(View):
     permission_classes = [AllowAny]
     throttle_classes = [LoginIPThrottle]
     authentication_classes: list[type] = []
@@ -133,7 +145,7 @@ class InvalidCredentials(ApplicationError):
     code = "invalid_credentials"
 
 
-class TokenApi(APIView):
+class TokenApi(View):
     permission_classes = [AllowAny]
     throttle_classes = [LoginIPThrottle, LoginUserThrottle]
     authentication_classes: list[type] = []
@@ -155,7 +167,7 @@ class TokenApi(APIView):
         return Response({"token": issue_token(user)})
 
 
-class RevokeApi(APIView):
+class RevokeApi(View):
     """``POST /api/v1/auth/revoke``: every token of the caller stops working,
     this one included (also on the timeline read path, through Redis)."""
 
@@ -172,7 +184,7 @@ class RevokeApi(APIView):
 # --- tweets -------------------------------------------------------------------
 
 
-class TweetCreateApi(APIView):
+class TweetCreateApi(View):
     permission_classes = [IsAuthenticated]
 
     class InputSerializer(serializers.Serializer):
@@ -195,7 +207,7 @@ class TweetCreateApi(APIView):
         )
 
 
-class TweetDetailApi(APIView):
+class TweetDetailApi(View):
     def get_permissions(self) -> list[Any]:
         return [IsAuthenticated()] if self.request.method == "DELETE" else [AllowAny()]
 
@@ -219,7 +231,7 @@ class TweetDetailApi(APIView):
 # --- users and follows --------------------------------------------------------
 
 
-class FollowApi(APIView):
+class FollowApi(View):
     permission_classes = [IsAuthenticated]
 
     @extend_schema(request=None, responses={200: SeqOut, 201: SeqOut, **_errors(400, 401, 404)})
@@ -239,7 +251,7 @@ class FollowApi(APIView):
         )
 
 
-class UserDetailApi(APIView):
+class UserDetailApi(View):
     permission_classes = [AllowAny]
 
     class OutputSerializer(serializers.Serializer):
@@ -267,7 +279,7 @@ class UserDetailApi(APIView):
         )
 
 
-class UserTweetsApi(APIView):
+class UserTweetsApi(View):
     permission_classes = [AllowAny]
 
     class QuerySerializer(serializers.Serializer):
@@ -292,7 +304,7 @@ class UserTweetsApi(APIView):
         return Response({"tweets": [tweet_out(t) for t in tweets], "next_max_id": next_max_id})
 
 
-class _FollowListApi(APIView):
+class _FollowListApi(View):
     permission_classes = [AllowAny]
     direction = ""
 
@@ -345,7 +357,7 @@ def timeline_reader() -> timeline.TimelineReader:
     return reader
 
 
-class TimelineApi(APIView):
+class TimelineApi(View):
     """``GET /api/v1/timeline``: the authenticated user's home timeline.
 
     In production the WSGI fast path (:mod:`feed.fastpath`) answers this URL
@@ -391,7 +403,7 @@ class TimelineApi(APIView):
 # --- operations ---------------------------------------------------------------
 
 
-class HealthApi(APIView):
+class HealthApi(View):
     permission_classes = [AllowAny]
     authentication_classes: list[type] = []
 
@@ -404,3 +416,20 @@ class HealthApi(APIView):
     def get(self, request: Request) -> Response:
         report = check_all()
         return Response(report, status=200 if report["status"] == "ok" else 503)
+
+
+def _name_nested_serializers() -> None:
+    """Unique OpenAPI component names for the views' nested serializers
+    (``TweetCreateApi.InputSerializer`` → ``TweetCreateInput``): the nested
+    classes all share a few names, which would collide in the schema."""
+    for view in list(globals().values()):
+        if not (isinstance(view, type) and issubclass(view, APIView)):
+            continue
+        for attr in ("InputSerializer", "OutputSerializer", "QuerySerializer"):
+            inner = view.__dict__.get(attr)
+            if inner is not None:
+                name = view.__name__.removesuffix("Api") + attr.removesuffix("Serializer")
+                extend_schema_serializer(component_name=name)(inner)
+
+
+_name_nested_serializers()

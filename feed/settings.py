@@ -156,6 +156,10 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "feed.schema.add_common_responses",
+    ],
 }
 
 # Celery: Redis is its broker; results are not kept (tasks return nothing useful).

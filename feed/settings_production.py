@@ -75,12 +75,6 @@ SILENCED_SYSTEM_CHECKS = [
     # HSTS preload puts the domain into browsers' built-in lists, which takes months to
     # undo: the domain owner's decision (DJANGO_SECURE_HSTS_PRELOAD=true), not a default.
     "security.W021",
-    # drf-spectacular generates the OpenAPI schema during `check --deploy` and reports
-    # what it cannot describe well (nested InputSerializer/OutputSerializer classes whose
-    # component names collide, the bearer authenticator without an OpenAPI extension).
-    # That is about the accuracy of /api/schema/, not about the deployment; it is
-    # listed by `manage.py spectacular --validate` and belongs to feed/apis.py.
-    "drf_spectacular.W001",
 ]
 
 # Static files (admin, Swagger UI): hashed, compressed names, served by WhiteNoise, which

@@ -27,8 +27,10 @@ def normalize_tweet_text(text: str) -> str:
     other than newline and tab are refused.
     """
     text = unicodedata.normalize("NFC", text)
-    if not text.strip():
-        raise InvalidInput("text", "must not be blank")
+    # Blank: nothing but whitespace and invisible format characters (zero-width
+    # space and joiners, BOM, direction marks), which str.strip() keeps.
+    if all(ch.isspace() or unicodedata.category(ch) == "Cf" for ch in text):
+        raise InvalidInput("text", "must not be blank (it has no visible character)")
     if len(text) > TWEET_MAX_CHARS:
         raise InvalidInput("text", f"must be at most {TWEET_MAX_CHARS} characters, got {len(text)}")
     for ch in text:

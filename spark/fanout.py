@@ -628,11 +628,11 @@ def run(
         listener = ProgressLogger(sink, args.progress_file)
         spark.streams.addListener(listener)
         started = time.monotonic()
-        handed_over = watch(query, store, root, target, stopping)
+        restart = watch(query, store, root, target, stopping)
         if stopping.is_set():
             query.stop()
             return 0
-        if handed_over:
+        if restart:
             query.stop()
             continue
         error = query.exception()
@@ -655,13 +655,18 @@ def run(
 def watch(
     query: Any, store: TimelineStore, root: Path, target: Target, stopping: threading.Event
 ) -> bool:
-    """Wait while the query runs; True when a new rebuild was handed over."""
+    """Wait while the query runs; True when it must be restarted: a new rebuild
+    was handed over, or Redis lost the generation being written (noticed at
+    once, not at the next write)."""
     while query.isActive and not stopping.is_set():
         stopping.wait(WATCH_INTERVAL)
         try:
             handover = store.pending_handover()
             if handover is not None and handover != target.generation:
                 log.info("rebuilt generation %d handed over: restarting on it", handover)
+                return True
+            if not store.generation_exists(target.generation):
+                log.error("Redis lost generation %d (restarted empty?)", target.generation)
                 return True
             if target.takeover or store.active_generation() != target.generation:
                 maybe_switch(store, root, target)

@@ -6,8 +6,12 @@ Redis database (tests run one at a time).
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -15,6 +19,37 @@ import redis
 
 from fanout import embedded
 from fanout.config import StarlingConfig, TopicNames
+from tests.stack import stack  # noqa: F401  (the whole stack, for tests/e2e and tests/faults)
+
+
+@dataclass
+class Service:
+    """A service process of the session, which fault tests pause and restart."""
+
+    command: list[str]
+    port: int
+    log: Path
+    proc: subprocess.Popen[bytes]
+
+    def pause(self) -> None:
+        os.kill(self.proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        os.kill(self.proc.pid, signal.SIGCONT)
+
+    def restart(self) -> None:
+        """Stop it and start it again on the same port (Redis comes back empty)."""
+        embedded.stop(self.proc, timeout=1)
+        self.proc = embedded.start(self.command, self.port, log=self.log)
+
+
+#: The session's services by name ("kafka", "redis").
+SERVICES: dict[str, Service] = {}
+
+
+def _start(name: str, command: list[str], port: int, log: Path) -> Service:
+    SERVICES[name] = Service(command, port, log, embedded.start(command, port, log=log))
+    return SERVICES[name]
 
 
 @pytest.fixture(scope="session")
@@ -25,21 +60,22 @@ def service_logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def kafka_bootstrap(service_logs: Path) -> Iterator[str]:
     port = embedded.free_port()
-    proc = embedded.start(embedded.broker_command(port), port, log=service_logs / "tansu.log")
+    service = _start("kafka", embedded.broker_command(port), port, service_logs / "tansu.log")
     yield f"127.0.0.1:{port}"
-    embedded.stop(proc, timeout=1)  # Tansu waits for clients on SIGTERM; it keeps nothing anyway
+    service.resume()  # in case a fault test left it stopped
+    embedded.stop(service.proc, timeout=1)  # Tansu waits for clients on SIGTERM
 
 
 @pytest.fixture(scope="session")
 def redis_url(service_logs: Path) -> Iterator[str]:
     port = embedded.free_port()
-    proc = embedded.start(embedded.redis_command(port), port, log=service_logs / "redis.log")
+    service = _start("redis", embedded.redis_command(port), port, service_logs / "redis.log")
     url = f"redis://127.0.0.1:{port}/0"
     from feed.celery import app as celery_app
 
     celery_app.conf.broker_url = url  # Celery reads its settings once; point it here first
     yield url
-    embedded.stop(proc)
+    embedded.stop(service.proc)
 
 
 @pytest.fixture

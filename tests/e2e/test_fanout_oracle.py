@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import pytest
 import requests
 
-from tests.e2e.conftest import Stack
+from tests.stack import Stack
 
 pytestmark = pytest.mark.spark
 

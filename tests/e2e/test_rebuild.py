@@ -14,8 +14,8 @@ import pytest
 import requests
 
 from fanout.timelines import pack_timeline, timeline_key, unpack_timeline
-from tests.e2e.conftest import BIN, ROOT, Stack
 from tests.e2e.test_fanout_oracle import Workload, check_against_oracle
+from tests.stack import BIN, ROOT, Stack
 
 # A rebuild starts a Spark session of its own next to the running job.
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]

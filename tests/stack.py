@@ -1,4 +1,4 @@
-"""The whole stack as real processes: web (granian), Celery worker and beat,
+"""The whole stack as real processes (the `stack` fixture): web (granian), Celery worker and beat,
 the Spark fanout job; on the session's broker and Redis, with a SQLite file
 database the tests read directly for the oracle."""
 
@@ -22,7 +22,7 @@ import requests
 from fanout import embedded
 from fanout.timelines import TimelineStore
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 
 
