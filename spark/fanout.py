@@ -482,8 +482,11 @@ def maybe_switch(store: TimelineStore, root: Path, target: Target) -> bool:
 
         def drop() -> None:
             try:
+                state_path = store.generation_meta(old).get("state_path")
                 deleted = store.drop_generation(old)
                 shutil.rmtree(checkpoint_for(root, old), ignore_errors=True)
+                if state_path:  # the rebuilt state it started from
+                    shutil.rmtree(Path(state_path).parent, ignore_errors=True)
                 log.info("generation %d deleted (%d keys)", old, deleted)
             except Exception:
                 log.exception("could not delete generation %d", old)

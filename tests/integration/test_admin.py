@@ -94,3 +94,37 @@ def test_outbox_is_read_only_and_shows_the_backlog(moderator_client: Client) -> 
     )  # type: ignore[union-attr]
     unpublished = moderator_client.get("/admin/feed/outboxevent/?published=no")
     assert unpublished.content.count(b'class="field-topic"') == 1
+
+
+def test_a_moderator_starts_a_rebuild_and_sees_its_state(moderator_client: Client) -> None:
+    from feed.models import TimelineRebuild
+
+    assert moderator_client.get("/admin/feed/timelinerebuild/").status_code == 200
+    response = moderator_client.post("/admin/feed/timelinerebuild/add/", {"dry_run": "on"})
+    assert response.status_code == 302, response.content[:500]
+    run = TimelineRebuild.objects.get()
+    assert run.dry_run and run.status == "queued" and run.requested_by.username == "mod"
+    # The Celery task is queued on commit (never here: the test's transaction is
+    # rolled back); the page lists the run and its state.
+    page = moderator_client.get("/admin/feed/timelinerebuild/").content.decode()
+    assert "queued" in page
+    # Runs are a record: not edited, not deleted.
+    assert moderator_client.post(f"/admin/feed/timelinerebuild/{run.pk}/delete/").status_code == 403
+
+
+def test_the_admin_revoke_action_voids_tokens_on_the_read_path(
+    moderator_client: Client, starling: object, django_capture_on_commit_callbacks: object
+) -> None:
+    import redis as redis_lib
+
+    from fanout.timelines import store_for
+
+    ann = UserFactory(username="ann")
+    with django_capture_on_commit_callbacks(execute=True):  # type: ignore[operator]
+        response = moderator_client.post(
+            "/admin/feed/user/",
+            {"action": "revoke_tokens", "_selected_action": [ann.pk]},
+        )
+    assert response.status_code == 302
+    client: redis_lib.Redis = store_for(starling).redis  # type: ignore[arg-type]
+    assert client.get(f"starling:tokens:{ann.pk}") is not None
