@@ -506,22 +506,18 @@ class TimelineStore:
 
     def write_timelines(self, generation: int, timelines: Iterable[tuple[int, bytes]]) -> int:
         """Set packed timelines (a rebuild's output), pipelined; returns how many."""
-        n = 0
-        pipe = self.redis.pipeline(transaction=False)
-        for owner, packed in timelines:
-            pipe.set(timeline_key(generation, owner), packed)
-            n += 1
-            if n % 1000 == 0:
-                pipe.execute()
-        pipe.execute()
-        return n
+        return self._set_many((timeline_key(generation, o), p) for o, p in timelines)
 
     def write_bodies(self, bodies: Iterable[tuple[int, bytes]]) -> int:
         """Put tweet bodies in the cache where missing (bodies never change)."""
+        return self._set_many(((tweet_key(t), b) for t, b in bodies), nx=True)
+
+    def _set_many(self, items: Iterable[tuple[str, bytes]], *, nx: bool = False) -> int:
+        """SET each key, 1,000 commands per round trip; returns how many."""
         n = 0
         pipe = self.redis.pipeline(transaction=False)
-        for tweet_id, body in bodies:
-            pipe.set(tweet_key(tweet_id), body, nx=True)
+        for key, value in items:
+            pipe.set(key, value, nx=nx)
             n += 1
             if n % 1000 == 0:
                 pipe.execute()

@@ -21,6 +21,7 @@ the one the read makes; limit them at the proxy.
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -59,6 +60,13 @@ _UNITS = {
 WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
+@functools.lru_cache(maxsize=8)
+def _window_script(redis_url: str) -> Any:
+    """The counting script on the process's client for ``redis_url`` (made once,
+    not per request)."""
+    return client(redis_url).register_script(_WINDOW)
+
+
 @dataclass(frozen=True)
 class Rate:
     count: int
@@ -88,7 +96,7 @@ class RedisRateThrottle(BaseThrottle):
             return True
         key = f"{KEY_PREFIX}{self.scope}:{ident}"
         try:
-            script = client(settings.STARLING.redis_url).register_script(_WINDOW)
+            script = _window_script(settings.STARLING.redis_url)
             count, ttl_ms = script(keys=[key], args=[rate.seconds * 1000])
         except redis.RedisError as exc:
             log.warning("rate limiter unavailable, letting the request through: %s", exc)

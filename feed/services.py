@@ -51,8 +51,8 @@ def user_by_username(username: str) -> User:
     return user
 
 
-@transaction.atomic
-def user_register(*, username: str, password: str) -> User:
+def _new_user(username: str, password: str) -> User:
+    """An unsaved user whose username and password passed validation."""
     try:
         validate_username(username)
     except InvalidInput as exc:
@@ -62,6 +62,12 @@ def user_register(*, username: str, password: str) -> User:
         validate_password(password, user)
     except DjangoValidationError as exc:
         raise ApplicationError(" ".join(exc.messages), field="password") from None
+    return user
+
+
+@transaction.atomic
+def user_register(*, username: str, password: str) -> User:
+    user = _new_user(username, password)
     if User.objects.filter(username__iexact=username).exists():
         raise Conflict(f"username {username!r} is already taken", field="username")
     user.set_password(password)
@@ -167,18 +173,7 @@ def user_register_many(*, usernames: list[str], password: str) -> list[User]:
     from django.contrib.auth.hashers import make_password
     from django.db.models.functions import Lower
 
-    users = []
-    for username in usernames:
-        try:
-            validate_username(username)
-        except InvalidInput as exc:
-            raise _invalid(exc) from None
-        user = User(username=username)
-        try:
-            validate_password(password, user)
-        except DjangoValidationError as exc:
-            raise ApplicationError(" ".join(exc.messages), field="password") from None
-        users.append(user)
+    users = [_new_user(username, password) for username in usernames]
     lowered = [u.lower() for u in usernames]
     if len(set(lowered)) != len(lowered):
         raise ApplicationError("a username is given twice", field="username")

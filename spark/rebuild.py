@@ -262,14 +262,19 @@ _ARROW_TYPES = {
 }
 
 
+def _fields(schema: str) -> list[tuple[str, str]]:
+    """(name, type) pairs of a Spark DDL string such as ``"a long, b binary"``."""
+    pairs = [part.strip().split(" ", 1) for part in schema.split(",")]
+    return [(name, kind.strip()) for name, kind in pairs]
+
+
 def _names(schema: str) -> list[str]:
-    return [part.strip().split(" ")[0] for part in schema.split(",")]
+    return [name for name, _ in _fields(schema)]
 
 
 def _batch(columns: dict[str, list[Any]], schema: str) -> pa.RecordBatch:
     """An Arrow batch with exactly the types of ``schema`` (a Spark DDL string)."""
-    fields = [part.strip().split(" ", 1) for part in schema.split(",")]
-    arrow = pa.schema([(name, _ARROW_TYPES[kind.strip()]) for name, kind in fields])
+    arrow = pa.schema([(name, _ARROW_TYPES[kind]) for name, kind in _fields(schema)])
     return pa.RecordBatch.from_pydict(columns, schema=arrow)
 
 
