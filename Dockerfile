@@ -1,7 +1,7 @@
 # Starling: one image for every role (docker-compose.yml, docs/deploy.md):
 #   web      granian --interface wsgi ... feed.wsgi:application
 #   worker   celery -A feed worker          beat   celery -A feed beat
-#   fanout   python -m spark.fanout         (the Spark driver)
+#   fanout   python -m spark.job         (the Spark driver)
 #   spark    spark-class org.apache.spark.deploy.master.Master / ...worker.Worker
 #            (the standalone cluster runs from the pyspark wheel installed here, so
 #            its executors have the same Spark, the same Python and Starling's code)

@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help setup run test test-unit lint bench clean check-java check-redis check-wrk
+.PHONY: help setup run test test-quick test-unit lint lint-code bench clean check-java check-redis check-postgres check-luacheck check-wrk
 
 help: ## Show the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -34,6 +34,20 @@ check-java: ## Check that Java 17+ is installed (PySpark needs it)
 	  exit 1; \
 	fi
 
+check-postgres: ## Install PostgreSQL's server binaries with apt-get if missing (tests start their own)
+	@command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { \
+	  echo "PostgreSQL's initdb not found: installing postgresql with apt-get"; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq postgresql >/dev/null || { \
+	    echo "could not install postgresql: install it yourself (apt-get install postgresql / brew install postgresql), or set TEST_DATABASE_URL"; exit 1; }; }
+
+check-luacheck: ## Install luacheck (the Lua linter) with apt-get if it is missing
+	@command -v luacheck >/dev/null || { \
+	  echo "luacheck not found: installing lua-check with apt-get"; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq lua-check >/dev/null || { \
+	    echo "could not install luacheck: install it yourself (apt-get install lua-check / luarocks install luacheck)"; exit 1; }; }
+
 check-redis: ## Install redis-server with apt-get if it is missing
 	@command -v redis-server >/dev/null || { \
 	  echo "redis-server not found: installing it with apt-get"; \
@@ -44,10 +58,11 @@ check-redis: ## Install redis-server with apt-get if it is missing
 run: setup ## Run the whole embedded stack (API on PORT, default 8000); Ctrl-C stops it
 	$(BIN)/python manage.py runstack
 
-test: setup ## Lint, type-check and run the whole test suite against real services
-	$(BIN)/ruff check .
-	$(BIN)/mypy feed fanout spark load_tests
+test: setup check-postgres lint-code ## Lint, type-check and run the whole test suite against real services
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+test-quick: setup check-postgres ## The suite without the slow tests (no Spark, no whole stack): under a minute
+	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
 
 test-unit: setup ## Only the unit tests (no services)
 	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)
@@ -62,15 +77,19 @@ check-wrk: ## Install wrk with apt-get if it is missing (the read benchmark's HT
 bench: setup check-wrk ## Run the benchmarks (load_tests/bench_*.py); reports go to load_tests/reports/
 	@for b in load_tests/bench_*.py; do m=$$(basename $$b .py); echo "== $$m"; $(BIN)/python -m load_tests.$$m || exit 1; done
 
-lint: setup ## ruff and mypy
-	$(BIN)/ruff check .
+lint: lint-code ## ruff (with format check), mypy, import contracts, luacheck
 	$(BIN)/ruff format --check .
+
+lint-code: setup check-luacheck
+	$(BIN)/ruff check .
 	$(BIN)/mypy feed fanout spark load_tests
+	$(BIN)/lint-imports --no-cache
+	luacheck --no-color -q fanout/lua
 
 clean: ## Remove the virtual environment and local state
 	rm -rf $(VENV) var staticfiles .pytest_cache .mypy_cache .ruff_cache
 
-# --- load test (issue 6): Locust against a running stack (`make run` in another terminal)
+# --- load test: Locust against a running stack (`make run` in another terminal)
 LOAD_USERS ?= 50
 LOAD_DURATION ?= 60s
 LOAD_HOST ?= http://127.0.0.1:$(or $(PORT),8000)

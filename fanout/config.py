@@ -15,9 +15,14 @@ DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_KAFKA = "127.0.0.1:9092"
 DEFAULT_TIMELINE_SIZE = 800
 DEFAULT_TIMELINE_SLACK = 64
+#: How long the changelogs keep a tombstone once compacted (Kafka's default is 24 h).
+DEFAULT_TOMBSTONE_RETENTION_HOURS = 7 * 24
 #: Partitions of each changelog. Two per topic keep both cores busy on the
 #: embedded stack without paying for extra read tasks per micro-batch.
 DEFAULT_PARTITIONS = 2
+#: Changelog records per micro-batch at most: a job that restarts behind a
+#: long backlog drains it in batches of bounded memory and duration.
+DEFAULT_MAX_RECORDS_PER_TRIGGER = 20_000
 
 
 class ConfigError(ValueError):
@@ -39,7 +44,9 @@ def _int(env: Mapping[str, str], name: str, default: int, *, low: int, high: int
 
 @dataclass(frozen=True)
 class TopicNames:
-    """The two changelog topics, named from ``STARLING_TOPIC_PREFIX``."""
+    """The topics, named from ``STARLING_TOPIC_PREFIX``: the two changelogs
+    (the tables ``tweets`` and ``follows``) and ``timelines`` (commands for
+    the fanout job, see fanout.events)."""
 
     prefix: str = ""
 
@@ -51,15 +58,26 @@ class TopicNames:
     def follows(self) -> str:
         return f"{self.prefix}follows"
 
-    def all(self) -> tuple[str, str]:
+    @property
+    def timelines(self) -> str:
+        return f"{self.prefix}timelines"
+
+    def tables(self) -> tuple[str, str]:
+        """The changelogs of the two tables (what a rebuild joins)."""
         return (self.tweets, self.follows)
 
+    def all(self) -> tuple[str, str, str]:
+        """Every topic the fanout job reads."""
+        return (self.tweets, self.follows, self.timelines)
+
+    def physical(self, logical: str) -> str:
+        """``"tweets"``, ``"follows"`` or ``"timelines"`` → the topic's name."""
+        return f"{self.prefix}{logical}"
+
     def logical(self, physical: str) -> str:
-        """Map a physical topic name back to ``"tweets"`` or ``"follows"``."""
-        if physical == self.tweets:
-            return "tweets"
-        if physical == self.follows:
-            return "follows"
+        """Map a physical topic name back to ``"tweets"``, ``"follows"`` or ``"timelines"``."""
+        if physical in self.all():
+            return physical[len(self.prefix) :]
         raise KeyError(physical)
 
 
@@ -75,6 +93,11 @@ class StarlingConfig:
     spark_master: str = "local[2]"
     #: Fixed id-generator node number (0-31); ``None`` lets the process take one.
     node_id: int | None = None
+    #: ``delete.retention.ms`` of the changelogs, in hours: a fanout job stopped
+    #: longer than this may have missed deletes, and refuses to resume.
+    tombstone_retention_hours: int = DEFAULT_TOMBSTONE_RETENTION_HOURS
+    #: ``maxRecordsPerTrigger`` of the fanout job.
+    max_records_per_trigger: int = DEFAULT_MAX_RECORDS_PER_TRIGGER
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> StarlingConfig:
@@ -89,4 +112,18 @@ class StarlingConfig:
             timeline_slack=_int(env, "TIMELINE_SLACK", DEFAULT_TIMELINE_SLACK, low=1, high=100_000),
             spark_master=env.get("SPARK_MASTER") or "local[2]",
             node_id=None if not node else _int(env, "STARLING_NODE_ID", 0, low=0, high=31),
+            tombstone_retention_hours=_int(
+                env,
+                "STARLING_TOMBSTONE_RETENTION_HOURS",
+                DEFAULT_TOMBSTONE_RETENTION_HOURS,
+                low=1,
+                high=100 * 365 * 24,
+            ),
+            max_records_per_trigger=_int(
+                env,
+                "STARLING_MAX_RECORDS_PER_TRIGGER",
+                DEFAULT_MAX_RECORDS_PER_TRIGGER,
+                low=1,
+                high=100_000_000,
+            ),
         )

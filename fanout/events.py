@@ -4,16 +4,26 @@ This module is the only place that knows how an event looks on Kafka. It is
 pure (no Kafka, Django, Redis or Spark) so the web app, the outbox relay and
 the Spark jobs share one definition.
 
-Wire format (DESIGN.md decision 3, KTable style):
+Wire format (KTable style: the topics are tables):
 
 * topic ``tweets``: key = tweet id, value = the tweet row as versioned JSON,
   delete = tombstone (``None`` value).
 * topic ``follows``: key = ``"<follower_id>:<followee_id>"`` (the follow's
   natural key), value = the follow row as versioned JSON, unfollow = tombstone.
+* topic ``timelines``: commands for the fanout job that are not table
+  rows: a :class:`TimelineReset` (key = the owner) carries the newest
+  entries of one home timeline computed by the database, for the job to
+  merge in (a timeline left short by removals, a cold or returning user).
+  Not compacted: its records expire (see fanout/kafka.py).
 * every record carries two headers: ``seq``, the outbox id of the write
   (global commit order, used for read-your-writes and to order events inside
-  a micro-batch), and ``jk``, the join key (tweet author / followee). A
-  tombstone has no value, so the header is how a consumer routes it.
+  a micro-batch), and ``jk``, the join key (tweet author / followee /
+  timeline owner). A tombstone has no value, so the header is how a consumer
+  routes it.
+* the relay's *marks*: after each delivered run it writes, into every
+  partition of every topic, a record with key ``mark:<partition>``, no value
+  and the header ``mark`` = P: every outbox event with ``seq`` <= P is
+  before this record in the log (see :func:`mark_record`).
 
 Keys and header values are decimal ASCII.
 """
@@ -32,8 +42,11 @@ from fanout import ids
 SCHEMA_VERSION = 1
 TWEETS = "tweets"
 FOLLOWS = "follows"
+TIMELINES = "timelines"
 HEADER_SEQ = "seq"
 HEADER_JOIN_KEY = "jk"
+HEADER_MARK = "mark"
+MARK_KEY_PREFIX = b"mark:"
 
 
 class BadEvent(ValueError):
@@ -82,7 +95,24 @@ class Unfollowed:
         return self.followee_id
 
 
-Event = TweetPosted | TweetDeleted | Followed | Unfollowed
+@dataclass(frozen=True, slots=True)
+class TimelineReset:
+    """The newest entries of ``owner_id``'s home timeline as the database
+    computed them: ``tweet_ids`` ascending, and ``horizon``, the oldest of them
+    when older ones were left out (0 when these are all). ``as_of``: every
+    write with a seq up to it was committed, and so seen, when they were read."""
+
+    owner_id: int
+    tweet_ids: tuple[int, ...]
+    horizon: int
+    as_of: int
+
+    @property
+    def join_key(self) -> int:
+        return self.owner_id
+
+
+Event = TweetPosted | TweetDeleted | Followed | Unfollowed | TimelineReset
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,7 +186,25 @@ def encode(event: Event) -> Record:
         return Record(
             FOLLOWS, follow_key(event.follower_id, event.followee_id), None, event.followee_id
         )
+    if isinstance(event, TimelineReset):
+        value = orjson.dumps(
+            {
+                "v": SCHEMA_VERSION,
+                "ids": list(event.tweet_ids),
+                "horizon": event.horizon,
+                "as_of": event.as_of,
+            }
+        )
+        return Record(TIMELINES, str(event.owner_id).encode("ascii"), value, event.owner_id)
     raise TypeError(f"not an event: {event!r}")
+
+
+def mark_record(partition: int, seq: int) -> tuple[bytes, list[tuple[str, bytes]]]:
+    """(key, headers) of the relay's mark in ``partition``: every event with a
+    ``seq`` up to ``seq`` is already before it in that partition's log."""
+    return MARK_KEY_PREFIX + str(partition).encode("ascii"), [
+        (HEADER_MARK, str(seq).encode("ascii"))
+    ]
 
 
 def headers(seq: int, join_key: int) -> list[tuple[str, bytes]]:
@@ -247,6 +295,20 @@ def decode_record(
             )
             if event.tweet_id != tweet_id:
                 raise BadEvent(f"key {tweet_id} does not match tweet id {event.tweet_id}")
+    elif topic == TIMELINES:
+        owner_id = _int_field(key, "timeline owner key")
+        if value is None:
+            raise BadEvent("a timeline reset needs a value")
+        obj = _load(value)
+        tweet_ids = obj.get("ids")
+        if not isinstance(tweet_ids, list) or not all(ids.is_valid(t) for t in tweet_ids):
+            raise BadEvent("field 'ids' is not a list of tweet ids")
+        horizon, as_of = obj.get("horizon"), obj.get("as_of")
+        if not isinstance(horizon, int) or horizon < 0:
+            raise BadEvent(f"field 'horizon' is not an id or 0: {horizon!r}")
+        if not isinstance(as_of, int) or as_of < 0:
+            raise BadEvent(f"field 'as_of' is not a seq: {as_of!r}")
+        event = TimelineReset(owner_id, tuple(sorted(set(tweet_ids))), horizon, as_of)
     elif topic == FOLLOWS:
         left, sep, right = key.partition(b":")
         if not sep:

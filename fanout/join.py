@@ -2,43 +2,50 @@
 
 This is the pure core of the fanout job (no Spark, Kafka or Redis). The job
 groups changelog events by their join key (a tweet's author, a follow's
-followee) and calls :func:`join_events` with that author's state; the
-returned mutations say how home timelines change. The product rule:
+followee, a timeline's owner) and calls :func:`join_events` with that key's
+state; the returned mutations say how home timelines change. The product
+rule:
 
 | event | effect |
 | --- | --- |
 | ``a`` posts ``t`` | add ``t`` to the timeline of every follower of ``a`` and to ``a``'s own |
-| ``t`` deleted | remove ``t`` from those timelines |
-| ``f`` follows ``a`` | merge ``a``'s recent tweets into ``f``'s timeline |
-| ``f`` unfollows ``a`` | remove ``a``'s recent tweets from ``f``'s timeline |
+| ``t`` deleted | remove ``t`` from those timelines (its body goes first: see the store) |
+| ``f`` follows ``a`` | merge ``a``'s newest tweets into ``f``'s timeline |
+| ``f`` unfollows ``a`` | remove ``a``'s newest tweets from ``f``'s timeline |
+| reset of ``f`` | merge the database's newest entries of ``f``'s timeline (a refill) |
 
-``Followed(u, u)`` (the implicit self edge, written when a user registers and
-when a timeline is regenerated) materializes ``u``'s own timeline: it merges
-``u``'s tweets into it and creates it if missing; it is not a follower.
-``Unfollowed(u, u)`` changes nothing.
+``Followed(u, u)`` (the self edge, written when a user registers) creates
+``u``'s timeline and merges ``u``'s own tweets into it; ``u`` is not its own
+follower and ``Unfollowed(u, u)`` changes nothing.
 
-**State** per author: the set of followers and the author's newest
-``cap + SLACK`` live tweet ids, plus a *horizon*: once older tweets have been
-evicted from the state, the state is complete only for ids >= horizon.
+**State** per author: the set of followers and *every* live tweet id of the
+author. An author's newest ``K = cap + slack`` tweets are then always known,
+whatever was deleted, which is what makes follows and unfollows exact.
 
-**Timelines** keep between ``cap`` and ``cap + SLACK`` entries (readers see
-the newest ``cap``) and a horizon of their own: when a timeline is trimmed,
-its horizon rises to its oldest kept entry, and when it merges an author
-whose state has a horizon, it raises its horizon to that too and drops
-entries below it. Invariant: a timeline holds exactly the join's tweets
-whose ids are >= its horizon (newest ``cap`` shown). The horizon stays 0,
-and the timeline is exact, until a timeline or an author passes
-``cap + SLACK`` entries; after removals at the cap a timeline can then show
-fewer than ``cap`` entries (the documented shortfall), never a wrong one.
+**Timelines** keep between ``cap`` and ``K`` entries (readers see the newest
+``cap``) and a *horizon*: when a timeline outgrows ``K`` it is trimmed and
+its horizon becomes its oldest kept entry; a merge of an author with more
+than ``K`` tweets raises it to the oldest merged one. Invariant: a timeline
+holds exactly the join's tweets at or above its horizon. Merges never leave
+fewer than ``cap`` of them; removals can (an unfollow, deletes). Such a
+timeline is *short*: the store notices it and the system of record refills
+it (a :class:`~fanout.events.TimelineReset` computed by the database,
+merged through this job), so once the job has caught up every timeline's
+newest ``cap`` entries equal the join's.
 
-Why author state keeps ``cap + SLACK``: an unfollow removes the author's
-tweets the state knows. A timeline holds at most ``cap + SLACK`` entries, so
-any tweet of the author still in it is among the author's newest
-``cap + SLACK`` live tweets: all of them are removed.
+Why an unfollow removes ``a``'s newest ``K``: a timeline holds at most ``K``
+entries, all the join's tweets above its horizon, so any tweet of ``a`` in
+it is among ``a``'s newest ``K`` live tweets.
 
-Events of one author are applied in ``seq`` (commit) order, whatever the
-order they arrived in: within a micro-batch the result does not depend on
-how the two topics interleave.
+Events of one key are applied in ``seq`` (commit) order, whatever the order
+they arrived in: within a micro-batch the result does not depend on how the
+topics interleave. Mutations carry their ``seq``: a timeline remembers the
+newest that removed entries from it, had entries fall below its horizon,
+or merged an author's newest tweets without the older ones (its *fence*).
+A reset is applied once every event before it is (the authors' states then
+route later deletes to this follower), and only if its read saw every seq
+up to the fence (``as_of``): otherwise it may still hold an unfollowed
+author, or miss what fell below the horizon, and is redone.
 """
 
 from __future__ import annotations
@@ -46,25 +53,27 @@ from __future__ import annotations
 import bisect
 import struct
 from array import array
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 
 from fanout import events
 from fanout.config import DEFAULT_TIMELINE_SLACK
 
-#: Entries kept beyond the cap, in timelines and in author state (TIMELINE_SLACK).
+#: Entries kept beyond the cap, in timelines and in merges (TIMELINE_SLACK).
 SLACK = DEFAULT_TIMELINE_SLACK
-_STATE_VERSION = 1
-_HEADER = struct.Struct("<BqII")  # version, horizon, n_followers, n_tweets
+_STATE_VERSION = 2
+_HEADER = struct.Struct("<BII")  # version, n_followers, n_tweets
+_HEADER_V1 = struct.Struct("<BqII")  # version 1 also had a horizon (no longer kept)
 
 
 class Op(IntEnum):
-    """Timeline mutations, in the order the sink applies them."""
+    """Timeline mutations."""
 
-    ADD = 1  # add tweets to owners' timelines (creating missing timelines)
+    ADD = 1  # merge tweets into owners' timelines (creating missing timelines)
     REMOVE = 2  # remove tweets from owners' timelines
-    DELETE_BODY = 4  # drop tweet bodies from the tweet cache
+    RESET = 3  # merge a refill from the system of record (fenced by seq)
+    DELETE_BODY = 4  # drop tweet bodies from the tweet cache (before anything else)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +81,12 @@ class Mutation:
     op: Op
     owners: tuple[int, ...] = ()
     tweets: tuple[int, ...] = ()  # ascending
-    horizon: int = 0  # ADD: raise each owner's horizon to this first
+    #: ADD / RESET: the merged list leaves out older tweets below this (0: it is whole).
+    horizon: int = 0
+    #: The seq of the event it comes from (0 for a tweet's removal: a delete).
+    seq: int = 0
+    #: RESET: every seq up to this one was visible to the database's read.
+    as_of: int = 0
 
     @property
     def deliveries(self) -> int:
@@ -82,31 +96,41 @@ class Mutation:
 @dataclass
 class AuthorState:
     followers: set[int] = field(default_factory=set)
-    tweets: list[int] = field(default_factory=list)  # ascending, live
-    horizon: int = 0
+    tweets: list[int] = field(default_factory=list)  # ascending: every live tweet
 
     def encode(self) -> bytes:
         followers = array("q", sorted(self.followers))
         tweets = array("q", self.tweets)
-        header = _HEADER.pack(_STATE_VERSION, self.horizon, len(followers), len(tweets))
+        header = _HEADER.pack(_STATE_VERSION, len(followers), len(tweets))
         return header + followers.tobytes() + tweets.tobytes()
 
     @classmethod
     def decode(cls, blob: bytes | None) -> AuthorState:
         if not blob:
             return cls()
-        version, horizon, n_followers, n_tweets = _HEADER.unpack_from(blob)
-        if version != _STATE_VERSION:
+        version = blob[0]
+        if version == _STATE_VERSION:
+            _, n_followers, n_tweets = _HEADER.unpack_from(blob)
+            body = blob[_HEADER.size :]
+        elif version == 1:  # kept only the newest tweets: a rebuild restores the rest
+            _, _, n_followers, n_tweets = _HEADER_V1.unpack_from(blob)
+            body = blob[_HEADER_V1.size :]
+        else:
             raise ValueError(f"unknown author-state version {version}")
         numbers = array("q")
-        numbers.frombytes(blob[_HEADER.size :])
+        numbers.frombytes(body)
         if len(numbers) != n_followers + n_tweets:
             raise ValueError("author state is truncated")
-        return cls(
-            followers=set(numbers[:n_followers]),
-            tweets=list(numbers[n_followers:]),
-            horizon=horizon,
-        )
+        return cls(followers=set(numbers[:n_followers]), tweets=list(numbers[n_followers:]))
+
+
+def newest(tweets: Sequence[int], keep: int) -> tuple[tuple[int, ...], int]:
+    """The newest ``keep`` of ``tweets`` (ascending) and their horizon: the
+    oldest of them when older ones were left out, else 0."""
+    if len(tweets) <= keep:
+        return tuple(tweets), 0
+    kept = tuple(tweets[-keep:])
+    return kept, kept[0]
 
 
 @dataclass
@@ -128,9 +152,9 @@ def join_events(
     cap: int,
     slack: int = SLACK,
 ) -> JoinResult:
-    """Apply one author's events (in ``seq`` order) to its state."""
+    """Apply one key's events (in ``seq`` order) to its state."""
     keep = cap + slack
-    followers, tweets, horizon = set(state.followers), list(state.tweets), state.horizon
+    followers, tweets = set(state.followers), list(state.tweets)
     bodies: dict[int, bytes] = {}
     out: list[Mutation] = []
     ignored = 0
@@ -140,45 +164,44 @@ def join_events(
         return tuple(sorted(followers | {author_id}))
 
     for envelope in sorted(envelopes, key=lambda e: e.seq):
-        ev = envelope.event
+        ev, seq = envelope.event, envelope.seq
         if ev.join_key != author_id:
-            raise ValueError(f"event {ev!r} routed to author {author_id}")
+            raise ValueError(f"event {ev!r} routed to key {author_id}")
         if isinstance(ev, events.TweetPosted):
             at = bisect.bisect_left(tweets, ev.tweet_id)
             if at < len(tweets) and tweets[at] == ev.tweet_id:
                 ignored += 1
                 continue
             tweets.insert(at, ev.tweet_id)
-            if len(tweets) > keep:
-                del tweets[: len(tweets) - keep]
-                horizon = tweets[0]
             changed = True
             bodies[ev.tweet_id] = events.tweet_json(ev)
-            out.append(Mutation(Op.ADD, audience(), (ev.tweet_id,)))
+            out.append(Mutation(Op.ADD, audience(), (ev.tweet_id,), 0, seq))
         elif isinstance(ev, events.TweetDeleted):
             at = bisect.bisect_left(tweets, ev.tweet_id)
             if at < len(tweets) and tweets[at] == ev.tweet_id:
                 del tweets[at]
                 changed = True
             bodies.pop(ev.tweet_id, None)
-            out.append(Mutation(Op.REMOVE, audience(), (ev.tweet_id,)))
             out.append(Mutation(Op.DELETE_BODY, (), (ev.tweet_id,)))
+            out.append(Mutation(Op.REMOVE, audience(), (ev.tweet_id,)))
         elif isinstance(ev, events.Followed):
             if ev.follower_id != author_id and ev.follower_id not in followers:
                 followers.add(ev.follower_id)
                 changed = True
-            # Also for a known follower: a re-published follow regenerates a timeline.
-            out.append(Mutation(Op.ADD, (ev.follower_id,), tuple(tweets), horizon))
+            # Also for a known follower (a relay re-send): merging again is harmless.
+            merged, horizon = newest(tweets, keep)
+            out.append(Mutation(Op.ADD, (ev.follower_id,), merged, horizon, seq))
         elif isinstance(ev, events.Unfollowed):
             if ev.follower_id == author_id or ev.follower_id not in followers:
                 ignored += 1
                 continue
             followers.discard(ev.follower_id)
             changed = True
-            if tweets:
-                out.append(Mutation(Op.REMOVE, (ev.follower_id,), tuple(tweets)))
+            out.append(Mutation(Op.REMOVE, (ev.follower_id,), newest(tweets, keep)[0], 0, seq))
+        elif isinstance(ev, events.TimelineReset):
+            out.append(Mutation(Op.RESET, (ev.owner_id,), ev.tweet_ids, ev.horizon, seq, ev.as_of))
     return JoinResult(
-        state=AuthorState(followers, tweets, horizon),
+        state=AuthorState(followers, tweets),
         bodies=bodies,
         mutations=coalesce(out),
         changed=changed,
@@ -187,8 +210,8 @@ def join_events(
 
 
 def coalesce(mutations: list[Mutation]) -> list[Mutation]:
-    """Merge adjacent ADDs to the same owners (an author posting several tweets
-    in one micro-batch becomes one write per follower)."""
+    """Merge adjacent tweet ADDs to the same owners (an author posting several
+    tweets in one micro-batch becomes one write per follower)."""
     out: list[Mutation] = []
     for m in mutations:
         prev = out[-1] if out else None
@@ -197,11 +220,10 @@ def coalesce(mutations: list[Mutation]) -> list[Mutation]:
             and m.op is Op.ADD
             and prev.op is Op.ADD
             and prev.owners == m.owners
-            and prev.horizon == m.horizon
+            and prev.horizon == m.horizon == 0
         ):
-            out[-1] = Mutation(
-                Op.ADD, m.owners, tuple(sorted({*prev.tweets, *m.tweets})), m.horizon
-            )
+            merged = tuple(sorted({*prev.tweets, *m.tweets}))
+            out[-1] = Mutation(Op.ADD, m.owners, merged, 0, max(prev.seq, m.seq))
         else:
             out.append(m)
     return out
@@ -215,32 +237,22 @@ def rebuilt_timeline(
 ) -> tuple[int, list[int]]:
     """(horizon, ids ascending) of a timeline computed from scratch.
 
-    ``ids`` are the tweets the join puts in it, as far as they are known:
-    ``floor`` is the highest horizon of the authors they came from (below it
-    an author's older tweets are not in its state). Kept: the newest
-    ``cap + slack`` ids at or above ``floor``; the horizon is ``floor``, or
-    the oldest kept id when older ones were cut. This is what the incremental
-    rules converge to, with the slack refilled.
+    ``ids`` are each followed author's newest ``cap + slack`` tweets (what a
+    follow merges); ``floor`` is the highest of their horizons (below it an
+    author's older tweets are not among them). Kept: the newest ``cap + slack``
+    at or above ``floor``, which are at least ``cap + slack`` whenever the
+    floor is not 0, so the result is never short. The horizon is ``floor``,
+    or the oldest kept id when older ones were cut.
     """
-    kept = sorted({i for i in ids if i >= floor})
-    keep = cap + slack
-    if len(kept) <= keep:
-        return floor, kept
-    kept = kept[-keep:]
-    return kept[0], kept
+    kept, horizon = newest(sorted({i for i in ids if i >= floor}), cap + slack)
+    return max(horizon, floor), list(kept)
 
 
 def rebuilt_author_state(
-    author_id: int,
-    followers: Iterable[int],
-    live_tweets: Iterable[int],
-    *,
-    cap: int,
-    slack: int = SLACK,
+    author_id: int, followers: Iterable[int], live_tweets: Iterable[int]
 ) -> AuthorState:
     """An author's join state computed from the current tables: what
-    :func:`join_events` would hold after replaying the author's history."""
-    horizon, tweets = rebuilt_timeline(live_tweets, cap=cap, slack=slack)
+    :func:`join_events` holds after replaying the author's history."""
     return AuthorState(
-        followers={f for f in followers if f != author_id}, tweets=tweets, horizon=horizon
+        followers={f for f in followers if f != author_id}, tweets=sorted(set(live_tweets))
     )

@@ -17,10 +17,21 @@ from fanout.config import StarlingConfig
 
 log = logging.getLogger(__name__)
 
-#: Changelogs are tables: keep the latest value per key (and tombstones a while).
-TOPIC_CONFIG = {"cleanup.policy": "compact"}
 
-#: librdkafka settings of the outbox producer (DESIGN.md decision 2).
+def topic_configs(config: StarlingConfig) -> dict[str, dict[str, str]]:
+    """Each topic's settings. The changelogs are tables: the latest value per
+    key, and tombstones for ``STARLING_TOMBSTONE_RETENTION_HOURS`` (a consumer
+    down longer may miss a delete: the fanout job refuses to resume then).
+    The ``timelines`` topic carries commands, not rows: it expires, in half
+    that time, so no replay can meet a reset without the unfollows after it."""
+    tombstones = config.tombstone_retention_hours * 3600 * 1000
+    table = {"cleanup.policy": "compact", "delete.retention.ms": str(tombstones)}
+    commands = {"cleanup.policy": "delete", "retention.ms": str(tombstones // 2)}
+    t = config.topics
+    return {t.tweets: table, t.follows: table, t.timelines: commands}
+
+
+#: librdkafka settings of the outbox producer (docs/decisions.md D7).
 PRODUCER_CONFIG: dict[str, Any] = {
     "enable.idempotence": True,
     "acks": "all",
@@ -103,10 +114,14 @@ def ensure_topics(config: StarlingConfig, *, timeout: float = 30.0) -> list[str]
     missing = [name for name in config.topics.all() if name not in existing]
     if not missing:
         return []
+    settings = topic_configs(config)
     futures = admin.create_topics(
         [
             NewTopic(
-                name, num_partitions=config.partitions, replication_factor=-1, config=TOPIC_CONFIG
+                name,
+                num_partitions=config.partitions,
+                replication_factor=-1,
+                config=settings[name],
             )
             for name in missing
         ],
@@ -118,7 +133,9 @@ def ensure_topics(config: StarlingConfig, *, timeout: float = 30.0) -> list[str]
         try:
             future.result()
             created.append(name)
-            log.info("created topic %s (%d partitions, compacted)", name, config.partitions)
+            log.info(
+                "created topic %s (%d partitions, %s)", name, config.partitions, settings[name]
+            )
         except KafkaException as exc:
             if "TOPIC_ALREADY_EXISTS" not in str(exc):
                 raise

@@ -8,28 +8,24 @@ from typing import Any
 
 import redis
 
-_lock = threading.Lock()
-_clients: dict[tuple[int, str, float], redis.Redis] = {}
+from fanout.procs import per_process
+from fanout.scripts import Script, explain
 
 
 def client(url: str, *, timeout: float = 5.0) -> redis.Redis:
     """A pooled client; bulk writers (the fanout sink) pass a longer ``timeout``."""
-    key = (os.getpid(), url, timeout)
-    found = _clients.get(key)
-    if found is not None:
-        return found
-    with _lock:
-        found = _clients.get(key)
-        if found is None:
-            found = redis.Redis.from_url(
-                url,
-                socket_timeout=timeout,
-                socket_connect_timeout=2,
-                health_check_interval=30,
-                retry_on_timeout=False,
-            )
-            _clients[key] = found
-        return found
+    return _client(url, timeout)
+
+
+@per_process
+def _client(url: str, timeout: float) -> redis.Redis:
+    return redis.Redis.from_url(
+        url,
+        socket_timeout=timeout,
+        socket_connect_timeout=2,
+        health_check_interval=30,
+        retry_on_timeout=False,
+    )
 
 
 class HotScript:
@@ -44,10 +40,10 @@ class HotScript:
     A connection that fails is dropped and the call retried once on a new one.
     """
 
-    def __init__(self, client: redis.Redis, source: str) -> None:
+    def __init__(self, client: redis.Redis, name: str) -> None:
         self.client = client
-        self.source = source
-        self.sha = client.register_script(source).sha
+        self.name = name
+        self.script = Script(client, name)
         self._local = threading.local()
 
     def _connection(self) -> Any:
@@ -62,13 +58,16 @@ class HotScript:
         for attempt in range(last + 1):
             conn = self._connection()
             try:
-                packed = conn.pack_command("EVALSHA", self.sha, 0, *args)
+                arguments = self.script.arguments(args)
+                packed = conn.pack_command("EVALSHA", self.script.sha, 0, *arguments)
                 conn.send_packed_command(packed, check_health=False)
                 return conn.read_response()
             except redis.exceptions.NoScriptError:
                 if attempt == last:
                     raise
-                self.client.script_load(self.source)  # a restarted or flushed Redis
+                self.client.script_load(self.script.source.text)  # a restarted or flushed Redis
+            except redis.ResponseError as exc:
+                raise explain(exc, self.name) from None
             except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError):
                 conn.disconnect()
                 self._local.conn = None

@@ -1,10 +1,15 @@
 """The outbox relay: publish committed outbox rows to Kafka, in order, once.
 
-DESIGN.md decision 2. The write use-cases never talk to Kafka; they append
+The write use-cases never talk to Kafka; they append
 an outbox row in the same transaction as their table change. This relay
 reads unpublished rows in id (``seq``) order, produces them with an
 idempotent producer, waits for every delivery report, and only then marks
 the delivered rows published.
+
+After a run it writes a *mark* into every partition of every topic: the
+highest published ``seq``, below which everything is on the log (see
+:mod:`fanout.watermark`, which turns the marks into the contiguous
+watermark read-your-writes waits for).
 
 Ordering rule: a run marks published only the longest *prefix* of a batch
 that was delivered. If record 5 fails and 6 (another key) succeeds, 6 stays
@@ -25,7 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from fanout import events
+from fanout import events, keys
 from fanout.config import StarlingConfig
 from fanout.partitioning import partition_for
 
@@ -43,9 +48,14 @@ class PendingEvent:
 
 class OutboxStore(Protocol):
     def pending(self, limit: int) -> Sequence[PendingEvent]:
-        """Unpublished rows, lowest ``seq`` first."""
+        """Unpublished rows, lowest ``seq`` first; none that a lower seq could
+        still precede (an uncommitted transaction's row)."""
 
     def mark_published(self, seqs: Sequence[int]) -> None: ...
+
+    def published_high(self) -> int:
+        """The highest published ``seq``: every lower one is published or
+        will never exist (a rolled-back transaction's)."""
 
 
 @dataclass(frozen=True)
@@ -59,6 +69,29 @@ class RelayResult:
         return self.error is None
 
 
+@dataclass
+class MarkState:
+    """The last mark this process wrote (see fanout.events.mark_record): a run
+    with nothing new to say writes none."""
+
+    seq: int = 0
+    #: The highest mark a run could not write: the next run writes it, even
+    #: with nothing new to publish (else readers would wait for the next write).
+    owed: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Outgoing:
+    """One record to produce to an explicit partition."""
+
+    seq: int
+    topic: str
+    key: bytes
+    value: bytes | None
+    partition: int
+    headers: list[tuple[str, bytes]]
+
+
 class OutboxRelay:
     def __init__(
         self,
@@ -66,6 +99,7 @@ class OutboxRelay:
         store: OutboxStore,
         producer: Any,  # a confluent_kafka.Producer (or a test double with its methods)
         config: StarlingConfig,
+        marks: MarkState | None = None,
         batch_size: int = 1000,
         max_batches: int = 20,
         delivery_timeout: float = 45.0,
@@ -73,6 +107,7 @@ class OutboxRelay:
         self.store = store
         self.producer = producer
         self.config = config
+        self.marks = marks if marks is not None else MarkState()
         self.batch_size = batch_size
         self.max_batches = max_batches
         # Longer than the producer's message.timeout.ms, so every message has
@@ -80,65 +115,98 @@ class OutboxRelay:
         self.delivery_timeout = delivery_timeout
 
     def run(self) -> RelayResult:
-        published = 0
+        published, more, high = 0, True, 0
         for _ in range(self.max_batches):
             batch = self.store.pending(self.batch_size)
             if not batch:
-                return RelayResult(published)
-            delivered, error = self._publish(batch)
+                more = False
+                break
+            delivered, error = self._produce([self._outgoing(e) for e in batch])
             if delivered:
                 self.store.mark_published([e.seq for e in batch[:delivered]])
                 published += delivered
+                high = batch[delivered - 1].seq
             if error is not None:
                 log.warning("outbox relay stopped after %d records: %s", published, error)
+                mark_error = self._mark(high)
+                if mark_error is not None:
+                    log.warning("outbox relay could not write its mark: %s", mark_error)
                 return RelayResult(published, error=error)
-        return RelayResult(published, more=True)
+        high = max(high, self.marks.owed)
+        if not high and not self.marks.seq:  # a new process: say where the log stands
+            high = self.store.published_high()
+        error = self._mark(high)
+        return RelayResult(published, error=error, more=more)
 
-    def _publish(self, batch: Sequence[PendingEvent]) -> tuple[int, str | None]:
-        """Produce ``batch``; return (length of the delivered prefix, first error)."""
+    def _outgoing(self, event: PendingEvent) -> Outgoing:
+        return Outgoing(
+            seq=event.seq,
+            topic=self.config.topics.physical(event.topic),
+            key=event.key,
+            value=event.value,
+            partition=partition_for(event.join_key, self.config.partitions),
+            headers=events.headers(event.seq, event.join_key),
+        )
+
+    def _mark(self, high: int) -> str | None:
+        """Write the mark ``high`` (everything up to it is published) into every
+        partition of every topic, unless this process already has; the first error."""
+        if high <= self.marks.seq:
+            return None
+        records = []
+        for topic in self.config.topics.all():
+            for partition in range(self.config.partitions):
+                key, headers = events.mark_record(partition, high)
+                records.append(Outgoing(high, topic, key, None, partition, headers))
+        _, error = self._produce(records)
+        if error is not None:
+            self.marks.owed = max(self.marks.owed, high)
+            return f"mark {high}: {error}"
+        self.marks.seq = high
+        self.marks.owed = 0 if self.marks.owed <= high else self.marks.owed
+        return None
+
+    def _produce(self, records: Sequence[Outgoing]) -> tuple[int, str | None]:
+        """Produce ``records`` in order; return (length of the delivered prefix,
+        first error)."""
         outcome: dict[int, str | None] = {}
 
-        def report(seq: int) -> Callable[[Any, Any], None]:
+        def report(n: int) -> Callable[[Any, Any], None]:
             def on_delivery(err: Any, _msg: Any) -> None:
-                outcome[seq] = None if err is None else str(err)
+                outcome[n] = None if err is None else str(err)
 
             return on_delivery
 
-        topics = {
-            events.TWEETS: self.config.topics.tweets,
-            events.FOLLOWS: self.config.topics.follows,
-        }
-
-        def produce(event: PendingEvent) -> None:
+        def produce(n: int, record: Outgoing) -> None:
             self.producer.produce(
-                topics[event.topic],
-                key=event.key,
-                value=event.value,
-                partition=partition_for(event.join_key, self.config.partitions),
-                headers=events.headers(event.seq, event.join_key),
-                on_delivery=report(event.seq),
+                record.topic,
+                key=record.key,
+                value=record.value,
+                partition=record.partition,
+                headers=record.headers,
+                on_delivery=report(n),
             )
 
-        for n, event in enumerate(batch):
+        for n, record in enumerate(records):
             try:
-                produce(event)
+                produce(n, record)
             except BufferError:
                 self.producer.poll(0.5)  # local queue full: serve reports, retry once
                 try:
-                    produce(event)
+                    produce(n, record)
                 except BufferError as exc:
-                    outcome[event.seq] = f"producer queue full: {exc}"
-                    batch = batch[: n + 1]
+                    outcome[n] = f"producer queue full: {exc}"
+                    records = records[: n + 1]
                     break
         deadline = time.monotonic() + self.delivery_timeout
         while self.producer.flush(1.0) > 0:
             if time.monotonic() > deadline:
                 break
         delivered = 0
-        for event in batch:
-            err = outcome.get(event.seq, "no delivery report")
+        for n, record in enumerate(records):
+            err = outcome.get(n, "no delivery report")
             if err is not None:
-                return delivered, f"seq {event.seq}: {err}"
+                return delivered, f"seq {record.seq}: {err}"
             delivered += 1
         return delivered, None
 
@@ -152,11 +220,11 @@ class RelayCoordinator:
     during which triggers only mark the outbox dirty.
     """
 
-    LOCK = "starling:relay:lock"
-    DIRTY = "starling:relay:dirty"
-    BACKOFF = "starling:relay:backoff"
-    FAILURES = "starling:relay:failures"
-    STATS = "starling:relay:stats"
+    LOCK = keys.RELAY_LOCK
+    DIRTY = keys.RELAY_DIRTY
+    BACKOFF = keys.RELAY_BACKOFF
+    FAILURES = keys.RELAY_FAILURES
+    STATS = keys.RELAY_STATS
 
     def __init__(self, redis: Any, *, lock_timeout: float = 120.0, max_backoff: int = 30) -> None:
         self.redis = redis

@@ -147,7 +147,7 @@ class OutboxEventAdmin(admin.ModelAdmin):
 @admin.register(TimelineRebuild)
 class TimelineRebuildAdmin(admin.ModelAdmin):
     """Start a rebuild ("Add") and see the state of the last ones. The rebuild
-    runs as a Celery task (``python -m spark.rebuild`` in a subprocess)."""
+    runs as a Celery task (``manage.py rebuild_timelines`` in a subprocess)."""
 
     list_display = (
         "id",

@@ -8,10 +8,8 @@ them into JSON responses.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
-from django.conf import settings
 from django.contrib.auth import authenticate
 from django.http import HttpResponse
 from drf_spectacular.utils import extend_schema, extend_schema_serializer, inline_serializer
@@ -22,9 +20,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from fanout import events, ids
-from fanout.config import StarlingConfig
-from fanout.timelines import store_for
-from feed import selectors, services, timeline
+from feed import readpath, selectors, services, timeline
 from feed.auth import issue_token
 from feed.errors import ApplicationError, NotFound
 from feed.health import check_all
@@ -339,22 +335,15 @@ class UserFollowingApi(_FollowListApi):
 
 # --- home timeline ---------------------------------------------------------------
 
-_readers: dict[tuple[int, StarlingConfig], timeline.TimelineReader] = {}
 
-
-def timeline_reader() -> timeline.TimelineReader:
-    """The process's timeline reader (one per configuration, reused)."""
-    config = settings.STARLING
-    key = (os.getpid(), config)
-    reader = _readers.get(key)
-    if reader is None:
-        reader = _readers[key] = timeline.TimelineReader(
-            store=store_for(config),
-            fallback=selectors.home_timeline_fallback,
-            regenerate=lambda user_id: services.timeline_regenerate(user_id=user_id),
-            max_wait=settings.STARLING_READ_YOUR_WRITES_WAIT,
+def _bounded_param(p: timeline.Param) -> serializers.IntegerField:
+    if p.default is None:
+        return serializers.IntegerField(
+            min_value=p.low, max_value=p.high, required=False, help_text=p.help
         )
-    return reader
+    return serializers.IntegerField(
+        min_value=p.low, max_value=p.high, default=p.default, help_text=p.help
+    )
 
 
 class TimelineApi(View):
@@ -367,15 +356,12 @@ class TimelineApi(View):
     authentication_classes: list[type] = []
     permission_classes = [AllowAny]
 
-    class QuerySerializer(serializers.Serializer):
-        count = serializers.IntegerField(min_value=1, max_value=timeline.MAX_COUNT, default=50)
-        max_id = _id_param("Newest id to return (inclusive).")
-        since_id = _id_param("Return only ids above this.")
-        min_seq = serializers.IntegerField(
-            min_value=0,
-            required=False,
-            help_text="Wait (up to 2 s) until the timelines reflect this write seq.",
-        )
+    #: The query parameters, made from the bounds the parser enforces (feed.timeline.PARAMS).
+    QuerySerializer = type(
+        "QuerySerializer",
+        (serializers.Serializer,),
+        {p.name: _bounded_param(p) for p in timeline.PARAMS},
+    )
 
     class OutputSerializer(serializers.Serializer):
         tweets = TweetOut(many=True)
@@ -393,7 +379,7 @@ class TimelineApi(View):
             "GET",
             request.META.get("HTTP_AUTHORIZATION", ""),
             request.META.get("QUERY_STRING", ""),
-            timeline_reader(),
+            readpath.timeline_reader(),
         )
         return HttpResponse(
             r.body, status=r.status, content_type="application/json", headers=r.headers

@@ -2,8 +2,8 @@
 
 A token is ``django.core.signing``'s timestamped signature of ``{"u": user_id}``
 (HMAC-SHA256 with ``SECRET_KEY``). :func:`verify_token` checks signature and
-age with no I/O, which is what the timeline read path needs (DESIGN.md
-decision 7). Write endpoints go further in :class:`BearerTokenAuthentication`:
+age with no I/O, which is what the timeline read path needs (one Redis call,
+no database). Write endpoints go further in :class:`BearerTokenAuthentication`:
 they load the user, so a deactivated user or a token issued before
 ``User.tokens_valid_after`` (revocation) is refused.
 """

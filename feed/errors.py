@@ -36,23 +36,19 @@ class ApplicationError(Exception):
 
 
 class NotFound(ApplicationError):
-    status_code = status.HTTP_404_NOT_FOUND
-    code = "not_found"
+    status_code, code = status.HTTP_404_NOT_FOUND, "not_found"
 
 
 class Forbidden(ApplicationError):
-    status_code = status.HTTP_403_FORBIDDEN
-    code = "forbidden"
+    status_code, code = status.HTTP_403_FORBIDDEN, "forbidden"
 
 
 class Conflict(ApplicationError):
-    status_code = status.HTTP_409_CONFLICT
-    code = "conflict"
+    status_code, code = status.HTTP_409_CONFLICT, "conflict"
 
 
 class ServiceUnavailable(ApplicationError):
-    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
-    code = "unavailable"
+    status_code, code = status.HTTP_503_SERVICE_UNAVAILABLE, "unavailable"
 
 
 def error_body(code: str, message: str, fields: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -16,6 +16,8 @@ from http import HTTPStatus
 from typing import Any
 
 from django.conf import settings
+from django.core import signals
+from django.db import connections
 from django.http.request import split_domain_port, validate_host
 
 from feed import timeline
@@ -48,7 +50,7 @@ class TimelineFastPath:
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         if environ.get("PATH_INFO") != PATH:
             return self.app(environ, start_response)
-        from feed.apis import timeline_reader
+        from feed.readpath import timeline_reader
 
         host = environ.get("HTTP_HOST") or environ.get("SERVER_NAME", "")
         if host not in self._good_hosts and not self._host_ok(host):
@@ -64,6 +66,11 @@ class TimelineFastPath:
             except Exception:
                 log.exception("timeline read failed")
                 response = timeline.error(500, "server_error", "internal server error")
+            finally:
+                # Some reads query the database (cold timelines, deep pages):
+                # Django then recycles the connection as after its own views.
+                if any(c.connection is not None for c in connections.all(initialized_only=True)):
+                    signals.request_finished.send(sender=self.__class__)
         headers = [
             ("Content-Type", "application/json"),
             ("Content-Length", str(len(response.body))),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -10,10 +9,15 @@ from typing import Any
 from django.conf import settings
 from django.db import connection
 
+from fanout.config import StarlingConfig
 from fanout.kafka import admin_client, topic_partitions
+from fanout.procs import per_process
 from fanout.redis_conn import client
 
-_admins: dict[tuple[int, str], Any] = {}
+
+@per_process
+def _admin(bootstrap: str) -> Any:
+    return admin_client(StarlingConfig(kafka_bootstrap_servers=bootstrap))
 
 
 def _timed(check: Callable[[], dict[str, Any] | None]) -> dict[str, Any]:
@@ -41,11 +45,7 @@ def _redis() -> None:
 
 def _kafka() -> dict[str, Any]:
     config = settings.STARLING
-    key = (os.getpid(), config.kafka_bootstrap_servers)
-    admin = _admins.get(key)
-    if admin is None:
-        admin = _admins[key] = admin_client(config)
-    existing = topic_partitions(admin, timeout=2.0)
+    existing = topic_partitions(_admin(config.kafka_bootstrap_servers), timeout=2.0)
     return {"topics": {name: existing.get(name) for name in config.topics.all()}}
 
 

@@ -12,21 +12,26 @@ retries with a fresh id.
 from __future__ import annotations
 
 import logging
-import os
 import secrets
-import threading
 
 import redis
 from django.conf import settings
 
-from fanout import ids
+from fanout import ids, keys
+from fanout.procs import per_process
 from fanout.redis_conn import client
 
 log = logging.getLogger(__name__)
-NODE_COUNTER = "starling:ids:node"
 
-_lock = threading.Lock()
-_state: tuple[int, ids.IdGenerator] | None = None
+
+def next_tweet_id() -> int:
+    return _generator().next_id()
+
+
+@per_process
+def _generator() -> ids.IdGenerator:
+    """This process's generator (a forked child takes a node number of its own)."""
+    return ids.IdGenerator(_allocate_node())
 
 
 def _allocate_node() -> int:
@@ -34,20 +39,8 @@ def _allocate_node() -> int:
     if config.node_id is not None:
         return config.node_id
     try:
-        return (int(client(config.redis_url).incr(NODE_COUNTER)) - 1) % (ids.MAX_NODE + 1)
+        return (int(client(config.redis_url).incr(keys.ID_NODE_COUNTER)) - 1) % (ids.MAX_NODE + 1)
     except redis.RedisError as exc:
         node = secrets.randbelow(ids.MAX_NODE + 1)
         log.warning("could not take an id node from Redis (%s); using random node %d", exc, node)
         return node
-
-
-def next_tweet_id() -> int:
-    global _state
-    pid = os.getpid()
-    state = _state
-    if state is None or state[0] != pid:
-        with _lock:
-            if _state is None or _state[0] != pid:
-                _state = (pid, ids.IdGenerator(_allocate_node()))
-            state = _state
-    return state[1].next_id()

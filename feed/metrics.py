@@ -4,7 +4,9 @@
 | --- | --- |
 | ``starling_outbox_backlog`` | outbox rows not yet on Kafka (database) |
 | ``starling_relay_lag_seconds`` | age of the oldest unpublished outbox row |
-| ``starling_fanout_watermark_seq`` | highest write ``seq`` the timelines reflect |
+| ``starling_fanout_watermark_seq`` | every write ``seq`` up to it is in the timelines |
+| ``starling_fanout_highest_seq`` | the highest write ``seq`` applied (not all below it may be) |
+| ``starling_refills_pending`` | short timelines waiting for a refill from the database |
 | ``starling_fanout_lag_seconds`` | Kafka → Redis for the newest applied record |
 | ``starling_fanout_watermark_age_seconds`` | since the job last applied a micro-batch |
 | ``starling_freshness_seconds`` | post-to-visible of the newest applied write |
@@ -29,7 +31,8 @@ from django.db import DatabaseError
 from django.db.models import Min
 from django.http import HttpRequest, HttpResponse
 
-from fanout.timelines import BATCH_BUCKETS, store_for
+from fanout.timelines import store_for
+from fanout.watermark import BATCH_BUCKETS
 from feed.models import OutboxEvent
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -59,12 +62,22 @@ def collect(now: float | None = None) -> list[str]:
         out += _line(
             "starling_dead_letters", store.dead_letter_count(), "Changelog records set aside."
         )
+        out += _line(
+            "starling_refills_pending",
+            store.pending_refills(),
+            "Short timelines waiting for a refill from the database.",
+        )
         out += _line("starling_generation", generation or 0, "The active timeline generation.")
     except Exception:
         up["redis"] = 0
     if wm is not None:
         out += _line(
-            "starling_fanout_watermark_seq", wm.seq, "Highest write seq applied to timelines."
+            "starling_fanout_watermark_seq",
+            wm.contiguous,
+            "Every write seq up to this one is applied to the timelines.",
+        )
+        out += _line(
+            "starling_fanout_highest_seq", wm.seq, "The highest write seq applied to timelines."
         )
         if wm.event_time:
             out += _line(

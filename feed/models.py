@@ -1,4 +1,4 @@
-"""The system of record (DESIGN.md decision 1).
+"""The system of record: the tables, and the outbox of their changes.
 
 Rows change only through the use-cases in :mod:`feed.services`, which append
 an :class:`OutboxEvent` in the same transaction. Foreign keys to users are

@@ -21,7 +21,6 @@ the one the read makes; limit them at the proxy.
 
 from __future__ import annotations
 
-import functools
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -31,20 +30,13 @@ from django.conf import settings
 from rest_framework.request import Request
 from rest_framework.throttling import BaseThrottle
 
+from fanout import keys
+from fanout.procs import per_process
 from fanout.redis_conn import client
+from fanout.scripts import Script
 
 log = logging.getLogger(__name__)
 
-KEY_PREFIX = "starling:rl:"
-_WINDOW = r"""
-local n = redis.call('INCR', KEYS[1])
-local ttl = redis.call('PTTL', KEYS[1])
-if n == 1 or ttl < 0 then
-  redis.call('PEXPIRE', KEYS[1], ARGV[1])
-  ttl = tonumber(ARGV[1])
-end
-return {n, ttl}
-"""
 _UNITS = {
     "s": 1,
     "sec": 1,
@@ -60,11 +52,11 @@ _UNITS = {
 WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
-@functools.lru_cache(maxsize=8)
-def _window_script(redis_url: str) -> Any:
-    """The counting script on the process's client for ``redis_url`` (made once,
-    not per request)."""
-    return client(redis_url).register_script(_WINDOW)
+@per_process
+def _window_script(redis_url: str) -> Script:
+    """The counting script (``fanout/lua/rate_limit.lua``) on the process's
+    client for ``redis_url``, made once, not per request."""
+    return Script(client(redis_url), "rate_limit")
 
 
 @dataclass(frozen=True)
@@ -94,7 +86,7 @@ class RedisRateThrottle(BaseThrottle):
         ident = self.ident(request, view) if rate else None
         if rate is None or ident is None:
             return True
-        key = f"{KEY_PREFIX}{self.scope}:{ident}"
+        key = keys.rate_limit(self.scope, ident)
         try:
             script = _window_script(settings.STARLING.redis_url)
             count, ttl_ms = script(keys=[key], args=[rate.seconds * 1000])

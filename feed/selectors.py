@@ -4,19 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import orjson
+from django.db import connection
 from django.db.models import Q, QuerySet
 
-from fanout import events
+from fanout import events, ids
 from feed.models import Follow, OutboxEvent, Tweet, User
 
 if TYPE_CHECKING:
     from feed.timeline import TimelineQuery
-
-#: The fallback reads the tweets of at most this many (most recent) followees.
-FALLBACK_MAX_FOLLOWEES = 1000
 
 
 @dataclass(frozen=True)
@@ -67,41 +65,91 @@ def follow_page(
     return page, (page[-1][0] if len(rows) > count else None)
 
 
-def home_timeline_fallback(user_id: int, issued_at: float, query: TimelineQuery) -> bytes | None:
-    """A home-timeline page computed by the database (the join of DESIGN.md for
-    one user), for a timeline missing from Redis. Bounded: at most ``count``
-    rows, from at most FALLBACK_MAX_FOLLOWEES followees, through the
-    (author, -id) index. None if the user is gone, deactivated or revoked the token.
+def _join_sql(vendor: str) -> str:
+    """One user's home timeline by the database, newest first: the ids of the
+    user's own tweets and their followees', below a bound, at most a limit.
+
+    On PostgreSQL each author's newest rows come through the (author, -id)
+    index (a LATERAL top-N per author, merged): the cost is bounded by the
+    number of authors followed, not by how old the page is. SQLite (the
+    embedded default) has no LATERAL and scans the tweets by id instead.
+    Parameters: user, user, max_id, since_id, limit (then, on PostgreSQL,
+    the limit again: per author, then of the whole).
     """
+    if vendor == "postgresql":
+        return """
+            SELECT t.id FROM (
+                SELECT %s AS author_id
+                UNION SELECT followee_id FROM feed_follow WHERE follower_id = %s
+            ) AS a CROSS JOIN LATERAL (
+                SELECT id FROM feed_tweet
+                WHERE author_id = a.author_id AND id <= %s AND id > %s
+                ORDER BY id DESC LIMIT %s
+            ) AS t
+            ORDER BY t.id DESC LIMIT %s
+        """
+    return """
+        SELECT id FROM feed_tweet
+        WHERE (author_id = %s OR author_id IN (
+            SELECT followee_id FROM feed_follow WHERE follower_id = %s))
+          AND id <= %s AND id > %s
+        ORDER BY id DESC LIMIT %s
+    """
+
+
+def home_timeline_ids(
+    user_id: int, *, limit: int, max_id: int | None = None, since_id: int | None = None
+) -> list[int]:
+    """The view for one user as the database computes it: the newest ``limit``
+    ids of the user's and their followees' tweets (``max_id`` inclusive,
+    ``since_id`` exclusive), newest first."""
+    high = ids.MAX_ID if max_id is None else max_id
+    low = 0 if since_id is None else since_id
+    params = [user_id, user_id, high, low, limit]
+    if connection.vendor == "postgresql":
+        params.append(limit)
+    with connection.cursor() as cursor:
+        cursor.execute(_join_sql(connection.vendor), params)
+        return [row[0] for row in cursor.fetchall()]
+
+
+def home_timeline_page(
+    user_id: int, *, count: int, max_id: int | None = None, since_id: int | None = None
+) -> dict[str, Any]:
+    """A home-timeline page from the database: ``{"tweets", "next_max_id"}``,
+    ``next_max_id`` null on the last page. Bounded: ``count + 1`` rows."""
+    found = home_timeline_ids(user_id, limit=count + 1, max_id=max_id, since_id=since_id)
+    page = found[:count]
+    rows = dict(
+        (i, (author, text))
+        for i, author, text in Tweet.objects.filter(id__in=page).values_list(
+            "id", "author__username", "text"
+        )
+    )
+    tweets = [events.tweet_fields(i, *rows[i]) for i in page if i in rows]
+    return {"tweets": tweets, "next_max_id": page[-1] - 1 if len(found) > count else None}
+
+
+def home_timeline_fallback(user_id: int, issued_at: float, query: TimelineQuery) -> bytes | None:
+    """A home-timeline page computed by the database, for a timeline missing
+    from Redis (the page JSON). None if the user is gone, deactivated or
+    revoked the token (the Redis read checks revocation; this one must)."""
     user = User.objects.filter(pk=user_id, is_active=True).only("id", "tokens_valid_after").first()
     if user is None:
         return None
     if user.tokens_valid_after and issued_at < int(user.tokens_valid_after.timestamp()):
         return None
-    followees = list(
-        Follow.objects.filter(follower_id=user_id)
-        .order_by("-id")
-        .values_list("followee_id", flat=True)[:FALLBACK_MAX_FOLLOWEES]
+    page = home_timeline_page(
+        user_id, count=query.count, max_id=query.max_id, since_id=query.since_id
     )
-    qs = Tweet.objects.filter(author_id__in=[user_id, *followees])
-    if query.max_id is not None:
-        qs = qs.filter(id__lte=query.max_id)
-    if query.since_id is not None:
-        qs = qs.filter(id__gt=query.since_id)
-    rows = list(qs.order_by("-id").values_list("id", "author__username", "text")[: query.count])
-    next_max_id = rows[-1][0] - 1 if len(rows) == query.count else None
-    return orjson.dumps(
-        {
-            "tweets": [events.tweet_fields(i, author, text) for i, author, text in rows],
-            "next_max_id": next_max_id,
-        }
-    )
+    return orjson.dumps(page)
 
 
 def home_timeline_oracle(user_ids: Sequence[int], cap: int) -> dict[int, list[int]]:
-    """The view the timelines maintain, computed by the database (DESIGN.md's
-    join plus the user's own tweets): each user's newest ``cap`` tweet ids,
-    newest first. What a rebuild verifies its sample against."""
+    """The view the timelines maintain, computed by the database (the join plus
+    the user's own tweets) with the ORM, independently of
+    :func:`home_timeline_ids`: each user's newest ``cap`` tweet ids, newest
+    first. What a rebuild verifies its sample against."""
     out: dict[int, list[int]] = {}
     for user_id in user_ids:
         followees = Follow.objects.filter(follower_id=user_id).values("followee_id")

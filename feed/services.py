@@ -1,5 +1,5 @@
 """Write use-cases: each changes its rows and appends its outbox event in one
-transaction (DESIGN.md decision 1). Nothing here talks to Kafka.
+transaction. Nothing here talks to Kafka.
 
 Every use-case returns the ``seq`` of the event it wrote. A write that
 changes nothing (follow an already-followed user, unfollow a user one does
@@ -10,16 +10,17 @@ instead, so read-your-writes still means "everything before my request".
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.contrib.auth.password_validation import validate_password
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from fanout import events, ids
-from feed import outbox
-from feed.errors import ApplicationError, Conflict, Forbidden, NotFound
+from feed import outbox, selectors
+from feed.errors import ApplicationError, Conflict, Forbidden, NotFound, ServiceUnavailable
 from feed.idgen import next_tweet_id
 from feed.models import Follow, Tweet, User
 from feed.validation import InvalidInput, normalize_tweet_text, validate_username
@@ -137,25 +138,51 @@ def follow_create(*, follower: User, followee: User) -> FollowWrite:
 
 @transaction.atomic
 def follow_delete(*, follower: User, followee: User) -> int:
+    _lock_user(follower.pk)  # serialized with timeline_reset of the follower (see there)
     deleted, _ = Follow.objects.filter(follower=follower, followee=followee).delete()
     if not deleted:
         return outbox.high_water_seq()
     return outbox.append(events.Unfollowed(follower_id=follower.pk, followee_id=followee.pk))
 
 
-@transaction.atomic
-def timeline_regenerate(*, user_id: int) -> int:
-    """Have the join rebuild one user's home timeline; return the seq to wait for.
+def _lock_user(user_id: int) -> bool:
+    """Lock a user's row until the transaction ends (PostgreSQL; SQLite runs
+    one write transaction at a time anyway); False if there is no such user."""
+    return bool(list(User.objects.select_for_update().filter(pk=user_id).values_list("pk")))
 
-    Re-publishes the user's current follows, and the self edge, through the
-    outbox: for each followee the join merges that author's recent tweets, and
-    the self edge merges the user's own. The fanout job stays the only writer
-    of timelines (nothing races it). Duplicated follow events are harmless:
-    the join treats a follow of a known follower as a re-merge.
+
+@transaction.atomic
+def timeline_reset(*, user_id: int) -> int:
+    """Have the fanout job refill one home timeline from the database; return
+    the seq to wait for.
+
+    The database computes the timeline's newest ``TIMELINE_SIZE +
+    TIMELINE_SLACK`` entries (the join for this user) and the outbox carries
+    them to the job as a :class:`~fanout.events.TimelineReset`, which merges
+    them in: the job stays the only writer of timelines. For a timeline left
+    short by removals, a cold timeline, a user back from idleness.
+
+    The user's row is locked first, as an unfollow locks it: an unfollow is
+    either seen by this read or committed after it with a higher seq (and
+    the job then drops this reset as stale and asks again), so a reset never
+    brings back an author the user has unfollowed. ``as_of`` says which
+    writes the read saw for certain (on PostgreSQL, one committed after it
+    with a lower seq may be missing): the job applies the reset once it has
+    applied everything before it, and only if nothing it applied after
+    ``as_of`` removed entries or let some fall below the horizon.
     """
-    followees = Follow.objects.filter(follower_id=user_id).values_list("followee_id", flat=True)
-    edges = [events.Followed(follower_id=user_id, followee_id=f) for f in followees]
-    return outbox.append_many([*edges, events.Followed(follower_id=user_id, followee_id=user_id)])
+    as_of = outbox.settled_high()  # the read below sees every write up to there
+    if as_of is None:
+        raise ServiceUnavailable("writes in flight hold the database; try again")
+    if not _lock_user(user_id):
+        raise NotFound(f"no user with id {user_id}")
+    config = settings.STARLING
+    keep = config.timeline_size + config.timeline_slack
+    found = selectors.home_timeline_ids(user_id, limit=keep + 1)
+    kept = found[:keep]
+    horizon = kept[-1] if len(found) > keep else 0
+    reset = events.TimelineReset(user_id, tuple(sorted(kept)), horizon, as_of)
+    return outbox.append(reset)
 
 
 # --- Bulk variants, for seeding (load_tests/seed.py) --------------------------
@@ -251,8 +278,6 @@ def tokens_revoke(*, user: User, at: datetime | None = None, deactivate: bool = 
     Redis. Tokens are timestamped to the second: one issued in the same
     second as the revocation stays valid.
     """
-    from django.conf import settings
-
     from fanout.timelines import store_for
 
     now = at or timezone.now()
@@ -269,3 +294,25 @@ def tokens_revoke(*, user: User, at: datetime | None = None, deactivate: bool = 
         ),
         robust=False,
     )
+
+
+def revocations_restore() -> int:
+    """Put every token revocation still in force back into Redis (the read
+    path checks revocations there, never in the database): what a rebuild
+    does first, so a Redis that lost its data does not let revoked tokens
+    read timelines again. Returns how many were restored."""
+    from fanout.timelines import store_for
+
+    ttl = settings.STARLING_TOKEN_TTL
+    since = timezone.now() - timedelta(seconds=ttl)
+    store = store_for(settings.STARLING)
+    restored = 0
+    users = User.objects.filter(tokens_valid_after__gt=since).values_list(
+        "pk", "tokens_valid_after"
+    )
+    for user_id, valid_after in users.iterator():
+        assert valid_after is not None  # filtered on
+        left = int((valid_after - since).total_seconds())
+        store.revoke_tokens(user_id, int(valid_after.timestamp()), left)
+        restored += 1
+    return restored

@@ -45,6 +45,8 @@ STARLING_READ_YOUR_WRITES_WAIT = float(os.environ.get("STARLING_READ_YOUR_WRITES
 #: How often Celery beat sweeps the outbox (seconds), and how long published rows are kept.
 STARLING_OUTBOX_SWEEP_SECONDS = float(os.environ.get("STARLING_OUTBOX_SWEEP_SECONDS", "2"))
 STARLING_OUTBOX_RETENTION_DAYS = int(os.environ.get("STARLING_OUTBOX_RETENTION_DAYS", "7"))
+#: How often Celery beat refills the timelines the fanout job found short (seconds).
+STARLING_REFILL_SECONDS = float(os.environ.get("STARLING_REFILL_SECONDS", "1"))
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -95,12 +97,20 @@ DATABASES = {
         conn_health_checks=True,
     )
 }
+#: How long a write waits for a lock before it fails with 503 (seconds). SQLite
+#: waits this long for the database's write lock; PostgreSQL for a row or table
+#: lock (``lock_timeout``), so a locked database answers 503 instead of hanging.
+DATABASE_LOCK_TIMEOUT = float(os.environ.get("DATABASE_LOCK_TIMEOUT", "20"))
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    DATABASES["default"].setdefault("OPTIONS", {})["options"] = (
+        f"-c lock_timeout={int(DATABASE_LOCK_TIMEOUT * 1000)}"
+    )
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # WAL lets readers run during a write; IMMEDIATE takes the write lock at
     # BEGIN so concurrent writers queue (busy timeout) instead of deadlocking.
     DATABASES["default"]["OPTIONS"] = {
         "transaction_mode": "IMMEDIATE",
-        "timeout": 20,
+        "timeout": DATABASE_LOCK_TIMEOUT,
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
     }
 
@@ -176,6 +186,11 @@ CELERY_BEAT_SCHEDULE = {
         "options": {"expires": STARLING_OUTBOX_SWEEP_SECONDS * 5},
     },
     "prune-outbox": {"task": "feed.tasks.prune_outbox", "schedule": 3600.0},
+    "refill-timelines": {
+        "task": "feed.tasks.refill_timelines",
+        "schedule": STARLING_REFILL_SECONDS,
+        "options": {"expires": STARLING_REFILL_SECONDS * 5},
+    },
 }
 
 LOGGING = {

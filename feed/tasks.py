@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import subprocess
 import sys
 import time
@@ -16,35 +15,39 @@ from confluent_kafka import Producer
 from django.conf import settings
 from django.utils import timezone
 
+from fanout import keys
+from fanout.config import StarlingConfig
 from fanout.kafka import ensure_topics, make_producer
+from fanout.procs import per_process
 from fanout.redis_conn import client
-from fanout.relay import OutboxRelay, RelayCoordinator, RelayResult
+from fanout.relay import MarkState, OutboxRelay, RelayCoordinator, RelayResult
 from feed.models import OutboxEvent
-from feed.outbox import RELAY_QUEUED, DjangoOutboxStore
+from feed.outbox import RELAY_TASK, DjangoOutboxStore
 
 log = logging.getLogger(__name__)
 
-# One long-lived idempotent producer per process: a message that is still
-# in flight is never produced a second time by a newer producer.
-_producer: tuple[int, str, Producer] | None = None
-_topics_ready: set[tuple[str, str]] = set()
+
+def _relay_producer(config: StarlingConfig) -> Producer:
+    """One long-lived idempotent producer per process and broker: a message
+    still in flight is never produced a second time by a newer producer."""
+    return _producer(config.kafka_bootstrap_servers)
 
 
-def _relay_producer() -> Producer:
-    global _producer
-    config = settings.STARLING
-    key = (os.getpid(), config.kafka_bootstrap_servers)
-    if _producer is None or _producer[:2] != key:
-        _producer = (*key, make_producer(config))
-    return _producer[2]
+@per_process
+def _producer(bootstrap: str) -> Producer:
+    return make_producer(StarlingConfig(kafka_bootstrap_servers=bootstrap))
 
 
-def _ensure_topics_once() -> None:
-    config = settings.STARLING
-    key = (config.kafka_bootstrap_servers, config.topics.prefix)
-    if key not in _topics_ready:
-        ensure_topics(config, timeout=5.0)
-        _topics_ready.add(key)
+@per_process
+def _marks(bootstrap: str, topic_prefix: str) -> MarkState:
+    """The last relay mark this process wrote to these topics."""
+    return MarkState()
+
+
+@per_process
+def _ensure_topics_once(config: StarlingConfig) -> bool:
+    ensure_topics(config, timeout=5.0)
+    return True
 
 
 def run_relay() -> RelayResult:
@@ -52,24 +55,59 @@ def run_relay() -> RelayResult:
 
     def work() -> RelayResult:
         try:
-            _ensure_topics_once()
+            _ensure_topics_once(settings.STARLING)
         except Exception as exc:
             return RelayResult(error=f"topics not ready: {exc}")
+        config = settings.STARLING
         relay = OutboxRelay(
-            store=DjangoOutboxStore(), producer=_relay_producer(), config=settings.STARLING
+            store=DjangoOutboxStore(),
+            producer=_relay_producer(config),
+            config=config,
+            marks=_marks(config.kafka_bootstrap_servers, config.topics.prefix),
         )
         return relay.run()
 
     r = client(settings.STARLING.redis_url)
-    r.delete(RELAY_QUEUED)
+    r.delete(keys.RELAY_QUEUED)
     return RelayCoordinator(r).run(work) or RelayResult()
 
 
-@shared_task(ignore_result=True)
+@shared_task(name=RELAY_TASK, ignore_result=True)
 def relay_outbox() -> None:
     result = run_relay()
     if result.published:
         log.info("relay published %d outbox events", result.published)
+
+
+#: Timelines refilled per task run (each is one query and one outbox event).
+REFILLS_PER_RUN = 500
+
+
+@shared_task(ignore_result=True)
+def refill_timelines() -> int:
+    """Refill the timelines the fanout job found short (removals left fewer
+    than TIMELINE_SIZE entries above their horizon): one reset each, computed
+    by the database (services.timeline_reset). Run by beat every
+    STARLING_REFILL_SECONDS."""
+    from fanout.timelines import store_for
+    from feed.errors import NotFound
+    from feed.services import timeline_reset
+
+    store = store_for(settings.STARLING)
+    done = 0
+    taken = store.take_refills(REFILLS_PER_RUN)
+    for n, user_id in enumerate(taken):
+        try:
+            timeline_reset(user_id=user_id)
+            done += 1
+        except NotFound:
+            continue
+        except Exception:
+            store.request_refill(*taken[n:])  # the rest are tried again on the next run
+            raise
+    if done:
+        log.info("refilled %d short timelines", done)
+    return done
 
 
 @shared_task(ignore_result=True)
@@ -83,8 +121,9 @@ def prune_outbox() -> None:
 
 @shared_task(ignore_result=True)
 def rebuild_timelines(run_id: int) -> str:
-    """Run ``python -m spark.rebuild`` for an admin-started rebuild and mirror
-    its progress (which the rebuild publishes in Redis) into the row."""
+    """Run ``manage.py rebuild_timelines`` (in a process of its own: it starts a
+    Spark driver) for an admin-started rebuild and mirror its progress (which
+    the rebuild publishes in Redis) into the row."""
     from fanout.timelines import store_for
     from feed.models import TimelineRebuild
 
@@ -93,7 +132,8 @@ def rebuild_timelines(run_id: int) -> str:
     run.save(update_fields=["status"])
     logs = settings.VAR_DIR / "rebuild"
     logs.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, "-m", "spark.rebuild", "--json"]
+    manage = settings.BASE_DIR / "manage.py"
+    command = [sys.executable, str(manage), "rebuild_timelines", "--json"]
     if run.dry_run:
         command.append("--dry-run")
     store = store_for(settings.STARLING)

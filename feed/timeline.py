@@ -1,4 +1,4 @@
-"""The home-timeline read (DESIGN.md decision 7): one Redis round trip, no SQL.
+"""The home-timeline read: one Redis round trip, no SQL.
 
 :func:`handle` is the whole endpoint, free of any web framework: it takes
 the request's method, ``Authorization`` header and query string and returns
@@ -10,16 +10,26 @@ Django, for the test client, the OpenAPI schema and ``runserver``).
 A warm read is one call of the timeline store's read script (active
 generation, token revocation, the page of ids by cursor, the bodies, the
 watermark, the JSON assembled in Redis), after an HMAC check of the token.
-The database is touched only for a *cold* timeline (missing in the active
-generation): a bounded fallback query answers, and the timeline is
-regenerated through the join by re-publishing the user's follows.
+The database answers, with one bounded query (a page at a time):
+
+* a *cold* timeline (missing in the active generation), which is then
+  refilled through the fanout job (a reset of that one timeline);
+* pages below what Redis keeps (``max_id`` past its oldest entry, header
+  ``X-Starling-Source: database``), so paging never dead-ends at the cap;
+* the rest of a page Redis could not fill while a timeline short after
+  removals waits for its refill (``redis+database``);
+* a ``min_seq`` beyond the watermark: the outbox's newest seq, which bounds
+  the wait.
 """
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import parse_qs
 
 import orjson
@@ -29,16 +39,21 @@ from fanout import ids
 from fanout.timelines import Page, TimelineStore
 from feed.auth import InvalidToken, bearer_token, verify_token_cached
 
+log = logging.getLogger("starling.timeline")
+
 MAX_COUNT = 200
 DEFAULT_COUNT = 50
+MAX_SEQ = 2**63 - 1
 #: A regeneration is asked for at most once per user and window.
 REGENERATION_WINDOW = 60
 
-HEADER_SOURCE = "X-Starling-Source"  # redis | fallback
+HEADER_SOURCE = "X-Starling-Source"  # redis | redis+database | database | fallback
 HEADER_WATERMARK = "X-Starling-Watermark"  # highest outbox seq the timelines reflect
 HEADER_LAG = "X-Starling-Fanout-Lag"  # seconds from Kafka to Redis for the newest applied event
 HEADER_AGE = "X-Starling-Watermark-Age"  # seconds since the fanout job last applied a batch
 HEADER_STALE = "X-Starling-Stale"  # "true": min_seq was not reached in time
+#: "<generation>.<version>": changes when an entry arrives below one a poller saw
+HEADER_VERSION = "X-Starling-Timeline-Version"
 
 
 class InvalidParameter(ValueError):
@@ -49,6 +64,32 @@ class InvalidParameter(ValueError):
 
 
 @dataclass(frozen=True)
+class Param:
+    """A query parameter of ``GET /api/v1/timeline``: the parser and the OpenAPI
+    schema (feed.apis) are both made from these."""
+
+    name: str
+    low: int
+    high: int
+    default: int | None
+    help: str
+
+
+PARAMS = (
+    Param("count", 1, MAX_COUNT, DEFAULT_COUNT, "Tweets per page."),
+    Param("max_id", 1, ids.MAX_ID, None, "Newest id to return (inclusive)."),
+    Param("since_id", 1, ids.MAX_ID, None, "Return only ids above this."),
+    Param(
+        "min_seq",
+        0,
+        MAX_SEQ,
+        None,
+        "Wait (a bounded time) until the timelines reflect this write seq.",
+    ),
+)
+
+
+@dataclass(frozen=True)
 class TimelineQuery:
     count: int = DEFAULT_COUNT
     max_id: int | None = None
@@ -56,30 +97,25 @@ class TimelineQuery:
     min_seq: int | None = None
 
 
-def _int(params: Mapping[str, list[str]], name: str, low: int, high: int) -> int | None:
+def _int(params: Mapping[str, list[str]], param: Param) -> int | None:
+    name = param.name
     values = params.get(name)
     if not values:
-        return None
+        return param.default
     if len(values) > 1:
         raise InvalidParameter(name, "give it once")
     raw = values[0].strip()
     if not raw.isdigit() or len(raw) > 20:
         raise InvalidParameter(name, f"must be a whole number, got {raw[:30]!r}")
     value = int(raw)
-    if not low <= value <= high:
-        raise InvalidParameter(name, f"must be between {low} and {high}, got {value}")
+    if not param.low <= value <= param.high:
+        raise InvalidParameter(name, f"must be between {param.low} and {param.high}, got {value}")
     return value
 
 
 def parse_query(query_string: str) -> TimelineQuery:
     params = parse_qs(query_string, keep_blank_values=True)
-    count = _int(params, "count", 1, MAX_COUNT)
-    return TimelineQuery(
-        count=DEFAULT_COUNT if count is None else count,
-        max_id=_int(params, "max_id", 1, ids.MAX_ID),
-        since_id=_int(params, "since_id", 1, ids.MAX_ID),
-        min_seq=_int(params, "min_seq", 0, 2**63 - 1),
-    )
+    return TimelineQuery(**{p.name: _int(params, p) for p in PARAMS})  # type: ignore[arg-type]
 
 
 @dataclass
@@ -106,8 +142,13 @@ def _revoked() -> Response:
 #: Fallback(user_id, issued_at, query) -> the page body (JSON bytes), from the
 #: database; None when the user or the token is no longer valid there.
 Fallback = Callable[[int, float, TimelineQuery], bytes | None]
+#: Continuation(user_id, query) -> a page ({"tweets", "next_max_id"}) from the
+#: database, for the part of a warm timeline that Redis does not keep.
+Continuation = Callable[[int, TimelineQuery], dict[str, Any]]
 #: Regenerate(user_id) -> the outbox seq after which the timeline is complete.
 Regenerate = Callable[[int], int]
+#: HighWater() -> the newest seq in the outbox (what a min_seq can at most wait for).
+HighWater = Callable[[], int]
 
 
 @dataclass
@@ -115,38 +156,98 @@ class TimelineReader:
     store: TimelineStore
     fallback: Fallback
     regenerate: Regenerate
+    continuation: Continuation
+    high_water: HighWater
     max_wait: float = 2.0
+    #: Reads of this process that may wait for a min_seq at once; more answer at once.
+    max_waiters: int = 4
     poll: float = 0.02
     clock: Callable[[], float] = time.monotonic
     sleep: Callable[[float], None] = time.sleep
     wall: Callable[[], float] = time.time
+    _waiters: threading.BoundedSemaphore = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._waiters = threading.BoundedSemaphore(self.max_waiters)
 
     def read(self, user_id: int, issued_at: float, query: TimelineQuery) -> Response:
-        deadline = self.clock() + self.max_wait
-        while True:
-            try:
-                page = self.store.read_page(
-                    user_id,
-                    count=query.count,
-                    max_id=query.max_id,
-                    since_id=query.since_id,
-                    issued_at=issued_at,
-                )
-            except redis.RedisError:
-                return self._cold(user_id, issued_at, query, Page("unavailable"))
-            if page.status == "revoked":
-                return _revoked()
-            if page.status != "ok":
-                return self._cold(user_id, issued_at, query, page)
-            behind = query.min_seq is not None and page.watermark_seq < query.min_seq
-            if not behind or self.clock() >= deadline:
-                break
-            self.sleep(self.poll)
+        page = self._page(user_id, issued_at, query)
+        if page.status == "revoked":
+            return _revoked()
+        if page.status not in ("ok", "beyond"):
+            return self._cold(user_id, issued_at, query, page)
+        stale = False
+        if query.min_seq is not None and page.watermark_seq < query.min_seq:
+            page, stale = self._wait(user_id, issued_at, query, page)
         headers = self._watermark_headers(page)
-        headers[HEADER_SOURCE] = "redis"
-        if behind:
+        headers[HEADER_VERSION] = f"{page.generation}.{page.version}"
+        if stale:
             headers[HEADER_STALE] = "true"
+        if page.status == "beyond":  # below what Redis keeps: the database goes on
+            headers[HEADER_SOURCE] = "database"
+            return Response(200, orjson.dumps(self.continuation(user_id, query)), headers)
+        if page.partial:  # Redis ran out before the page was full
+            headers[HEADER_SOURCE] = "redis+database"
+            return Response(200, self._fill(user_id, query, page.body), headers)
+        headers[HEADER_SOURCE] = "redis"
         return Response(200, page.body, headers)
+
+    def _page(self, user_id: int, issued_at: float, query: TimelineQuery) -> Page:
+        try:
+            return self.store.read_page(
+                user_id,
+                count=query.count,
+                max_id=query.max_id,
+                since_id=query.since_id,
+                issued_at=issued_at,
+            )
+        except redis.RedisError:
+            return Page("unavailable")
+
+    def _wait(
+        self, user_id: int, issued_at: float, query: TimelineQuery, page: Page
+    ) -> tuple[Page, bool]:
+        """Wait (bounded) until the timelines reflect ``query.min_seq``; the page
+        read then, and whether it is still stale. A ``min_seq`` beyond the
+        outbox's newest seq waits for that one; only ``max_waiters`` reads of a
+        process wait at once (the others answer at once, stale); the wait
+        polls the watermark alone, then reads the page once."""
+        assert query.min_seq is not None and page.generation is not None
+        target = min(query.min_seq, self.high_water())
+        if page.watermark_seq >= target:
+            return page, False
+        if not self._waiters.acquire(blocking=False):
+            return page, True
+        try:
+            deadline = self.clock() + self.max_wait
+            while self.store.contiguous_watermark(page.generation) < target:
+                if self.clock() >= deadline:
+                    return page, True
+                self.sleep(self.poll)
+        except redis.RedisError:
+            return page, True
+        finally:
+            self._waiters.release()
+        again = self._page(user_id, issued_at, query)
+        if again.status not in ("ok", "beyond"):
+            return page, True
+        return again, again.watermark_seq < target
+
+    def _fill(self, user_id: int, query: TimelineQuery, body: bytes) -> bytes:
+        """The Redis page completed from the database, below its last entry."""
+        first = orjson.loads(body)
+        cursor = first["next_max_id"]
+        if cursor is None:
+            return body
+        rest = self.continuation(
+            user_id,
+            TimelineQuery(
+                count=query.count - len(first["tweets"]), max_id=cursor, since_id=query.since_id
+            ),
+        )
+        return orjson.dumps(
+            {"tweets": first["tweets"] + rest["tweets"], "next_max_id": rest["next_max_id"]}
+        )
 
     def _cold(self, user_id: int, issued_at: float, query: TimelineQuery, page: Page) -> Response:
         """No timeline in Redis (or no Redis): answer from the database, and
@@ -157,22 +258,24 @@ class TimelineReader:
         headers = self._watermark_headers(page)
         headers[HEADER_SOURCE] = "fallback"
         if page.status == "cold" and page.generation is not None:
-            self._request_regeneration(page.generation, user_id)
+            try:
+                self._request_regeneration(page.generation, user_id)
+            except Exception:  # the page is good; the next cold read asks again
+                log.warning("could not request the regeneration of %d", user_id, exc_info=True)
         return Response(200, body, headers)
 
     def _request_regeneration(self, generation: int, user_id: int) -> None:
-        key = f"starling:regen:{generation}:{user_id}"
-        client = self.store.redis
         # Claimed as "pending forever" first, so reads stay cold until the
         # regeneration's events are written and then applied by the job.
-        if not client.set(key, ids.MAX_ID, nx=True, ex=REGENERATION_WINDOW):
+        store = self.store
+        if not store.claim_regeneration(generation, user_id, window=REGENERATION_WINDOW):
             return
         try:
             seq = self.regenerate(user_id)
-        except Exception:
-            client.delete(key)
+        except BaseException:
+            store.release_regeneration(generation, user_id)
             raise
-        client.set(key, seq, ex=REGENERATION_WINDOW)
+        store.regenerating_until(generation, user_id, seq, window=REGENERATION_WINDOW)
 
     def _watermark_headers(self, page: Page) -> dict[str, str]:
         if page.generation is None:

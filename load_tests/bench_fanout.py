@@ -5,7 +5,7 @@
 
 Starts its own broker and Redis, writes a follow graph with a power-law
 follower distribution (load_tests/network.py) straight to the changelogs,
-runs the real fanout job (``python -m spark.fanout``) and measures:
+runs the real fanout job (``python -m spark.job``) and measures:
 
 1. sustained throughput: a backlog of tweets drained by the job, in timeline
    deliveries per second (one delivery = one tweet id into one timeline);
@@ -39,8 +39,10 @@ from fanout import embedded, events, ids
 from fanout.config import StarlingConfig, TopicNames
 from fanout.join import AuthorState, Mutation, join_events
 from fanout.kafka import ensure_topics, make_producer
+from fanout.keys import timeline as timeline_key
 from fanout.partitioning import partition_for
-from fanout.timelines import TimelineStore, store_for, timeline_key
+from fanout.timeline_ops import entries, timeline_ids
+from fanout.timelines import TimelineStore, store_for
 from load_tests import network
 from load_tests.harness import Report, percentile, ratio, summary
 
@@ -122,7 +124,7 @@ class Job:
             [
                 sys.executable,
                 "-m",
-                "spark.fanout",
+                "spark.job",
                 "--checkpoint",
                 str(workdir / "checkpoint"),
                 "--max-records",
@@ -258,32 +260,29 @@ def memory_per_entry(
 ) -> dict[str, float]:
     """Bytes per entry of a sample of timelines, packed and as sorted sets."""
     picked = rnd.sample(range(1, users + 1), min(sample, users))
-    packed_bytes = entries = 0
+    packed_bytes = total = 0
     ids_by_user: dict[int, list[int]] = {}
     for user in picked:
         key = timeline_key(generation, user)
         raw = client.get(key)
-        if not raw or len(raw) <= 8:
+        if not isinstance(raw, bytes) or entries(raw) == 0:
             continue
-        n = len(raw) // 8 - 1
         packed_bytes += int(client.memory_usage(key, samples=0) or 0)
-        entries += n
-        assert isinstance(raw, bytes)
-        blob = raw
-        ids_by_user[user] = [int.from_bytes(blob[i : i + 8], "big") for i in range(8, len(blob), 8)]
-    out = {"packed": packed_bytes / entries if entries else 0.0, "entries_sampled": float(entries)}
+        total += entries(raw)
+        ids_by_user[user] = timeline_ids(raw)
+    out = {"packed": packed_bytes / total if total else 0.0, "entries_sampled": float(total)}
     for label, listpack_entries in (("zset_skiplist", 128), ("zset_listpack", 1024)):
         previous = str(client.config_get("zset-max-listpack-entries")["zset-max-listpack-entries"])
         client.config_set("zset-max-listpack-entries", listpack_entries)
-        total = 0
+        zset_bytes = 0
         for user, tl in ids_by_user.items():
             key = f"bzmem:{user}"
             client.delete(key)
             client.zadd(key, {str(t): t for t in tl})
-            total += int(client.memory_usage(key, samples=0) or 0)
+            zset_bytes += int(client.memory_usage(key, samples=0) or 0)
             client.delete(key)
         client.config_set("zset-max-listpack-entries", previous)
-        out[label] = total / entries if entries else 0.0
+        out[label] = zset_bytes / total if total else 0.0
     return out
 
 

@@ -13,7 +13,7 @@ application with granian, and measures in the same run:
    p50/p99 latency.
 
 Both clients run on this machine next to the server (2 cores), as they would
-in the issue's measurement. Needs ``wrk`` (``apt-get install wrk``).
+in the original measurement. Needs ``wrk`` (``apt-get install wrk``).
 """
 
 from __future__ import annotations
@@ -30,8 +30,6 @@ import textwrap
 import time
 import uuid
 from pathlib import Path
-
-import redis
 
 ROOT = Path(__file__).resolve().parent.parent
 SECRET = "bench-secret-" + "x" * 40
@@ -154,12 +152,12 @@ def main(argv: list[str] | None = None) -> int:
         redis_url = f"redis://127.0.0.1:{rport}/0"
         os.environ.update(REDIS_URL=redis_url, DATABASE_URL=f"sqlite:///{workdir / 'db.sqlite3'}")
         django.setup()
-        from feed.apis import timeline_reader  # noqa: F401  (checks the app imports)
         from feed.auth import issue_token
         from feed.models import User
+        from feed.readpath import timeline_reader  # noqa: F401  (checks the app imports)
 
         config = StarlingConfig.from_env()
-        from fanout.timelines import _READ_PAGE, store_for
+        from fanout.timelines import store_for
 
         store = store_for(config)
         generation = store.ensure_active_generation()
@@ -189,12 +187,20 @@ def main(argv: list[str] | None = None) -> int:
                 mutations += result.mutations
             store.apply(generation, bodies, mutations)
         store.record_watermark(
-            generation, batch_id=1, seq=1, event_time=time.time(), offsets={}, counters={}
+            generation,
+            batch_id=1,
+            seq=1,
+            marks={},
+            contiguous=1,
+            event_time=time.time(),
+            offsets={},
+            counters={},
         )
         user_id = 42
         page = store.read_page(user_id, count=50)
         assert page.status == "ok"
-        entries = (len(store.redis.get(f"tl:{generation}:{user_id}") or b"") - 8) // 8
+        timeline = store.timeline(generation, user_id)
+        entries = len(timeline.ids) if timeline else 0
         body_bytes = len(page.body)
 
         # The web server: the real WSGI app (fast path for the timeline).
@@ -233,8 +239,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         embedded.wait_for_port("127.0.0.1", wport, 30, server)
         url = f"http://127.0.0.1:{wport}/api/v1/timeline?count=50"
-        sha = redis.Redis.from_url(redis_url).script_load(_READ_PAGE)
-        script_args = [str(user_id), "50", "0", "0", str(config.timeline_size), "0"]
+        command = store.read_page_command(user_id, count=50)
+        sha, script_args = command[1], command[3:]
 
         if args.hold:
             print(f"serving {url}\nAuthorization: Bearer {token}")

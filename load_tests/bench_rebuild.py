@@ -7,7 +7,7 @@ Starts its own broker and Redis and writes a network to the changelogs
 Zipf-distributed authors, 5% of tweets deleted and 5% of follows undone:
 tombstones a compacted log would still hold). Then, in the same run:
 
-1. the baseline: the streaming fanout job (``python -m spark.fanout``)
+1. the baseline: the streaming fanout job (``python -m spark.job``)
    replays the whole log from offset 0 until its watermark reaches the last
    record: records per second;
 2. the rebuild (``python -m spark.rebuild``) of the same log while that job

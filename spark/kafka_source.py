@@ -2,7 +2,7 @@
 
 The JVM Kafka connector cannot be installed here (no Maven Central), and a
 Python data source keeps the offsets in Spark's checkpoint, so input is
-exactly-once (DESIGN.md decision 5). Rows have the shape of Spark's own
+exactly-once. Rows have the shape of Spark's own
 Kafka source (``timestamp`` in epoch milliseconds); a tombstone is a row
 with a null ``value``.
 
@@ -20,7 +20,7 @@ Options (``spark.readStream.format("starling-kafka").option(...)``):
 
 **End offsets.** Apache Kafka's ListOffsets answers the end of the log; the
 embedded Tansu broker answers the base offset of the last record batch + 1
-(ENVIRONMENT.md). So the source asks ListOffsets, then fetches from one
+(measured). So the source asks ListOffsets, then fetches from one
 record before that answer with ``enable.partition.eof``: the end-of-partition
 event carries the real end. On Kafka both agree; on Tansu the fetch corrects
 the answer. One fetch of the last record batch per partition per trigger.
@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -43,6 +42,8 @@ from pyspark.sql.datasource import (
     InputPartition,
 )
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
+
+from fanout.procs import per_process
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +58,10 @@ Offsets = dict[str, dict[str, int]]
 
 class DataLossError(RuntimeError):
     pass
+
+
+class MissingTopic(RuntimeError):
+    """A topic the source reads does not exist (any more) on the broker."""
 
 
 @dataclass(frozen=True)
@@ -201,7 +206,7 @@ class EndOffsetProbe:
         for topic in topics:
             info = metadata.topics.get(topic)
             if info is None or info.error is not None:
-                raise RuntimeError(f"topic {topic!r} does not exist on {self.bootstrap}")
+                raise MissingTopic(f"topic {topic!r} does not exist on {self.bootstrap}")
             for p in info.partitions:
                 listed[(topic, p)] = consumer.get_watermark_offsets(
                     TopicPartition(topic, p), timeout=timeout
@@ -236,17 +241,17 @@ class EndOffsetProbe:
             self._consumer = None
 
 
-_worker_consumers: dict[tuple[int, str], Any] = {}
+@per_process
+def _worker_consumer(bootstrap: str) -> Any:
+    """The Python worker's consumer, reused across the tasks it runs."""
+    return _consumer(bootstrap)
 
 
 def read_range(bootstrap: str, part: OffsetRange, timeout: float) -> Iterator[tuple[Any, ...]]:
     """Yield the records of ``part`` as rows of :data:`SCHEMA` (executor side)."""
     from confluent_kafka import KafkaError, TopicPartition
 
-    key = (os.getpid(), bootstrap)
-    consumer = _worker_consumers.get(key)
-    if consumer is None:  # reused across tasks by the Python worker
-        consumer = _worker_consumers[key] = _consumer(bootstrap)
+    consumer = _worker_consumer(bootstrap)
     consumer.assign([TopicPartition(part.topic, part.partition, part.start)])
     deadline = time.monotonic() + timeout
     position = part.start

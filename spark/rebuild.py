@@ -1,17 +1,18 @@
 """Rebuild every home timeline from the changelogs, verify, switch atomically.
 
-    python -m spark.rebuild [--dry-run] [--sample 200] [--wait 600]
-    manage.py rebuild_timelines [same options]
+    manage.py rebuild_timelines [--dry-run] [--sample 200] [--wait 600] [--json]
 
 What an operator runs after fixing a bug in the fanout logic, and what
-brings Redis back after it lost its data (DESIGN.md decision 8):
+brings Redis back after it lost its data. This module holds the stages
+(the driver); :mod:`spark.rebuild_tasks` what they run on the executors;
+:mod:`spark.rebuild_command` the command line around them.
 
 1. **snapshot**: the end offsets of both changelogs;
 2. **read** the compacted changelogs from offset 0 to the snapshot as a
    Spark batch job, keeping the newest record per key (a tombstone removes
    the row): the current ``tweets`` and ``follows`` tables;
 3. **join**: every timeline is the newest ``TIMELINE_SIZE`` (+ slack)
-   tweets of the user and of the users they follow (the SQL of DESIGN.md,
+   tweets of the user and of the users they follow (the view's SQL,
    computed per follower with Spark), and every author's join state (the
    fanout job's ``AuthorState``), by the same rules as the streaming job
    (:func:`fanout.join.rebuilt_timeline`, :func:`fanout.join.rebuilt_author_state`);
@@ -33,39 +34,38 @@ reports how many live timelines differ from the rebuilt ones, and by how much.
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os
 import random
 import sys
 import time
-import traceback
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import orjson
-import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from fanout import events
 from fanout.config import StarlingConfig
-from fanout.join import rebuilt_author_state, rebuilt_timeline
-from fanout.timelines import (
-    REBUILD_STATUS,
-    TimelineStore,
-    pack_timeline,
-    store_for,
-    unpack_timeline,
-    visible,
-)
-from spark.fanout import header_column
-from spark.kafka_source import NAME as SOURCE
+from fanout.timeline_ops import entries, unpack_timeline, visible
+from fanout.timelines import TimelineStore
+from fanout.watermark import contiguous, mark_name
+from spark.changelog import read_changelogs
 from spark.kafka_source import EndOffsetProbe, Offsets
-from spark.session import build_session
+from spark.rebuild_tasks import (
+    COUNT,
+    DECODED,
+    DIFF,
+    STATE,
+    WRITTEN,
+    bodies_partition,
+    decode_partition,
+    diff_partition,
+    state_partition,
+    write_timelines_partition,
+)
 
 log = logging.getLogger("starling.rebuild")
 
@@ -74,20 +74,9 @@ log = logging.getLogger("starling.rebuild")
 Oracle = Callable[[Sequence[int], int], dict[int, list[int]]]
 Settled = Callable[[Sequence[int], int], set[int]]
 
-DECODED = (
-    "kind string, a long, b long, body binary, seq long, "
-    "topic string, partition int, offset long, error string"
-)
-STATE = "join_key long, blob binary, kept array<long>, horizon long"
-WRITTEN = "owner long, entries int"
-DIFF = "owner long, live_missing boolean, missing int, extra int"
-
 
 class RebuildFailed(RuntimeError):
     """The rebuild stopped; the live generation is untouched."""
-
-
-# --- progress --------------------------------------------------------------------------
 
 
 @dataclass
@@ -126,123 +115,9 @@ class Progress:
     def publish(self, **fields: Any) -> None:
         if self.store is not None:
             try:
-                mapping = {**fields, "updated_at": time.time()}
-                self.store.redis.hset(REBUILD_STATUS, mapping=mapping)  # type: ignore[arg-type]
+                self.store.publish_rebuild_status(**fields)
             except Exception:  # progress display must not fail the rebuild
                 log.debug("could not publish progress", exc_info=True)
-
-
-# --- executor side (pure Python over Arrow batches) ------------------------------------
-
-
-def decode_partition(batches: Iterator[pa.RecordBatch], topics: Any) -> Iterator[pa.RecordBatch]:
-    """The newest record of each key, decoded: ``tweet`` (a=author, b=tweet id,
-    body), ``follow`` (a=followee, b=follower), ``gone`` (a tombstone) or ``bad``."""
-    for batch in batches:
-        out: dict[str, list[Any]] = {k: [] for k in _names(DECODED)}
-        for row in batch.to_pylist():
-            kind, a, b, body, error = "bad", None, None, None, None
-            try:
-                envelope = events.decode_record(
-                    topics.logical(row["topic"]), row["key"], row["value"], row["seq"], row["jk"]
-                )
-                ev = envelope.event
-                if isinstance(ev, events.TweetPosted):
-                    kind, a, b, body = "tweet", ev.author_id, ev.tweet_id, events.tweet_json(ev)
-                elif isinstance(ev, events.Followed):
-                    kind, a, b = "follow", ev.followee_id, ev.follower_id
-                else:
-                    kind = "gone"
-            except (events.BadEvent, KeyError) as exc:
-                error = str(exc)
-            for name, value in (
-                ("kind", kind),
-                ("a", a),
-                ("b", b),
-                ("body", body),
-                ("seq", row["seq"]),
-                ("topic", row["topic"]),
-                ("partition", row["partition"]),
-                ("offset", row["offset"]),
-                ("error", error),
-            ):
-                out[name].append(value)
-        yield _batch(out, DECODED)
-
-
-def state_partition(
-    batches: Iterator[pa.RecordBatch], cap: int, slack: int
-) -> Iterator[pa.RecordBatch]:
-    """Per author: the fanout job's state blob, its kept tweets and horizon."""
-    for batch in batches:
-        out: dict[str, list[Any]] = {k: [] for k in _names(STATE)}
-        for row in batch.to_pylist():
-            state = rebuilt_author_state(
-                row["author"], row["followers"] or (), row["tweets"] or (), cap=cap, slack=slack
-            )
-            out["join_key"].append(row["author"])
-            out["blob"].append(state.encode())
-            out["kept"].append(state.tweets)
-            out["horizon"].append(state.horizon)
-        yield _batch(out, STATE)
-
-
-def _timelines(batch: pa.RecordBatch, cap: int, slack: int) -> Iterator[tuple[int, int, list[int]]]:
-    for row in batch.to_pylist():
-        horizon, ids = rebuilt_timeline(
-            row["ids"] or (), cap=cap, slack=slack, floor=row["floor"] or 0
-        )
-        yield row["owner"], horizon, ids
-
-
-def write_partition(
-    batches: Iterator[pa.RecordBatch], config: StarlingConfig, generation: int
-) -> Iterator[pa.RecordBatch]:
-    """Write this partition's timelines into ``generation``; return their lengths."""
-    store = store_for(config, timeout=120)
-    for batch in batches:
-        rows = list(_timelines(batch, config.timeline_size, config.timeline_slack))
-        store.write_timelines(generation, ((o, pack_timeline(h, ids)) for o, h, ids in rows))
-        yield _batch(
-            {"owner": [o for o, _, _ in rows], "entries": [len(ids) for _, _, ids in rows]},
-            WRITTEN,
-        )
-
-
-def diff_partition(
-    batches: Iterator[pa.RecordBatch], config: StarlingConfig, live: int, newest_tweet: int
-) -> Iterator[pa.RecordBatch]:
-    """Compare rebuilt timelines with the live generation's (what readers see);
-    tweets newer than the snapshot are left out of the live side."""
-    store = store_for(config, timeout=120)
-    cap = config.timeline_size
-    for batch in batches:
-        rows = list(_timelines(batch, cap, config.timeline_slack))
-        packed = store.packed_timelines(live, [o for o, _, _ in rows])
-        out: dict[str, list[Any]] = {k: [] for k in _names(DIFF)}
-        for (owner, _, ids), raw in zip(rows, packed, strict=True):
-            want = set(visible(ids, cap))
-            have = (
-                {i for i in visible(unpack_timeline(raw)[1], cap) if i <= newest_tweet}
-                if raw
-                else set()
-            )
-            out["owner"].append(owner)
-            out["live_missing"].append(raw is None)
-            out["missing"].append(len(want - have))
-            out["extra"].append(len(have - want))
-        yield _batch(out, DIFF)
-
-
-def bodies_partition(
-    batches: Iterator[pa.RecordBatch], config: StarlingConfig
-) -> Iterator[pa.RecordBatch]:
-    store = store_for(config, timeout=120)
-    for batch in batches:
-        n = store.write_bodies(
-            zip(batch.column("b").to_pylist(), batch.column("body").to_pylist(), strict=True)
-        )
-        yield _batch({"n": [n]}, "n long")
 
 
 def _first(df: DataFrame) -> Any:
@@ -250,32 +125,6 @@ def _first(df: DataFrame) -> Any:
     row = df.first()
     assert row is not None
     return row
-
-
-_ARROW_TYPES = {
-    "string": pa.string(),
-    "long": pa.int64(),
-    "int": pa.int32(),
-    "binary": pa.binary(),
-    "boolean": pa.bool_(),
-    "array<long>": pa.list_(pa.int64()),
-}
-
-
-def _fields(schema: str) -> list[tuple[str, str]]:
-    """(name, type) pairs of a Spark DDL string such as ``"a long, b binary"``."""
-    pairs = [part.strip().split(" ", 1) for part in schema.split(",")]
-    return [(name, kind.strip()) for name, kind in pairs]
-
-
-def _names(schema: str) -> list[str]:
-    return [name for name, _ in _fields(schema)]
-
-
-def _batch(columns: dict[str, list[Any]], schema: str) -> pa.RecordBatch:
-    """An Arrow batch with exactly the types of ``schema`` (a Spark DDL string)."""
-    arrow = pa.schema([(name, _ARROW_TYPES[kind]) for name, kind in _fields(schema)])
-    return pa.RecordBatch.from_pydict(columns, schema=arrow)
 
 
 # --- the driver ------------------------------------------------------------------------
@@ -293,6 +142,7 @@ class Summary:
     timelines: int = 0
     entries: int = 0
     snapshot_seq: int = 0
+    snapshot_contiguous: int = 0
     verified_counts: int = 0
     sample_checked: int = 0
     sample_skipped: int = 0
@@ -316,7 +166,13 @@ class Rebuild:
     oracle: Oracle | None = None
     settled: Settled | None = None
     sample: int = 200
+    #: Called once Spark is no longer needed (before the hand-over's wait): the
+    #: command stops its session, so no idle Python worker is reaped (and
+    #: prints a BrokenPipeError) while it waits.
+    release: Callable[[], None] | None = None
     summary: Summary = field(default_factory=Summary)
+    #: The relay marks at the snapshot, per topic/partition (fanout.watermark).
+    marks: dict[str, int] = field(default_factory=dict)
 
     # --- stages
 
@@ -333,21 +189,12 @@ class Rebuild:
 
     def read(self, ends: Offsets) -> DataFrame:
         self.progress.stage("reading the changelogs (newest record per key)")
-        raw = (
-            self.spark.read.format(SOURCE)
-            .option("bootstrap.servers", self.config.kafka_bootstrap_servers)
-            .option("topics", ",".join(self.config.topics.all()))
-            .option("endingOffsets", json.dumps(ends))
-            .load()
-            .withColumn("seq", header_column(events.HEADER_SEQ))
-            .withColumn("jk", header_column(events.HEADER_JOIN_KEY))
-            .drop("headers")
-        )
+        raw = read_changelogs(self.spark, self.config, stream=False, ending=ends)
         newest = (
             raw.groupBy("topic", "key")
             .agg(
                 F.max_by(
-                    F.struct("value", "seq", "jk", "partition", "offset"), F.col("offset")
+                    F.struct("value", "seq", "jk", "mark", "partition", "offset"), F.col("offset")
                 ).alias("r")
             )
             .select("topic", "key", "r.*")
@@ -359,6 +206,13 @@ class Rebuild:
             for r in decoded.groupBy("kind").agg(F.count("*").alias("n")).collect()
         }
         self.summary.snapshot_seq = int(_first(decoded.agg(F.max("seq")))[0] or 0)
+        self.marks = {
+            mark_name(r["topic"], r["a"]): int(r["b"])
+            for r in decoded.where("kind = 'mark'").select("topic", "a", "b").collect()
+        }
+        self.summary.snapshot_contiguous = contiguous(
+            self.marks, self.config.topics.all(), self.config.partitions
+        )
         self.summary.tweets = counts.get("tweet", 0)
         self.summary.follows = counts.get("follow", 0)
         self.summary.bad_records = counts.get("bad", 0)
@@ -379,7 +233,8 @@ class Rebuild:
             f"{sum(counts.values()):,} keys: {self.summary.tweets:,} live tweets, "
             f"{self.summary.follows:,} live follows, {counts.get('gone', 0):,} deleted, "
             f"{self.summary.bad_records:,} bad (dead-lettered); "
-            f"snapshot seq {self.summary.snapshot_seq}"
+            f"snapshot seq {self.summary.snapshot_seq} (complete up to "
+            f"{self.summary.snapshot_contiguous})"
         )
         return decoded
 
@@ -438,7 +293,7 @@ class Rebuild:
         lengths = {
             r["owner"]: r["entries"]
             for r in inputs.mapInArrow(
-                lambda it: write_partition(it, config, generation), WRITTEN
+                lambda it: write_timelines_partition(it, config, generation), WRITTEN
             ).collect()
         }
         self.summary.timelines = len(lengths)
@@ -446,7 +301,7 @@ class Rebuild:
         bodies = _first(
             decoded.where("kind = 'tweet'")
             .select("b", "body")
-            .mapInArrow(lambda it: bodies_partition(it, config), "n long")
+            .mapInArrow(lambda it: bodies_partition(it, config), COUNT)
             .agg(F.sum("n"))
         )[0]
         path = self.state_root / f"gen-{generation}" / "state"
@@ -465,7 +320,7 @@ class Rebuild:
         wrong = [
             o
             for o, raw in zip(owners, packed, strict=True)
-            if raw is None or len(raw) // 8 - 1 != lengths[o]
+            if raw is None or entries(raw) != lengths[o]
         ]
         if wrong:
             raise RebuildFailed(
@@ -479,7 +334,8 @@ class Rebuild:
             return
         rnd = random.Random(generation)  # noqa: S311 - a sample, not a secret
         sample = rnd.sample(owners, min(self.sample, len(owners)))
-        settled = self.settled(sample, self.summary.snapshot_seq) if self.settled else set(sample)
+        since = self.summary.snapshot_contiguous
+        settled = self.settled(sample, since) if self.settled else set(sample)
         checked = [u for u in sample if u in settled]
         expected = self.oracle(checked, self.config.timeline_size)
         raw = dict(zip(owners, packed, strict=True))
@@ -586,127 +442,36 @@ class Rebuild:
             self.summary.generation = generation
             try:
                 lengths = self.write(generation, decoded, states, inputs)
-                self.store.seed_watermark(generation, seq=self.summary.snapshot_seq, offsets=ends)
+                self.store.seed_watermark(
+                    generation,
+                    seq=self.summary.snapshot_seq,
+                    marks=self.marks,
+                    contiguous=self.summary.snapshot_contiguous,
+                    offsets=ends,
+                )
                 self.verify(generation, lengths)
             except BaseException:
                 self.progress.note(f"failed: deleting generation {generation}")
                 self.store.drop_generation(generation)
                 raise
+            if self.release is not None:
+                self.release()
             self.hand_over(generation, wait)
         self.summary.seconds = time.monotonic() - started
         self.summary.stages = dict(self.progress.durations)
         return self.summary
 
 
-# --- command line ------------------------------------------------------------------------
-
-
-def parser(prog: str = "python -m spark.rebuild") -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
-    add_arguments(p)
-    return p
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--dry-run", action="store_true", help="compare with the live timelines, change nothing"
-    )
-    p.add_argument("--master", help="Spark master (default: SPARK_MASTER or local[2])")
-    p.add_argument(
-        "--sample", type=int, default=200, help="timelines compared with the database (default 200)"
-    )
-    p.add_argument(
-        "--wait", type=float, default=600, help="seconds to wait for the switch (default 600)"
-    )
-    p.add_argument(
-        "--state-dir", type=Path, help="where the rebuilt author state goes (shared with the job)"
-    )
-    p.add_argument("--json", action="store_true", help="print the summary as JSON")
-
-
-def execute(
-    args: argparse.Namespace,
-    *,
-    oracle: Oracle | None,
-    settled: Settled | None,
-    spark: SparkSession | None = None,
-    out: Any = sys.stdout,
-) -> int:
-    config = StarlingConfig.from_env()
-    store = store_for(config, timeout=60)
-    progress = Progress(store, out)
-    state_root = (
-        args.state_dir or Path(os.environ.get("STARLING_VAR_DIR", "var")) / "rebuild"
-    ).resolve()
-    store.redis.delete(REBUILD_STATUS)
-    progress.publish(state="running", dry_run=int(args.dry_run), started_at=time.time())
-    try:
-        spark = spark or build_session(args.master or config.spark_master, "starling-rebuild")
-        rebuild = Rebuild(spark, config, store, progress, state_root, oracle, settled, args.sample)
-        summary = rebuild.run(dry_run=args.dry_run, wait=args.wait)
-    except Exception as exc:
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        log.debug("rebuild failed", exc_info=True)
-        print(f"rebuild failed: {reason}", file=out)
-        if not isinstance(exc, RebuildFailed):
-            traceback.print_exc(file=sys.stderr)
-        print("the live timelines are untouched", file=out)
-        progress.publish(state="failed", error=reason, finished_at=time.time())
-        return 1
-    figures = asdict(summary)
-    progress.publish(
-        state="succeeded" if summary.switched or summary.dry_run else "handed-over",
-        finished_at=time.time(),
-        summary=orjson.dumps(figures),
-    )
-    if args.json:
-        print(json.dumps(figures, indent=2), file=out)
-    else:
-        print_summary(summary, out)
-    return 0
-
-
-def print_summary(s: Summary, out: Any) -> None:
-    rate = s.records / s.seconds if s.seconds else 0.0
-    lines = [
-        "rebuild summary" + (" (dry run: nothing changed)" if s.dry_run else ""),
-        f"  changelog records read  {s.records:,} ({rate:,.0f}/s)",
-        f"  live tweets / follows   {s.tweets:,} / {s.follows:,}; bad records {s.bad_records:,}",
-        f"  timelines               {s.timelines:,}"
-        + (f" ({s.timelines / s.seconds:,.0f}/s)" if s.seconds else ""),
-    ]
-    if s.dry_run:
-        lines += [
-            f"  differ from live        {s.differing:,} (missing in live {s.live_missing:,})",
-            f"  entries missing / wrong {s.missing_entries:,} / {s.extra_entries:,}",
-            f"  by entries off          {s.diff_histogram}",
-        ]
-    else:
-        lines += [
-            f"  generation              {s.generation} "
-            f"({'active' if s.switched else 'handed over, not yet active'})",
-            f"  entries                 {s.entries:,}",
-            f"  verified                {s.verified_counts:,} lengths, "
-            f"{s.sample_checked} sampled against the database",
-        ]
-    lines.append(f"  took                    {s.seconds:.1f}s")
-    print("\n".join(lines), file=out)
-
-
-def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(
-        level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    args = parser().parse_args(argv)
-    # The sample check asks the system of record (the Django database).
+def main(argv: list[str] | None = None) -> None:
+    """``python -m spark.rebuild [options]``: ``manage.py rebuild_timelines [options]``
+    by another name. It replaces this process with Django's command runner, so
+    the verification oracle comes from the database while Spark code stays
+    free of Django."""
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "feed.settings")
-    import django
-
-    django.setup()
-    from feed.selectors import home_timeline_oracle, settled_since
-
-    return execute(args, oracle=home_timeline_oracle, settled=settled_since)
+    args = sys.argv[1:] if argv is None else argv
+    command = [sys.executable, "-m", "django", "rebuild_timelines", *args]
+    os.execv(sys.executable, command)  # noqa: S606 - our own interpreter and command
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -1,7 +1,13 @@
-"""Session fixtures: one real broker and one real Redis per test session.
+"""Session fixtures: one real broker, one real Redis and one real PostgreSQL
+per test session.
 
-Each test gets its own namespace on them: a uuid topic prefix and a flushed
-Redis database (tests run one at a time).
+Each test gets its own namespace on them: a uuid topic prefix, a flushed
+Redis database (tests run one at a time), and pytest-django's test database
+(rolled back per test) on the session's PostgreSQL server.
+
+``STARLING_TEST_DATABASE=sqlite`` runs the database tests on SQLite instead
+(the embedded default of ``make run``); ``TEST_DATABASE_URL`` points them at a
+PostgreSQL server that is already running.
 """
 
 from __future__ import annotations
@@ -19,7 +25,80 @@ import redis
 
 from fanout import embedded
 from fanout.config import StarlingConfig, TopicNames
-from tests.stack import stack  # noqa: F401  (the whole stack, for tests/e2e and tests/faults)
+from tests import postgres
+from tests.stack import sqlite_stack, stack  # noqa: F401  (the whole stack, for e2e and faults)
+
+DATABASE_KIND = postgres.database_kind()
+#: The session's PostgreSQL server, started once collection shows a test needs it.
+_POSTGRES = postgres.SESSION
+_DATABASE_FIXTURES = {"django_db_setup", "db", "transactional_db", "stack"}
+
+
+_SLOW_FIXTURES = {"spark", "stack", "sqlite_stack"}
+
+
+def pytest_collection_modifyitems(session: pytest.Session, items: list[pytest.Item]) -> None:
+    """Mark what needs Spark or the whole stack as ``slow`` (``make test-quick``
+    leaves them out), and start PostgreSQL if any test needs the database."""
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if item.get_closest_marker("spark") or _SLOW_FIXTURES & fixtures:
+            item.add_marker(pytest.mark.slow)
+    if DATABASE_KIND != "postgres" or _POSTGRES:
+        return
+    if any(_needs_database(item) for item in items):
+        _POSTGRES.append(postgres.start())
+
+
+def _needs_database(item: pytest.Item) -> bool:
+    fixtures = set(getattr(item, "fixturenames", ()))
+    return bool(item.get_closest_marker("django_db") or _DATABASE_FIXTURES & fixtures)
+
+
+def pytest_report_collectionfinish(config: pytest.Config) -> list[str]:
+    if DATABASE_KIND == "sqlite":
+        return ["database: SQLite (STARLING_TEST_DATABASE=sqlite)"]
+    if not _POSTGRES:
+        return []
+    server = _POSTGRES[0]
+    where = "throwaway cluster" if server.datadir else "TEST_DATABASE_URL"
+    return [f"database: {server.version} ({where} at {server.url.split('@')[-1]})"]
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    while _POSTGRES:
+        _POSTGRES.pop().stop()
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> postgres.Postgres | None:
+    """The session's PostgreSQL server (None when the suite runs on SQLite)."""
+    if DATABASE_KIND != "postgres":
+        return None
+    if not _POSTGRES:  # a run collected without a database test, then asked for one
+        _POSTGRES.append(postgres.start())
+    return _POSTGRES[0]
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(
+    django_db_modify_db_settings_parallel_suffix: None,
+    postgres_server: postgres.Postgres | None,
+) -> None:
+    """Point Django's default database at the session's PostgreSQL server
+    (pytest-django then creates its test database there)."""
+    if postgres_server is None:
+        return
+    import dj_database_url
+    from django.conf import settings
+    from django.db import connections
+
+    db = settings.DATABASES["default"]
+    url = postgres_server.database_url("starling")
+    db.update(dj_database_url.parse(url, conn_max_age=db["CONN_MAX_AGE"]))
+    db["OPTIONS"] = {}
+    connections["default"].close()
+    del connections["default"]  # the next use connects with the new settings
 
 
 @dataclass

@@ -4,7 +4,19 @@ The services (Kafka, Redis) are injected per test by the fixtures in
 ``tests/conftest.py`` through ``settings.STARLING``.
 """
 
+import os
+from dataclasses import replace
+
 from feed.settings import *  # noqa: F403
+
+# Nothing listens on port 1: in the test process, code that talks to Redis or
+# Kafka without the fixtures of tests/conftest.py (which start the session's
+# own servers) fails loudly instead of using whatever runs on this machine's
+# default ports. The stack's processes (tests/stack.py) name their servers.
+if not os.environ.get("REDIS_URL"):
+    STARLING = replace(STARLING, redis_url="redis://127.0.0.1:1/0")  # noqa: F405
+if not os.environ.get("KAFKA_BOOTSTRAP_SERVERS"):
+    STARLING = replace(STARLING, kafka_bootstrap_servers="127.0.0.1:1")
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 

@@ -1,6 +1,11 @@
-"""The whole stack as real processes (the `stack` fixture): web (granian), Celery worker and beat,
-the Spark fanout job; on the session's broker and Redis, with a SQLite file
-database the tests read directly for the oracle."""
+"""The whole stack as real processes: web (granian), Celery worker and beat,
+the Spark fanout job; on the session's broker and Redis, and on a database
+the tests read directly for the oracle.
+
+``stack`` (session-wide) uses the suite's database (PostgreSQL unless
+``STARLING_TEST_DATABASE=sqlite``); ``sqlite_stack`` (per module) runs on a
+SQLite file, the embedded default ``make run`` uses.
+"""
 
 from __future__ import annotations
 
@@ -12,15 +17,18 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psycopg
 import pytest
 import redis
 import requests
 
-from fanout import embedded
+from fanout import embedded, keys
 from fanout.timelines import TimelineStore
+from tests import postgres
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -33,7 +41,7 @@ READ_YOUR_WRITES_WAIT = 4.0
 class Stack:
     base: str
     env: dict[str, str]
-    db_path: Path
+    database_url: str
     logs: Path
     redis_url: str
     timeline_size: int
@@ -47,16 +55,32 @@ class Stack:
         self.procs[name] = proc
         return proc
 
-    def start_fanout(self) -> subprocess.Popen[bytes]:
+    def start_web(self, name: str, port: int) -> subprocess.Popen[bytes]:
+        """A web process (granian, one worker) on ``port``."""
+        return self.start(
+            name,
+            str(BIN / "granian"),
+            "--interface",
+            "wsgi",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+            "--no-ws",
+            "feed.wsgi:application",
+        )
+
+    def start_fanout(self, *options: str) -> subprocess.Popen[bytes]:
         return self.start(
             "fanout",
             str(BIN / "python"),
             "-m",
-            "spark.fanout",
+            "spark.job",
             "--checkpoint",
             str(self.logs / "checkpoint"),
             "--trigger",
             "200 milliseconds",
+            *options,
         )
 
     def kill(self, name: str) -> None:
@@ -77,40 +101,65 @@ class Stack:
     def store(self) -> TimelineStore:
         return TimelineStore(redis.Redis.from_url(self.redis_url), cap=self.timeline_size, slack=4)
 
+    @property
+    def on_postgres(self) -> bool:
+        return self.database_url.startswith("postgres")
+
     def sql(self, query: str, *params: object) -> list[tuple]:
-        with sqlite3.connect(self.db_path) as conn:
+        """Run a query on the stack's database (``?`` placeholders)."""
+        if self.on_postgres:
+            with psycopg.connect(self.database_url) as pg:
+                sql = query.replace("%", "%%").replace("?", "%s")
+                return pg.execute(sql, params).fetchall()  # type: ignore[arg-type]
+        with closing(sqlite3.connect(self.database_url.removeprefix("sqlite:///"))) as conn:
             return conn.execute(query, params).fetchall()
 
     def wait_for_seq(self, seq: int, timeout: float = 240) -> None:
-        """Until the fanout watermark has applied ``seq`` (the relay and the job caught up)."""
+        """Until every write up to ``seq`` is applied (the contiguous watermark:
+        the relay and the job caught up)."""
         deadline = time.monotonic() + timeout
         store = self.store
         while time.monotonic() < deadline:
             generation = store.active_generation()
-            wm = store.watermark(generation) if generation else None
-            if wm is not None and wm.seq >= seq:
+            if generation and store.contiguous_watermark(generation) >= seq:
                 return
             for name, proc in self.procs.items():
                 assert proc.poll() is None, f"{name} exited; see {self.logs / name}.log"
             time.sleep(0.5)
         raise AssertionError(f"fanout watermark did not reach seq {seq} in {timeout}s")
 
+    def settle(self, timeout: float = 240) -> None:
+        """Until the job has caught up: every write in the outbox applied, and no
+        timeline waiting for a refill (refills are writes too: repeat until quiet)."""
+        deadline = time.monotonic() + timeout
+        store = self.store
+        while True:
+            high = self.sql("SELECT COALESCE(MAX(id), 0) FROM feed_outboxevent")[0][0]
+            self.wait_for_seq(high, max(1.0, deadline - time.monotonic()))
+            generation = store.active_generation()
+            waiting = store.pending_refills() + int(
+                store.redis.zcard(keys.resets(generation)) if generation else 0
+            )
+            again = self.sql("SELECT COALESCE(MAX(id), 0) FROM feed_outboxevent")[0][0]
+            if waiting == 0 and again == high:
+                return
+            assert time.monotonic() < deadline, f"not settled in {timeout}s ({waiting} waiting)"
+            time.sleep(0.5)
 
-@pytest.fixture(scope="session")
-def stack(
-    kafka_bootstrap: str, redis_url: str, tmp_path_factory: pytest.TempPathFactory
+
+@contextmanager
+def running_stack(
+    kafka_bootstrap: str, redis_url: str, logs: Path, database_url: str, redis_db: int
 ) -> Iterator[Stack]:
-    logs = tmp_path_factory.mktemp("e2e-stack")
+    """Start the stack's processes on ``database_url``; stop them afterwards."""
     port = embedded.free_port()
-    # Redis database 1: the integration tests flush database 0.
-    stack_redis = redis_url.rsplit("/", 1)[0] + "/1"
+    stack_redis = redis_url.rsplit("/", 1)[0] + f"/{redis_db}"
     redis.Redis.from_url(stack_redis).flushdb()
-    db_path = logs / "e2e.sqlite3"
     timeline_size = 20  # small, so popular follows push timelines past the cap
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "tests.settings",
-        "DATABASE_URL": f"sqlite:///{db_path}",
+        "DATABASE_URL": database_url,
         "REDIS_URL": stack_redis,
         "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap,
         "STARLING_TOPIC_PREFIX": f"e2e{uuid.uuid4().hex[:8]}.",
@@ -119,38 +168,22 @@ def stack(
         "TIMELINE_SLACK": "4",
         "STARLING_VAR_DIR": str(logs),
         "STARLING_OUTBOX_SWEEP_SECONDS": "1",
+        "DATABASE_LOCK_TIMEOUT": "5",
         "PYTHONUNBUFFERED": "1",
         # Two cores shared with pytest and the other tests' processes: a
         # min_seq read may wait longer here than the 2 s production default.
         "STARLING_READ_YOUR_WRITES_WAIT": str(READ_YOUR_WRITES_WAIT),
     }
-    s = Stack(f"http://127.0.0.1:{port}", env, db_path, logs, stack_redis, timeline_size)
-    subprocess.run(
-        [str(BIN / "python"), "manage.py", "migrate", "--noinput"],
-        cwd=ROOT,
-        env=env,
-        check=True,
-        capture_output=True,
-    )
-    subprocess.run(
-        [str(BIN / "python"), "manage.py", "ensure_topics"],
-        cwd=ROOT,
-        env=env,
-        check=True,
-        capture_output=True,
-    )
-    s.start(
-        "web",
-        str(BIN / "granian"),
-        "--interface",
-        "wsgi",
-        "--port",
-        str(port),
-        "--workers",
-        "1",
-        "--no-ws",
-        "feed.wsgi:application",
-    )
+    s = Stack(f"http://127.0.0.1:{port}", env, database_url, logs, stack_redis, timeline_size)
+    for command in (["migrate", "--noinput"], ["ensure_topics"]):
+        subprocess.run(
+            [str(BIN / "python"), "manage.py", *command],
+            cwd=ROOT,
+            env=env,
+            check=True,
+            capture_output=True,
+        )
+    s.start_web("web", port)
     s.start(
         "worker",
         str(BIN / "celery"),
@@ -177,3 +210,33 @@ def stack(
         yield s
     finally:
         s.stop_all()
+
+
+@pytest.fixture(scope="session")
+def stack(
+    kafka_bootstrap: str,
+    redis_url: str,
+    postgres_server: postgres.Postgres | None,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Stack]:
+    """The stack on the suite's database (Redis database 1: the integration
+    tests flush database 0)."""
+    logs = tmp_path_factory.mktemp("e2e-stack")
+    url = (
+        postgres_server.create_database("e2e")
+        if postgres_server is not None
+        else f"sqlite:///{logs / 'e2e.sqlite3'}"
+    )
+    with running_stack(kafka_bootstrap, redis_url, logs, url, redis_db=1) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def sqlite_stack(
+    kafka_bootstrap: str, redis_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Stack]:
+    """A stack on a SQLite file, as ``make run`` has it (Redis database 2)."""
+    logs = tmp_path_factory.mktemp("e2e-sqlite-stack")
+    url = f"sqlite:///{logs / 'e2e.sqlite3'}"
+    with running_stack(kafka_bootstrap, redis_url, logs, url, redis_db=2) as s:
+        yield s

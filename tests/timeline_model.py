@@ -1,7 +1,7 @@
 """A plain-Python model of the packed timelines, for checking the join and the Lua.
 
-``TimelineModel.apply`` does what the Redis script does, with lists; and
-:func:`oracle` computes the join the way the SQL of DESIGN.md does.
+``TimelineModel.apply`` does what the apply script (fanout/lua/apply.lua)
+does, with lists; :func:`oracle` computes the join the way the SQL does.
 """
 
 from __future__ import annotations
@@ -10,12 +10,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from fanout.join import Mutation, Op
-from fanout.timelines import group_by_timeline
+from fanout.timeline_ops import group_by_timeline
 
 
 @dataclass
 class ModelTimeline:
     horizon: int = 0
+    fence: int = 0
+    top: int = 0
+    version: int = 0
     ids: list[int] = field(default_factory=list)  # ascending
 
 
@@ -25,29 +28,89 @@ class TimelineModel:
     slack: int
     timelines: dict[int, ModelTimeline] = field(default_factory=dict)
     bodies: dict[int, bytes] = field(default_factory=dict)
+    refill: set[int] = field(default_factory=set)
+    #: Resets waiting for the watermark, by seq: (owner, tweets, horizon, as_of).
+    resets: dict[int, tuple[int, tuple[int, ...], int, int]] = field(default_factory=dict)
+
+    @property
+    def keep(self) -> int:
+        return self.cap + self.slack // 2
 
     def apply(self, bodies: Mapping[int, bytes], mutations: Iterable[Mutation]) -> None:
-        """Apply a batch the way the store does: bodies, then per-timeline ops."""
-        self.bodies.update(bodies)
-        ops, deleted = group_by_timeline(mutations)
-        for op in ops:
-            if op.op is Op.ADD:
-                self._add(op.owner, op.tweets, op.horizon)
-            elif op.owner in self.timelines:
-                tl = self.timelines[op.owner]
-                tl.ids = [i for i in tl.ids if i not in set(op.tweets)]
+        """Apply a batch the way the store does: deleted bodies, new bodies,
+        then the per-timeline ops."""
+        ops, deleted = group_by_timeline(mutations, keep=self.cap + self.slack)
         for t in deleted:
             self.bodies.pop(t, None)
+        self.bodies.update(bodies)
+        for op in ops:
+            if op.op is Op.ADD:
+                self._add(op.owner, op.tweets, op.horizon, op.seq)
+            elif op.op is Op.REMOVE:
+                self._remove(op.owner, op.tweets, op.seq)
+            else:
+                self.resets[op.seq] = (op.owner, op.tweets, op.horizon, op.as_of)
 
-    def _add(self, owner: int, tweets: Iterable[int], h: int) -> None:
-        tl = self.timelines.setdefault(owner, ModelTimeline())
+    def release(self, watermark: int) -> None:
+        """Apply the resets the contiguous watermark has reached, in seq order."""
+        for seq in sorted(s for s in self.resets if s <= watermark):
+            owner, tweets, horizon, as_of = self.resets.pop(seq)
+            self._reset(owner, tweets, horizon, seq, as_of)
+
+    def _store(self, owner: int, tl: ModelTimeline, seq: int) -> None:
+        if len(tl.ids) > self.cap + self.slack:
+            tl.ids = tl.ids[-self.keep :]
+            tl.horizon = tl.ids[0]
+            tl.fence = max(tl.fence, seq)
+        if tl.top and tl.ids and tl.ids[-1] >= tl.top:
+            tl.top = 0
+        self.timelines[owner] = tl
+        if len(tl.ids) < self.cap and tl.horizon > 0:
+            self.refill.add(owner)
+
+    def _merge(self, tl: ModelTimeline, new: Iterable[int], existed: bool, seq: int) -> None:
+        top = max(tl.top, tl.ids[-1] if tl.ids else 0) if existed else 0
+        have = set(tl.ids)
+        added = {t for t in new if t >= tl.horizon and t not in have}
+        if any(t < top for t in added):
+            tl.version = max(tl.version, seq)
+        tl.ids = sorted(have | added)
+
+    def _add(self, owner: int, tweets: Iterable[int], h: int, seq: int) -> None:
+        existed = owner in self.timelines
+        tl = self.timelines.get(owner, ModelTimeline())
         if h > tl.horizon:
             tl.horizon = h
             tl.ids = [i for i in tl.ids if i >= h]
-        tl.ids = sorted(set(tl.ids) | {t for t in tweets if t >= tl.horizon})
-        if len(tl.ids) > self.cap + self.slack:
-            tl.ids = tl.ids[-self.cap :]
-            tl.horizon = tl.ids[0]
+            tl.fence = max(tl.fence, seq)
+        tweets = list(tweets)
+        if h > 0 or any(t < tl.horizon for t in tweets):
+            tl.fence = max(tl.fence, seq)
+        self._merge(tl, tweets, existed, seq)
+        self._store(owner, tl, seq)
+
+    def _remove(self, owner: int, tweets: Iterable[int], seq: int) -> None:
+        tl = self.timelines.get(owner)
+        if tl is None:
+            return
+        drop = set(tweets)
+        kept = [i for i in tl.ids if i not in drop]
+        if len(kept) < len(tl.ids) and (not kept or kept[-1] != tl.ids[-1]):
+            tl.top = max(tl.top, tl.ids[-1])
+        tl.ids = kept
+        tl.fence = max(tl.fence, seq)
+        self._store(owner, tl, seq)
+
+    def _reset(self, owner: int, tweets: Iterable[int], h: int, seq: int, as_of: int) -> None:
+        existed = owner in self.timelines
+        tl = self.timelines.get(owner, ModelTimeline())
+        if existed and tl.fence > as_of:  # stale: asked for again while still short
+            if len(tl.ids) < self.cap and tl.horizon > 0:
+                self.refill.add(owner)
+            return
+        tl.horizon = min(tl.horizon, h) if existed else h
+        self._merge(tl, [t for t in tweets if t in self.bodies], existed, seq)
+        self._store(owner, tl, seq)
 
     def view(self, owner: int) -> tuple[int, list[int]] | None:
         tl = self.timelines.get(owner)
@@ -73,8 +136,3 @@ def oracle(
         u: sorted((t for a in fs for t in by_author.get(a, ())), reverse=True)
         for u, fs in followees.items()
     }
-
-
-def expected_view(full: list[int], horizon: int, cap: int) -> list[int]:
-    """What a timeline with ``horizon`` must show, given the oracle's full list."""
-    return [t for t in full if t >= horizon][:cap]

@@ -79,6 +79,7 @@ OPTIONAL = {
     "DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS",
     "DJANGO_SECURE_HSTS_PRELOAD",
     "DATABASE_CONN_MAX_AGE",
+    "DATABASE_LOCK_TIMEOUT",
     "CELERY_BROKER_URL",
     "LOG_LEVEL",
     "STARLING_LOG_LEVEL",
@@ -87,6 +88,9 @@ OPTIONAL = {
     "STARLING_READ_YOUR_WRITES_WAIT",
     "STARLING_OUTBOX_SWEEP_SECONDS",
     "STARLING_OUTBOX_RETENTION_DAYS",
+    "STARLING_REFILL_SECONDS",
+    "STARLING_TOMBSTONE_RETENTION_HOURS",
+    "STARLING_MAX_RECORDS_PER_TRIGGER",
     "STARLING_NODE_ID",
     "STARLING_RATE_WRITE_USER",
     "STARLING_RATE_WRITE_IP",
@@ -526,7 +530,7 @@ def test_the_commands_are_the_documented_ones() -> None:
     assert command["worker"][0][:4] == ["celery", "-A", "feed", "worker"]
     assert command["beat"][0][:4] == ["celery", "-A", "feed", "beat"]
     assert command["fanout"][0] == shlex.split(
-        "python -m spark.fanout --master spark://spark-master:7077 "
+        "python -m spark.job --master spark://spark-master:7077 "
         "--checkpoint /var/lib/starling/checkpoint/fanout"
     )
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+import signal
 import subprocess
 import threading
 import time
@@ -13,7 +14,8 @@ import time
 import pytest
 import requests
 
-from fanout.timelines import pack_timeline, timeline_key, unpack_timeline
+from fanout.keys import timeline as timeline_key
+from fanout.timeline_ops import pack_timeline, unpack_timeline
 from tests.e2e.test_fanout_oracle import Workload, check_against_oracle
 from tests.stack import BIN, ROOT, Stack
 
@@ -27,14 +29,15 @@ def rebuild(stack: Stack, *args: str) -> subprocess.Popen[str]:
         cwd=ROOT,
         env=stack.env,
         stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
+        stderr=subprocess.PIPE,
         text=True,
     )
 
 
 def finish(proc: subprocess.Popen[str], timeout: float = 600) -> str:
-    out, _ = proc.communicate(timeout=timeout)
-    assert proc.returncode == 0, out
+    """The command's standard output, once it has exited with status 0."""
+    out, err = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, out + err
     return out
 
 
@@ -85,7 +88,7 @@ def test_rebuild_repairs_corrupted_timelines_while_reads_and_writes_go_on(stack:
     solo.register(1)
     reader_name = "rb_reader0"
     own = [solo.call("POST", "/tweets", reader_name, {"text": f"mine {i}"})["id"] for i in range(3)]
-    stack.wait_for_seq(max(work.max_seq, solo.max_seq))
+    stack.settle()  # no refill in flight: the damage below stays until the rebuild
 
     victims = random.Random(3).sample(sorted(work.users), 10)
     bogus = next(iter(work.live))  # a real tweet, wrong in most timelines
@@ -133,8 +136,10 @@ def test_rebuild_repairs_corrupted_timelines_while_reads_and_writes_go_on(stack:
 
 
 def dry_run(stack: Stack) -> dict:
-    out = finish(rebuild(stack, "--dry-run", "--json"))
-    return json.loads(out[out.rindex("\n{") + 1 :])
+    """The dry run's report: standard output is exactly one JSON document."""
+    report = json.loads(finish(rebuild(stack, "--dry-run", "--json")))
+    assert report["ok"] is True and report["dry_run"] is True
+    return report
 
 
 def test_after_flushall_one_rebuild_brings_every_timeline_back(stack: Stack) -> None:
@@ -152,3 +157,15 @@ def test_after_flushall_one_rebuild_brings_every_timeline_back(stack: Stack) -> 
     work.run(20)
     stack.wait_for_seq(work.max_seq)
     check_against_oracle(stack, sorted(work.users))
+
+
+def test_a_json_rebuild_stopped_midway_still_prints_one_json_document(stack: Stack) -> None:
+    proc = rebuild(stack, "--dry-run", "--json")
+    assert proc.stderr is not None
+    while "reading the changelogs" not in proc.stderr.readline():  # progress: on stderr
+        assert proc.poll() is None, "the rebuild ended before it was stopped"
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=120)
+    report = json.loads(out)  # the whole of standard output, nothing else
+    assert report["ok"] is False and "interrupted" in report["error"]
+    assert report["live_untouched"] is True and proc.returncode != 0

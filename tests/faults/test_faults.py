@@ -5,12 +5,16 @@ the SQL join (the oracle) and figures printed for docs/reliability.md."""
 
 from __future__ import annotations
 
+import json
 import random
 import sqlite3
 import subprocess
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 
+import psycopg
 import pytest
 import requests
 from confluent_kafka import Producer
@@ -86,19 +90,30 @@ def test_fanout_job_killed_three_times_reaches_the_oracle_without_duplicates(
     rnd = random.Random(5)
     kills = sorted(rnd.sample(range(50, 850), 3))
     restarts: list[float] = []
+    # Restarts drain their backlog in micro-batches of at most 25 records. A restart first
+    # re-runs the batch its predecessor had planned when it was killed, with the offsets
+    # recorded then, so only from the second restart on is every batch within the limit:
+    # the last one writes the progress file checked below.
+    progress = stack.logs / "bounded-restart.jsonl"
 
     def chaos(i: int) -> None:
         if i in kills:
             stack.kill("fanout")  # SIGKILL: no chance to finish the micro-batch
+        elif i - 40 == kills[-1]:
+            stack.start_fanout("--max-records", "25", "--progress-file", str(progress))
+            restarts.append(time.monotonic())
         elif i - 40 in kills:
-            stack.start_fanout()
+            stack.start_fanout("--max-records", "25")
             restarts.append(time.monotonic())
 
     work.run(900, on_write=chaos)
     stack.wait_for_seq(work.max_seq, timeout=400)
     recovery = time.monotonic() - restarts[-1]
     stats = check_against_oracle(stack, sorted(work.users))  # asserts no duplicate entries
+    rows = [json.loads(line)["rows"] for line in progress.read_text().splitlines()]
+    assert max(rows) <= 25 and sum(rows) >= 40, rows  # the 40 writes made while it was down
     print(f"\nSIGKILL at writes {kills}: {stats}; last restart to caught up {recovery:.1f}s")
+    print(f"after the last restart: {len(rows)} micro-batches, at most {max(rows)} records each")
 
 
 def expected_page(stack: Stack, uid: int, count: int) -> list[int]:
@@ -151,7 +166,31 @@ def test_redis_restarted_empty_reads_fall_back_and_a_rebuild_restores(stack: Sta
     )
 
 
+@contextmanager
+def lock_database(stack: Stack) -> Iterator[None]:
+    """Hold the write lock of the stack's database: SQLite's exclusive
+    transaction, or PostgreSQL's exclusive lock on the written tables."""
+    if stack.on_postgres:
+        with psycopg.connect(stack.database_url) as pg:
+            pg.execute("LOCK TABLE feed_tweet, feed_outboxevent IN EXCLUSIVE MODE")
+            yield
+            pg.rollback()
+        return
+    lock = sqlite3.connect(stack.database_url.removeprefix("sqlite:///"), timeout=0)
+    lock.isolation_level = None
+    lock.execute("BEGIN EXCLUSIVE")
+    try:
+        yield
+    finally:
+        lock.execute("ROLLBACK")
+        lock.close()
+
+
 def test_database_locked_writes_fail_with_503_and_warm_reads_go_on(stack: Stack) -> None:
+    assert_locked_database_refuses_writes_and_serves_reads(stack)
+
+
+def assert_locked_database_refuses_writes_and_serves_reads(stack: Stack) -> None:
     work = Workload(stack, random.Random(24), prefix="fd")
     work.register(5)
     work.run(30)
@@ -159,18 +198,13 @@ def test_database_locked_writes_fail_with_503_and_warm_reads_go_on(stack: Stack)
     name = sorted(work.users)[0]
     headers = {"Authorization": f"Bearer {work.users[name]}"}
     before = stack.sql("SELECT COUNT(*) FROM feed_outboxevent")[0][0]
-    lock = sqlite3.connect(stack.db_path, timeout=0, isolation_level=None)
-    lock.execute("BEGIN EXCLUSIVE")  # no one else can write until we let go
-    try:
+    with lock_database(stack):  # no one else can write until we let go
         started = time.monotonic()
         write = requests.post(
             f"{stack.base}/api/v1/tweets", json={"text": "blocked"}, headers=headers, timeout=60
         )
         failed_after = time.monotonic() - started
         read = requests.get(f"{stack.base}/api/v1/timeline", headers=headers, timeout=10)
-    finally:
-        lock.execute("ROLLBACK")
-        lock.close()
     assert write.status_code == 503, write.text
     assert write.json()["error"]["code"] == "database_unavailable"
     assert "Retry-After" in write.headers
@@ -182,6 +216,8 @@ def test_database_locked_writes_fail_with_503_and_warm_reads_go_on(stack: Stack)
         f"{stack.base}/api/v1/tweets", json={"text": "after"}, headers=headers, timeout=30
     )
     assert again.status_code == 201
+    lock_timeout = float(stack.env["DATABASE_LOCK_TIMEOUT"])
+    assert lock_timeout <= failed_after < lock_timeout + 10
     print(f"\ndatabase locked: write refused with 503 after {failed_after:.1f}s; reads served")
 
 
@@ -220,3 +256,39 @@ def test_poison_records_are_dead_lettered_and_the_job_carries_on(stack: Stack) -
     assert listed.count('"error"') >= len(poison)
     check_against_oracle(stack, sorted(work.users))
     print(f"\npoison: {len(poison)} records dead-lettered, job running, timelines exact")
+
+
+def test_a_redis_that_lost_its_last_writes_is_noticed_and_they_are_run_again(
+    stack: Stack,
+) -> None:
+    """What AOF ``everysec`` leaves after a crash: the timelines, bodies and
+    watermark of the last batches gone, while Spark's checkpoint has them."""
+    work = Workload(stack, random.Random(31), prefix="lw")
+    work.register(20)
+    work.run(120)
+    stack.settle()
+    client = stack.store.redis
+    fanout_keys = ("tl:*", "tw:*", "starling:wm:*", "starling:gen:*", "starling:resets:*")
+    snapshot = {
+        key: (client.dump(key), max(0, int(client.pttl(key))))
+        for pattern in fanout_keys
+        for key in client.scan_iter(match=pattern, count=1000)
+    }
+    generation = stack.store.active_generation()
+    assert generation is not None
+    batch_before = stack.store.watermark(generation).batch_id  # type: ignore[union-attr]
+    work.run(150)
+    stack.settle()
+    assert stack.store.watermark(generation).batch_id > batch_before  # type: ignore[union-attr]
+    log_mark = (stack.logs / "fanout.log").stat().st_size
+    for pattern in fanout_keys:  # back to the state before those batches
+        for key in list(client.scan_iter(match=pattern, count=1000)):
+            client.delete(key)
+    for key, (dumped, ttl) in snapshot.items():
+        client.restore(key, ttl, dumped, replace=True)
+    deadline = time.monotonic() + 120
+    while "running them again" not in (stack.logs / "fanout.log").read_text()[log_mark:]:
+        assert time.monotonic() < deadline, "the job did not notice Redis lost writes"
+        time.sleep(0.5)
+    stats = check_against_oracle(stack, sorted(work.users))
+    print(f"\nRedis lost the writes after batch {batch_before}: noticed and run again; {stats}")

@@ -1,4 +1,4 @@
-"""The status codes and error bodies of the API table (issue 2)."""
+"""The status codes and error bodies of the API table (README, "API")."""
 
 from __future__ import annotations
 

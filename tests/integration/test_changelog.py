@@ -102,7 +102,7 @@ def test_scripted_writes_produce_exactly_the_expected_events(starling: StarlingC
     assert run_relay().published == 0
 
 
-def test_topics_are_compacted_with_the_configured_partitions(starling: StarlingConfig) -> None:
+def test_topics_have_the_configured_partitions_and_retention(starling: StarlingConfig) -> None:
     from confluent_kafka.admin import ConfigResource
 
     from fanout.kafka import admin_client, topic_partitions
@@ -112,10 +112,17 @@ def test_topics_are_compacted_with_the_configured_partitions(starling: StarlingC
     admin = admin_client(starling)
     parts = topic_partitions(admin, timeout=5)
     assert {t: parts[t] for t in starling.topics.all()} == {t: 4 for t in starling.topics.all()}
+    tombstones = str(starling.tombstone_retention_hours * 3600 * 1000)
     for topic in starling.topics.all():
         configs = admin.describe_configs([ConfigResource("topic", topic)])
         (future,) = configs.values()
-        assert future.result()["cleanup.policy"].value == "compact"
+        found = {k: v.value for k, v in future.result().items()}
+        if topic == starling.topics.timelines:  # commands expire, before tombstones do
+            assert found["cleanup.policy"] == "delete"
+            assert int(found["retention.ms"]) < int(tombstones)
+        else:  # the tables: compacted, tombstones kept as configured
+            assert found["cleanup.policy"] == "compact"
+            assert found["delete.retention.ms"] == tombstones
 
 
 def test_partition_count_mismatch_is_refused(starling: StarlingConfig) -> None:

@@ -55,12 +55,18 @@ def test_deadletters_lists_and_clears(starling: StarlingConfig) -> None:
                 "key": base64.b64encode(b"123").decode(),
                 "value": base64.b64encode(b"{oops").decode(),
                 "seen_at": 1_800_000_000,
-            }
+            },
+            {"topic": "tweets", "partition": 2, "offset": 7, "error": "no seq header"},
         ]
     )
     out = StringIO()
-    call_command("deadletters", "--clear", stdout=out)
+    call_command("deadletters", "--clear", "--limit", "1", stdout=out)
     text = out.getvalue()
-    assert "1 dead letter(s)" in text and "tweets/1@42" in text and "value is not JSON" in text
-    assert "key=123 value={oops" in text and "cleared 1" in text
-    assert store.dead_letter_count() == 0
+    assert "2 dead letter(s)" in text and "tweets/1@42" in text and "value is not JSON" in text
+    assert "key=123 value={oops" in text and "cleared 1 dead letter(s), 1 left" in text
+    assert [(d["partition"], d["offset"]) for d in store.dead_letters()] == [(2, 7)]
+    # One set aside after the listing is not lost by clearing what was listed.
+    listed = store.dead_letters()
+    store.dead_letter([{"topic": "follows", "partition": 0, "offset": 3, "error": "late"}])
+    assert store.clear_dead_letters(listed) == 1
+    assert [d["topic"] for d in store.dead_letters()] == ["follows"]

@@ -14,7 +14,7 @@ import redis
 from fanout import events
 from fanout.config import StarlingConfig
 from fanout.timelines import TimelineStore
-from spark.fanout import build_query
+from spark.job import build_query
 from tests.conftest import make_config
 from tests.spark_helpers import ChangelogWriter
 

@@ -22,7 +22,7 @@ def config(kafka_bootstrap: str, redis_url: str) -> StarlingConfig:
 
 
 def fill(config: StarlingConfig, n: int) -> ChangelogWriter:
-    writer = ChangelogWriter(config)
+    writer = ChangelogWriter(config, marks=False)
     for start in range(0, n, 10):  # several produce calls: several record batches per partition
         writer.send(
             events.TweetPosted(1000 + i, i % 5 + 1, "u", f"t{i}")

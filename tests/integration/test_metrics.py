@@ -8,7 +8,8 @@ import pytest
 from django.test import Client
 
 from fanout.config import StarlingConfig
-from fanout.timelines import batch_duration_counters, store_for
+from fanout.timelines import store_for
+from fanout.watermark import batch_duration_counters
 from feed.models import OutboxEvent
 from feed.services import tweet_create
 from tests.factories import UserFactory
@@ -39,16 +40,28 @@ def test_metrics_report_backlog_watermark_batches_and_freshness(starling: Starli
             generation,
             batch_id=batch_id,
             seq=seq,
+            marks={},
+            contiguous=seq - 1,
             event_time=committed + 0.1,
             offsets={},
             counters={"batches": 1, "deliveries": 10, **batch_duration_counters(seconds)},
         )
     store.record_watermark(  # a replayed batch counts once
-        generation, batch_id=2, seq=seq, event_time=0, offsets={}, counters={"batches": 1}
+        generation,
+        batch_id=2,
+        seq=seq,
+        marks={},
+        contiguous=seq,
+        event_time=0,
+        offsets={},
+        counters={"batches": 1},
     )
+    store.request_refill(7, 8)
     m = scrape(Client())
     assert m["starling_outbox_backlog"] >= 1 and m["starling_relay_lag_seconds"] >= 0
-    assert m["starling_fanout_watermark_seq"] == seq
+    assert m["starling_fanout_watermark_seq"] == seq - 1  # contiguous: all applied up to it
+    assert m["starling_fanout_highest_seq"] == seq
+    assert m["starling_refills_pending"] == 2
     assert m["starling_fanout_batches_total"] == 3 and m["starling_fanout_deliveries_total"] == 30
     assert m['starling_fanout_batch_seconds_bucket{le="0.5"}'] == 1
     assert m['starling_fanout_batch_seconds_bucket{le="1"}'] == 2
@@ -70,7 +83,9 @@ def test_metrics_say_redis_is_down_instead_of_failing(settings, starling: Starli
     assert time.monotonic() - started < 10
 
 
-def test_metrics_can_require_a_token(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_metrics_can_require_a_token(
+    monkeypatch: pytest.MonkeyPatch, starling: StarlingConfig
+) -> None:
     monkeypatch.setenv("STARLING_METRICS_TOKEN", "s3cret")
     assert Client().get("/metrics").status_code == 401
     assert scrape(Client(), HTTP_AUTHORIZATION="Bearer s3cret")["starling_redis_up"] == 1

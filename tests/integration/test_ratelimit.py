@@ -6,15 +6,16 @@ import pytest
 import redis
 from rest_framework.test import APIClient
 
+from fanout.keys import RATE_LIMIT_PREFIX as KEY_PREFIX
 from feed.auth import issue_token
-from feed.ratelimit import KEY_PREFIX, Rate
+from feed.ratelimit import Rate
 from tests.factories import UserFactory
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def limits(settings, redis_client: redis.Redis):
+def limits(settings, starling, redis_client: redis.Redis):
     for key in redis_client.scan_iter(match=f"{KEY_PREFIX}*"):
         redis_client.delete(key)
     settings.STARLING_RATES = {

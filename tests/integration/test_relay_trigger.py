@@ -8,9 +8,9 @@ import time
 import pytest
 import redis
 
+from fanout.keys import RELAY_QUEUED
 from fanout.relay import RelayCoordinator, RelayResult
 from feed.models import User
-from feed.outbox import RELAY_QUEUED
 from feed.services import tweet_create
 from tests.factories import UserFactory
 

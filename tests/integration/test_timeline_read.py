@@ -17,6 +17,8 @@ from typing import Any
 import orjson
 import pytest
 import redis
+from django.core import signals
+from django.db import close_old_connections
 from rest_framework.test import APIClient
 
 from fanout import events
@@ -35,6 +37,7 @@ class Fanout:
     """Applies changelog events to Redis the way the job does (no Spark)."""
 
     def __init__(self, config: StarlingConfig) -> None:
+        self.store_config = config
         self.store = store_for(config)
         self.generation = self.store.ensure_active_generation()
         self.cap = config.timeline_size
@@ -53,10 +56,13 @@ class Fanout:
             bodies |= result.bodies
             mutations += result.mutations
         self.store.apply(self.generation, bodies, mutations)
+        self.store.release_resets(self.generation, seq or 0)
         self.store.record_watermark(
             self.generation,
             batch_id=next(self.seq),
             seq=seq or 0,
+            marks={},
+            contiguous=seq or 0,
             event_time=0,
             offsets={},
             counters={},
@@ -148,15 +154,23 @@ def test_cursor_paging_returns_every_entry_once_in_order(
     fanout.apply(events.Followed(ann.pk, ann.pk), *tweets)
     client = client_for(ann)
     seen: list[int] = []
+    sources: list[str] = []
     url = "/api/v1/timeline?count=50"
     while url:
-        page = client.get(url).json()
+        response = client.get(url)
+        page = response.json()
         seen += [t["id"] for t in page["tweets"]]
+        sources.append(response["X-Starling-Source"])
         url = page["next_max_id"] and f"/api/v1/timeline?count=50&max_id={page['next_max_id']}"
-    newest = sorted((t.tweet_id for t in tweets), reverse=True)[:120]  # the cap
-    assert seen == newest
-    since = client.get(f"/api/v1/timeline?since_id={newest[3]}").json()
-    assert [t["id"] for t in since["tweets"]] == newest[:3]
+    everything = sorted((t.tweet_id for t in tweets), reverse=True)
+    # Past the 120 Redis keeps, paging goes on from the database: no gap, no repeat.
+    assert seen == everything
+    assert sources == ["redis", "redis", "redis+database"]
+    older = client.get(f"/api/v1/timeline?count=10&max_id={everything[130]}")
+    assert older["X-Starling-Source"] == "database"
+    assert [t["id"] for t in older.json()["tweets"]] == everything[130:140]
+    since = client.get(f"/api/v1/timeline?since_id={everything[3]}").json()
+    assert [t["id"] for t in since["tweets"]] == everything[:3]
 
 
 def test_deleted_tweets_never_appear(fanout: Fanout) -> None:
@@ -240,12 +254,12 @@ def test_a_cold_timeline_answers_from_the_database_and_is_regenerated(fanout: Fa
     response = client_for(bob).get("/api/v1/timeline")  # bob's timeline is not in Redis
     assert response.status_code == 200 and response["X-Starling-Source"] == "fallback"
     assert [t["id"] for t in response.json()["tweets"]] == expected_page(bob)
-    regenerated = list(OutboxEvent.objects.order_by("id")[before:].values_list("key", flat=True))
-    assert sorted(regenerated) == sorted(
-        [f"{bob.pk}:{ann.pk}", f"{bob.pk}:{cat.pk}", f"{bob.pk}:{bob.pk}"]
-    )
+    # One reset of bob's timeline, computed by the database: no follow re-published.
+    (reset,) = OutboxEvent.objects.order_by("id")[before:]
+    assert (reset.topic, reset.key) == ("timelines", str(bob.pk))
+    assert sorted(orjson.loads(reset.value or "{}")["ids"]) == sorted(expected_page(bob))
     client_for(bob).get("/api/v1/timeline")
-    assert OutboxEvent.objects.count() == before + 3  # asked once per window, not per read
+    assert OutboxEvent.objects.count() == before + 1  # asked once per window, not per read
 
 
 def test_after_redis_is_flushed_reads_still_get_the_right_timeline(
@@ -265,7 +279,7 @@ def test_after_redis_is_flushed_reads_still_get_the_right_timeline(
         == expected_page(bob, 2)
         == [evs[2].tweet_id, evs[1].tweet_id]
     )
-    assert page["next_max_id"] == evs[1].tweet_id - 1
+    assert page["next_max_id"] is None  # nothing older: no cursor to an empty page
 
 
 def test_reads_fall_back_to_the_database_when_redis_is_down(
@@ -281,7 +295,9 @@ def test_reads_fall_back_to_the_database_when_redis_is_down(
     assert [t["text"] for t in response.json()["tweets"]] == ["still readable"]
 
 
-def wsgi_get(path: str, query: str = "", **environ: str) -> tuple[str, dict[str, str], bytes]:
+def wsgi_get(
+    path: str, query: str = "", *, in_transaction: bool = True, **environ: str
+) -> tuple[str, dict[str, str], bytes]:
     from feed.wsgi import application
 
     captured: dict[str, Any] = {}
@@ -300,7 +316,18 @@ def wsgi_get(path: str, query: str = "", **environ: str) -> tuple[str, dict[str,
         "wsgi.url_scheme": "http",
         **environ,
     }
-    body = b"".join(application(env, start_response))
+    if not in_transaction:
+        body = b"".join(application(env, start_response))
+        return captured["status"], captured["headers"], body
+    # As Django's test client does: a request must not close the test's
+    # connection (its transaction is rolled back after the test).
+    signals.request_started.disconnect(close_old_connections)
+    signals.request_finished.disconnect(close_old_connections)
+    try:
+        body = b"".join(application(env, start_response))
+    finally:
+        signals.request_started.connect(close_old_connections)
+        signals.request_finished.connect(close_old_connections)
     return captured["status"], captured["headers"], body
 
 
@@ -394,3 +421,63 @@ def test_revoking_tokens_refuses_them_on_writes_and_on_the_read_path(
     time.sleep(1.05)
     fresh = client_for(ann)  # a token issued after the revocation works
     assert fresh.get("/api/v1/timeline").status_code == 200
+
+
+def test_revocations_come_back_after_redis_lost_them(
+    fanout: Fanout,
+    redis_client: redis.Redis,
+    django_capture_on_commit_callbacks: Callable[..., Any],
+) -> None:
+    from feed.services import revocations_restore, tokens_revoke
+
+    ann = UserFactory(username="ann")
+    old = client_for(ann)
+    time.sleep(1.05)  # tokens are timestamped to the second
+    with django_capture_on_commit_callbacks(execute=True):
+        tokens_revoke(user=ann)
+    redis_client.flushall()  # Redis lost everything, the revocation with it
+    fanout = Fanout(fanout.store_config)
+    fanout.apply(events.Followed(ann.pk, ann.pk))  # the timeline is back (a rebuild)
+    assert old.get("/api/v1/timeline").status_code == 200  # the hole being closed
+    assert revocations_restore() == 1  # what the rebuild command does first
+    assert old.get("/api/v1/timeline").status_code == 401
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_fast_path_worker_recovers_its_database_connection_after_a_server_restart(
+    starling: StarlingConfig,
+) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        pytest.skip("terminates a PostgreSQL backend")
+    store_for(starling).ensure_active_generation()
+    ann = UserFactory(username="ann")
+    posted(ann, "from the database")
+    token = issue_token(ann)
+    worker = ThreadPoolExecutor(max_workers=1)  # one server thread, its own connection
+
+    def read() -> str:
+        # A cold timeline: every read queries the database.
+        status, _, _ = wsgi_get(
+            "/api/v1/timeline", "", in_transaction=False, HTTP_AUTHORIZATION=f"Bearer {token}"
+        )
+        return status
+
+    def backend_pid() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_backend_pid()")
+            return int(cursor.fetchone()[0])
+
+    try:
+        assert worker.submit(read).result() == "200 OK"
+        pid = worker.submit(backend_pid).result()
+        with connection.cursor() as cursor:  # what a database restart does to it
+            cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
+        worker.submit(read).result()  # may fail: the connection is found broken
+        assert [worker.submit(read).result() for _ in range(3)] == ["200 OK"] * 3
+    finally:
+        worker.submit(lambda: connection.close()).result()
+        worker.shutdown()

@@ -95,3 +95,37 @@ def test_arbitrary_bytes_never_crash_the_decoder(key: bytes, value: bytes | None
     for topic in ("tweets", "follows"):
         with contextlib.suppress(events.BadEvent):
             events.decode(topic, key, value, GOOD_HEADERS)
+
+
+def test_a_timeline_reset_round_trips_and_bad_ones_are_named() -> None:
+    reset = events.TimelineReset(owner_id=9, tweet_ids=(3, 5), horizon=3, as_of=41)
+    record = events.encode(reset)
+    assert (record.topic, record.key, record.join_key) == (events.TIMELINES, b"9", 9)
+    assert events.decode(record.topic, record.key, record.value, events.headers(42, 9)) == (
+        events.Envelope(42, reset)
+    )
+    for value, problem in (
+        (b'{"v": 1, "ids": [1, "x"], "horizon": 0, "as_of": 1}', "ids"),
+        (b'{"v": 1, "ids": [1], "horizon": -1, "as_of": 1}', "horizon"),
+        (b'{"v": 1, "ids": [1], "horizon": 0}', "as_of"),
+    ):
+        with pytest.raises(events.BadEvent, match=problem):
+            events.decode(events.TIMELINES, b"9", value, events.headers(42, 9))
+
+
+def test_deleted_bodies_are_the_first_thing_a_batch_writes() -> None:
+    from fanout.join import Mutation, Op
+    from fanout.timeline_ops import OpCode, encode_ops, group_by_timeline, pack_ids
+
+    ops, deleted = group_by_timeline(
+        [
+            Mutation(Op.ADD, tuple(range(1, 50)), (7,), 0, 3),
+            Mutation(Op.DELETE_BODY, (), (5,)),
+            Mutation(Op.REMOVE, tuple(range(1, 50)), (5,)),
+        ]
+    )
+    chunks = encode_ops({7: b"{}"}, ops, deleted, chunk=10)
+    # The body goes in the first script call: readers skip the tweet everywhere at
+    # once, before the removals reach each of the 49 timelines in later calls.
+    assert len(chunks) > 1 and chunks[0][:2] == [OpCode.DELETE_BODIES, pack_ids([5])]
+    assert sum(c.count(pack_ids([5])) for c in chunks) == 1 + 49

@@ -10,7 +10,8 @@ from pyspark.sql import Row
 from fanout import events
 from fanout.config import TopicNames
 from fanout.join import AuthorState, Mutation, Op
-from spark.fanout import Bundle, JoinProcessor, decode_bundle, encode_bundle
+from spark.changelog import MARKS
+from spark.operator import Bundle, JoinProcessor, decode_bundle, encode_bundle
 
 TOPICS = TopicNames("p.")
 
@@ -63,11 +64,13 @@ def test_processor_applies_the_rules_with_the_configured_cap_and_slack() -> None
         processor, 7, [row(events.Followed(8, 7), 1)] + [row(p, i + 2) for i, p in enumerate(posts)]
     )
     state = AuthorState.decode(handle.states["author"].value[0])  # type: ignore[index]
-    assert state.tweets == [102, 103, 104] and state.horizon == 102  # cap 2 + slack 1
+    assert state.tweets == [100, 101, 102, 103, 104]  # every live tweet
     assert state.followers == {8}
     assert bundle.seq == 6 and bundle.ts == 1_006
     assert set(bundle.bodies) == {100, 101, 102, 103, 104}
-    assert bundle.mutations[-1] == Mutation(Op.ADD, (7, 8), (100, 101, 102, 103, 104))
+    assert bundle.mutations[-1] == Mutation(Op.ADD, (7, 8), (100, 101, 102, 103, 104), 0, 6)
+    follow = run(processor, 7, [row(events.Followed(9, 7), 7)])
+    assert follow.mutations == [Mutation(Op.ADD, (9,), (102, 103, 104), 102, 7)]  # cap 2 + slack 1
 
 
 def test_bad_records_become_dead_letters_with_their_position() -> None:
@@ -108,7 +111,56 @@ def test_bundles_round_trip() -> None:
         ts=9,
         ignored=1,
         bodies={5: b'{"id":5}'},
-        mutations=[Mutation(Op.REMOVE, (1, 2), (5,)), Mutation(Op.ADD, (3,), (), 7)],
+        mutations=[Mutation(Op.REMOVE, (1, 2), (5,), 0, 4), Mutation(Op.ADD, (3,), (), 7)],
         dead_letters=[{"topic": "t", "partition": 0, "offset": 1, "error": "x"}],
+        marks={"p.tweets/0": 12},
     )
     assert decode_bundle(encode_bundle(bundle)) == bundle
+
+
+def test_relay_marks_become_the_newest_mark_per_partition() -> None:
+    processor = JoinProcessor(TOPICS, cap=10, slack=2)
+    processor.init(FakeHandle())
+
+    def mark(topic: str, partition: int, seq: int) -> Row:
+        key, _ = events.mark_record(partition, seq)
+        return Row(
+            topic=topic,
+            partition=partition,
+            offset=seq,
+            timestamp=5,
+            key=key,
+            value=None,
+            seq=None,
+            jk=None,
+            mark=seq,
+        )
+
+    rows = [mark(TOPICS.tweets, 0, 4), mark(TOPICS.tweets, 0, 9), mark(TOPICS.follows, 1, 7)]
+    bundle = run(processor, MARKS, rows)
+    assert bundle.marks == {f"{TOPICS.tweets}/0": 9, f"{TOPICS.follows}/1": 7}
+    assert bundle.mutations == [] and bundle.dead_letters == []
+
+
+def test_a_timeline_reset_becomes_a_reset_of_its_owner() -> None:
+    processor = JoinProcessor(TOPICS, cap=10, slack=2)
+    processor.init(FakeHandle())
+    reset = events.TimelineReset(8, (100, 200), 100, 11)
+    record = events.encode(reset)
+    bundle = run(
+        processor,
+        8,
+        [
+            Row(
+                topic=TOPICS.timelines,
+                partition=0,
+                offset=0,
+                timestamp=1,
+                key=record.key,
+                value=record.value,
+                seq=12,
+                jk=8,
+            )
+        ],
+    )
+    assert bundle.mutations == [Mutation(Op.RESET, (8,), (100, 200), 100, 12, 11)]

@@ -10,7 +10,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
-from fanout.timelines import DEAD_LETTERS, store_for
+from fanout.timelines import store_for
 
 
 def _preview(raw: str | None, width: int = 60) -> str:
@@ -27,14 +27,17 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--limit", type=int, default=50, help="show at most this many")
         parser.add_argument("--json", action="store_true", help="print the records as JSON lines")
-        parser.add_argument("--clear", action="store_true", help="forget them after listing")
+        parser.add_argument(
+            "--clear", action="store_true", help="forget the records listed (not the others)"
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         store = store_for(settings.STARLING)
         letters = sorted(
             store.dead_letters(), key=lambda d: (d["topic"], d["partition"], d["offset"])
         )
-        self.stdout.write(f"{len(letters)} dead letter(s) in Redis key {DEAD_LETTERS}")
+        # With --json, standard output carries only the records (JSON lines).
+        (self.stderr if options["json"] else self.stdout).write(f"{len(letters)} dead letter(s)")
         for letter in letters[: options["limit"]]:
             if options["json"]:
                 self.stdout.write(json.dumps(letter))
@@ -48,5 +51,7 @@ class Command(BaseCommand):
                 f"    key={_preview(letter.get('key'))} value={_preview(letter.get('value'))}"
             )
         if options["clear"] and letters:
-            store.redis.delete(DEAD_LETTERS)
-            self.stdout.write(f"cleared {len(letters)} dead letter(s)")
+            cleared = store.clear_dead_letters(letters[: options["limit"]])
+            (self.stderr if options["json"] else self.stdout).write(
+                f"cleared {cleared} dead letter(s), {store.dead_letter_count()} left"
+            )

@@ -1,15 +1,19 @@
-"""``manage.py rebuild_timelines``: recompute every home timeline (spark.rebuild)."""
+"""``manage.py rebuild_timelines``: recompute every home timeline (spark.rebuild).
+
+The one way in to the rebuild, for operators and for the admin's Celery
+task: it hands the Spark code the database queries it verifies against.
+"""
 
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from feed import services
 from feed.selectors import home_timeline_oracle, settled_since
-from spark import rebuild
+from spark import rebuild_command
 
 
 class Command(BaseCommand):
@@ -19,14 +23,20 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        rebuild.add_arguments(parser)
+        rebuild_command.add_arguments(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        code = rebuild.execute(
+        code = rebuild_command.execute(
             argparse.Namespace(**options),
             oracle=home_timeline_oracle,
             settled=settled_since,
-            out=sys.stdout,
+            prepare=None if options["dry_run"] else _restore_revocations,
         )
         if code:
             raise CommandError("rebuild failed; the live timelines are untouched", returncode=code)
+
+
+def _restore_revocations() -> str:
+    """A rebuild may follow a Redis loss: put the token revocations back first."""
+    restored = services.revocations_restore()
+    return f"token revocations in Redis: {restored} restored from the database"

@@ -10,50 +10,81 @@ started with ``--reset`` rebuilds every timeline from it.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 from django.core.management.base import BaseCommand
 from django.db import transaction
 
 from fanout import events
-from feed.models import Follow, OutboxEvent, Tweet, User
-from feed.outbox import outbox_row
+from feed import outbox
+from feed.models import Follow, Tweet, User
 
 BATCH = 5000
 
 
-def snapshot() -> Iterator[events.Event]:
-    for user_id in User.objects.order_by("id").values_list("id", flat=True).iterator():
-        yield events.Followed(follower_id=user_id, followee_id=user_id)
-    for f, g in Follow.objects.order_by("id").values_list("follower_id", "followee_id").iterator():
-        yield events.Followed(follower_id=f, followee_id=g)
-    rows = Tweet.objects.order_by("id").values_list("id", "author_id", "author__username", "text")
-    for tweet_id, author_id, author, text in rows.iterator():
-        yield events.TweetPosted(tweet_id=tweet_id, author_id=author_id, author=author, text=text)
+def _users(after: int) -> list[events.Event]:
+    ids = User.objects.filter(pk__gt=after).order_by("pk").values_list("pk", flat=True)[:BATCH]
+    return [events.Followed(follower_id=u, followee_id=u) for u in ids]
+
+
+def _follows(after: int) -> tuple[list[events.Event], int]:
+    rows = list(
+        Follow.objects.select_for_update()
+        .filter(pk__gt=after)
+        .order_by("pk")
+        .values_list("pk", "follower_id", "followee_id")[:BATCH]
+    )
+    out: list[events.Event] = [events.Followed(follower_id=f, followee_id=g) for _, f, g in rows]
+    return out, rows[-1][0] if rows else 0
+
+
+def _tweets(after: int) -> tuple[list[events.Event], int]:
+    rows = list(
+        Tweet.objects.select_for_update(of=("self",))
+        .filter(pk__gt=after)
+        .order_by("pk")
+        .values_list("pk", "author_id", "author__username", "text")[:BATCH]
+    )
+    out: list[events.Event] = [
+        events.TweetPosted(tweet_id=t, author_id=a, author=name, text=text)
+        for t, a, name, text in rows
+    ]
+    return out, rows[-1][0] if rows else 0
 
 
 class Command(BaseCommand):
     help = "Append the current users, follows and tweets to the outbox (re-seeds empty topics)."
 
     def handle(self, *args: Any, **options: Any) -> None:
+        """Each batch is read and appended in one transaction, its rows locked:
+        a delete or unfollow that races this command either removes the row
+        before it is read or commits after the republished event, with a later
+        seq. Its tombstone is then the key's last record, so the command is
+        safe while the web tier takes writes."""
         started = time.monotonic()
         written = 0
-        batch: list[OutboxEvent] = []
-        for event in snapshot():
-            batch.append(outbox_row(event))
-            if len(batch) >= BATCH:
-                written += self._write(batch)
-                batch = []
-                self.stdout.write(f"  republished {written:,} rows...")
-        written += self._write(batch)
+        after = 0
+        while True:  # users are never deleted: their self edges need no lock
+            with transaction.atomic():
+                batch = _users(after)
+                if batch:
+                    outbox.append_many(batch)
+            if not batch:
+                break
+            after = max(e.follower_id for e in batch)  # type: ignore[union-attr]
+            written += len(batch)
+        for name, read in (("follows", _follows), ("tweets", _tweets)):
+            after = 0
+            while True:
+                with transaction.atomic():
+                    batch, after = read(after)
+                    if batch:
+                        outbox.append_many(batch)
+                written += len(batch)
+                if not batch:
+                    break
+                self.stdout.write(f"  republished {written:,} rows ({name})...")
         self.stdout.write(
             f"republished {written:,} rows to the outbox in {time.monotonic() - started:.1f}s "
             "(the relay publishes them on its next sweep)"
         )
-
-    @staticmethod
-    def _write(batch: list[OutboxEvent]) -> int:
-        with transaction.atomic():
-            OutboxEvent.objects.bulk_create(batch)
-        return len(batch)

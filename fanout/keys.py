@@ -1,0 +1,110 @@
+"""Every Redis key Starling uses, named in one place.
+
+| key | type | holds |
+| --- | --- | --- |
+| ``tl:{g}:{user}`` | string | a packed home timeline of generation ``g`` |
+| ``tw:{tweet}`` | string | a tweet's JSON body, shared by all generations |
+| ``starling:generation`` | string | the active generation |
+| ``starling:generations`` | string | the last generation number handed out |
+| ``starling:gen:{g}`` | hash | a generation's metadata; missing = Redis lost it |
+| ``starling:wm:{g}`` | hash | the fanout watermark of a generation |
+| ``starling:regen:{g}:{user}`` | string | a timeline being regenerated: cold until this seq |
+| ``starling:refill`` | set | users whose timeline is short and waits for a refill |
+| ``starling:resets:{g}`` | sorted set | resets waiting for the watermark to reach their seq |
+| ``starling:handover`` | string | a rebuilt generation waiting for the fanout job |
+| ``starling:rebuild`` | hash | the last rebuild's state, stage and summary |
+| ``starling:deadletters`` | hash | bad changelog records by ``topic/partition/offset`` |
+| ``starling:tokens:{user}`` | string | the user's tokens issued before this time are refused |
+| ``starling:relay:*`` | various | the outbox relay's lock, flags, back-off, statistics |
+| ``starling:ids:node`` | string | the id generators' node counter |
+| ``starling:rl:{scope}:{who}`` | string | a rate-limit window's count |
+
+The timeline store (:mod:`fanout.timelines`) owns the first thirteen; the
+relay coordinator (:mod:`fanout.relay`), the id generator and the rate
+limiter (``feed.idgen``, ``feed.ratelimit``) the others.
+
+The Lua scripts receive the prefixes they need as arguments (see
+:data:`SCRIPT_PREFIXES`), so no key format is written twice.
+"""
+
+from __future__ import annotations
+
+TIMELINE_PREFIX = "tl:"
+TWEET_PREFIX = "tw:"
+ACTIVE_GENERATION = "starling:generation"
+GENERATION_COUNTER = "starling:generations"
+GENERATION_PREFIX = "starling:gen:"
+WATERMARK_PREFIX = "starling:wm:"
+REGENERATION_PREFIX = "starling:regen:"
+HANDOVER = "starling:handover"
+REBUILD_STATUS = "starling:rebuild"
+DEAD_LETTERS = "starling:deadletters"
+TOKENS_PREFIX = "starling:tokens:"
+REFILL = "starling:refill"
+RESETS_PREFIX = "starling:resets:"
+
+RELAY_LOCK = "starling:relay:lock"
+RELAY_DIRTY = "starling:relay:dirty"
+RELAY_BACKOFF = "starling:relay:backoff"
+RELAY_FAILURES = "starling:relay:failures"
+RELAY_STATS = "starling:relay:stats"
+#: Set while a relay task is queued and not yet started: triggers coalesce.
+RELAY_QUEUED = "starling:relay:queued"
+
+ID_NODE_COUNTER = "starling:ids:node"
+RATE_LIMIT_PREFIX = "starling:rl:"
+
+
+def timeline_prefix(generation: int | str) -> str:
+    return f"{TIMELINE_PREFIX}{generation}:"
+
+
+def timeline(generation: int, user_id: int) -> str:
+    return f"{timeline_prefix(generation)}{user_id}"
+
+
+def tweet(tweet_id: int) -> str:
+    return f"{TWEET_PREFIX}{tweet_id}"
+
+
+def generation(number: int) -> str:
+    return f"{GENERATION_PREFIX}{number}"
+
+
+def watermark(number: int) -> str:
+    return f"{WATERMARK_PREFIX}{number}"
+
+
+def regeneration_prefix(generation: int | str) -> str:
+    return f"{REGENERATION_PREFIX}{generation}:"
+
+
+def regeneration(generation: int, user_id: int) -> str:
+    return f"{regeneration_prefix(generation)}{user_id}"
+
+
+def resets(generation: int) -> str:
+    return f"{RESETS_PREFIX}{generation}"
+
+
+def tokens(user_id: int) -> str:
+    return f"{TOKENS_PREFIX}{user_id}"
+
+
+def rate_limit(scope: str, who: str) -> str:
+    return f"{RATE_LIMIT_PREFIX}{scope}:{who}"
+
+
+#: What the scripts get as their first arguments, in this order: they build
+#: key names from these prefixes and never spell one themselves.
+SCRIPT_PREFIXES = (
+    TIMELINE_PREFIX,
+    TWEET_PREFIX,
+    ACTIVE_GENERATION,
+    GENERATION_PREFIX,
+    WATERMARK_PREFIX,
+    REGENERATION_PREFIX,
+    TOKENS_PREFIX,
+    REFILL,
+    RESETS_PREFIX,
+)

@@ -1,0 +1,262 @@
+-- Apply a batch's timeline operations (fanout.timelines.TimelineStore.apply).
+-- Arguments (after the prefixes): generation, cap, slack, then operations
+-- (see fanout/timeline_ops.py encode_ops):
+--   4 packed-ids                     delete tweet bodies (comes first)
+--   3 tweet-id body                  put a tweet body
+--   1 owner horizon seq packed-ids   merge tweets into a timeline (creating it)
+--   2 owner seq packed-ids           remove tweets from a timeline
+--   5 owner horizon seq as_of ids    a refill from the database: kept until the
+--                                    watermark reaches its seq (see below)
+--   6 watermark                      apply the kept refills up to the watermark
+-- Returns {added, removed, created, short}. Every operation is idempotent.
+--
+-- A refill waits for every event before it to be applied: its tweets are
+-- merged only when the authors' states that route their deletes already know
+-- this follower. Its read saw every seq up to `as_of`; if the fence has passed
+-- that (an unfollow, or entries fallen below the horizon, that the read may
+-- not have seen) it is dropped and asked for again. A delete since has taken
+-- the tweet's body: such entries are skipped.
+--
+-- A timeline holds exactly the join's tweets at or above its horizon. When it
+-- outgrows cap + slack it keeps its newest cap + slack/2. When removals leave
+-- fewer than cap entries above a horizon (a short timeline), its owner goes
+-- into the refill set; the web tier answers it with a reset.
+
+local gen, cap, slack = arg(1), tonumber(arg(2)), tonumber(arg(3))
+if redis.call('EXISTS', P.generation .. gen) == 0 then
+  return redis.error_reply('NOGEN generation ' .. gen .. ' is not in Redis (was Redis flushed?)')
+end
+local limit = cap + slack
+local keep = cap + math.floor(slack / 2)
+local added, removed, created, short = 0, 0, 0, 0
+
+local function ids_of(blob)
+  local out = {}
+  for pos = 1, #blob, 8 do out[#out + 1] = upk(blob, pos) end
+  return out
+end
+
+-- The newest id a timeline holds or held: an entry arriving below it is late.
+local function ceiling(h, ids) return math.max(h.top, ids[#ids] or 0) end
+
+local function check_short(owner, h, n)
+  if n < cap and h.horizon > 0 then
+    redis.call('SADD', P.refill, owner)
+    short = short + 1
+  end
+end
+
+-- The fence: the newest seq that removed entries or had entries fall below the
+-- horizon (a merge's horizon, a trim). A reset older than it may miss them, or
+-- hold what was removed.
+local function fence(h, seq) if seq > h.fence then h.fence = seq end end
+
+-- Write a timeline, trimmed to its newest `keep` entries when over `limit`.
+local function store(key, h, ids, seq)
+  if #ids > limit then
+    local kept = {}
+    for i = #ids - keep + 1, #ids do kept[#kept + 1] = ids[i] end
+    ids = kept
+    h.horizon = ids[1]
+    fence(h, seq)
+  end
+  if h.top ~= 0 and ids[#ids] ~= nil and ids[#ids] >= h.top then h.top = 0 end
+  redis.call('SET', key, encode(h, ids))
+  return #ids
+end
+
+-- Merge `new` (ascending) into `ids`, skipping ids below `floor`.
+-- Returns the merged list, how many were added, and whether one arrived late.
+local function merge(ids, new, floor, top)
+  local merged, i, j, n, late = {}, 1, 1, 0, false
+  while i <= #ids or j <= #new do
+    local a, b = ids[i], new[j]
+    if b ~= nil and b < floor then j = j + 1
+    elseif b == nil or (a ~= nil and a < b) then merged[#merged + 1] = a; i = i + 1
+    elseif a == b then merged[#merged + 1] = a; i = i + 1; j = j + 1
+    else
+      merged[#merged + 1] = b; j = j + 1; n = n + 1
+      if b < top then late = true end
+    end
+  end
+  return merged, n, late
+end
+
+local function add_slow(owner, key, s, new, hm, seq)
+  local h, ids = new_header(), {}
+  if s then h, ids = decode(s) else created = created + 1 end
+  local top = ceiling(h, ids)
+  if hm > h.horizon then
+    h.horizon = hm
+    local kept = {}
+    for i = 1, #ids do if ids[i] >= hm then kept[#kept + 1] = ids[i] end end
+    ids = kept
+    fence(h, seq)
+  end
+  -- A merge that leaves out older tweets (hm > 0), or drops some below the
+  -- horizon, fences: a reset read before it has neither, and may not lower
+  -- the horizon over them.
+  if hm > 0 or (#new > 0 and new[1] < h.horizon) then fence(h, seq) end
+  local merged, n, late = merge(ids, new, h.horizon, s and top or 0)
+  if late then h.version = math.max(h.version, seq) end
+  check_short(owner, h, store(key, h, merged, seq))
+  return n
+end
+
+-- Trim after an APPEND: keep the newest `keep` (a new horizon, the fence moved).
+local function trim(key, len, seq)
+  if len > HEADER + limit * 8 then
+    local h = read_header(redis.call('GETRANGE', key, 0, HEADER - 1))
+    local tail = redis.call('GETRANGE', key, len - keep * 8, -1)
+    h.horizon = upk(tail, 1)
+    fence(h, seq)
+    redis.call('SET', key, pack_header(h) .. tail)
+  end
+end
+
+-- Insert ids into a timeline without a horizon change, rewriting only the
+-- entries from the first new id on (SETRANGE): when two executors interleave
+-- their writes, that is a handful of entries, not 800.
+local function add_inside(key, s, blob, seq)
+  local h, n = read_header(s), count(s)
+  local top = math.max(h.top, n > 0 and id_at(s, n) or 0)
+  local new, below = {}, false
+  for pos = 1, #blob, 8 do
+    local id = upk(blob, pos)
+    if id >= h.horizon then new[#new + 1] = id else below = true end
+  end
+  if below and seq > h.fence then
+    fence(h, seq)
+    redis.call('SETRANGE', key, 8, pk(h.fence))
+  end
+  if #new == 0 then return 0 end
+  local lo, hi = 1, n
+  while lo <= hi do
+    local mid = math.floor((lo + hi) / 2)
+    if id_at(s, mid) < new[1] then lo = mid + 1 else hi = mid - 1 end
+  end
+  local merged, n_added, late, i, j = {}, 0, false, lo, 1
+  while i <= n or j <= #new do
+    local a = i <= n and id_at(s, i) or nil
+    local b = new[j]
+    if b == nil or (a ~= nil and a < b) then merged[#merged + 1] = pk(a); i = i + 1
+    elseif a == b then merged[#merged + 1] = pk(a); i = i + 1; j = j + 1
+    else
+      merged[#merged + 1] = pk(b); j = j + 1; n_added = n_added + 1
+      if b < top then late = true end
+    end
+  end
+  if n_added == 0 then return 0 end
+  if late then h.version = math.max(h.version, seq) end
+  if h.top ~= 0 and new[#new] >= h.top then h.top = 0 end
+  redis.call('SETRANGE', key, 0, pack_header(h))
+  trim(key, redis.call('SETRANGE', key, HEADER + (lo - 1) * 8, table.concat(merged)), seq)
+  return n_added
+end
+
+-- Merge packed ids (ascending). A plain add of the newest tweets is an APPEND.
+local function add(owner, key, blob, hm, seq)
+  local s_len = redis.call('STRLEN', key)
+  if hm == 0 and s_len > 0 then
+    if #blob == 0 then return 0 end
+    local head = redis.call('GETRANGE', key, 0, 23)
+    local horizon, top = upk(head, 1), upk(head, 17)
+    local last = s_len > HEADER and upk(redis.call('GETRANGE', key, -8, -1)) or 0
+    local first = upk(blob, 1)
+    if first > math.max(top, last) and first >= horizon then
+      local len = redis.call('APPEND', key, blob)
+      if top ~= 0 then redis.call('SETRANGE', key, 16, pk(0)) end
+      trim(key, len, seq)
+      return #blob / 8
+    end
+    return add_inside(key, redis.call('GET', key), blob, seq)
+  end
+  return add_slow(owner, key, s_len > 0 and redis.call('GET', key) or nil, ids_of(blob), hm, seq)
+end
+
+local function remove(owner, key, blob, seq)
+  local s = redis.call('GET', key)
+  if not s then return 0 end
+  local h, ids = decode(s)
+  local drop = {}
+  for pos = 1, #blob, 8 do drop[upk(blob, pos)] = true end
+  local kept = {}
+  for i = 1, #ids do if not drop[ids[i]] then kept[#kept + 1] = ids[i] end end
+  local gone = #ids - #kept
+  if gone == 0 and seq <= h.fence then return 0 end
+  if gone > 0 and kept[#kept] ~= ids[#ids] then h.top = math.max(h.top, ids[#ids]) end
+  fence(h, seq)
+  redis.call('SET', key, encode(h, kept))
+  check_short(owner, h, #kept)
+  return gone
+end
+
+-- A refill from the database: its entries whose bodies exist (a body gone is a
+-- tweet deleted since) merged in, the horizon lowered to what it covers. A
+-- refill older than the timeline's last unfollow may still hold that author:
+-- it is dropped and asked for again.
+local function reset(owner, key, blob, hr, seq, as_of)
+  local s = redis.call('GET', key)
+  local h, ids = new_header(), {}
+  if s then
+    h, ids = decode(s)
+    if h.fence > as_of then  -- stale: asked for again if the timeline is still short
+      check_short(owner, h, count(s))
+      return 0
+    end
+  else
+    created = created + 1
+  end
+  local new = {}
+  for pos = 1, #blob, 8 do
+    local id = upk(blob, pos)
+    if redis.call('EXISTS', P.tweet .. num(id)) == 1 then new[#new + 1] = id end
+  end
+  local top = s and ceiling(h, ids) or 0
+  h.horizon = s and math.min(h.horizon, hr) or hr
+  local merged, n, late = merge(ids, new, h.horizon, top)
+  if late then h.version = math.max(h.version, seq) end
+  check_short(owner, h, store(key, h, merged, seq))
+  return n
+end
+
+local function release(watermark)
+  local key = P.resets .. gen
+  for _, member in ipairs(redis.call('ZRANGEBYSCORE', key, '-inf', watermark)) do
+    local owner, hr, seq, as_of = upk(member, 1), upk(member, 9), upk(member, 17), upk(member, 25)
+    added = added + reset(num(owner), P.timeline .. gen .. ':' .. num(owner),
+                          string.sub(member, 33), hr, seq, as_of)
+  end
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', watermark)
+end
+
+local timelines = P.timeline .. gen .. ':'
+local i = 4
+while i <= nargs() do
+  local op = arg(i)
+  if op == '1' then                       -- add: owner, horizon, seq, packed ids
+    added = added + add(arg(i + 1), timelines .. arg(i + 1), arg(i + 4),
+                        tonumber(arg(i + 2)), tonumber(arg(i + 3)))
+    i = i + 5
+  elseif op == '2' then                   -- remove: owner, seq, packed ids
+    removed = removed + remove(arg(i + 1), timelines .. arg(i + 1), arg(i + 3),
+                               tonumber(arg(i + 2)))
+    i = i + 4
+  elseif op == '5' then                   -- reset: owner, horizon, seq, as_of, packed ids
+    local member = pk(tonumber(arg(i + 1))) .. pk(tonumber(arg(i + 2)))
+                   .. pk(tonumber(arg(i + 3))) .. pk(tonumber(arg(i + 4))) .. arg(i + 5)
+    redis.call('ZADD', P.resets .. gen, arg(i + 3), member)
+    i = i + 6
+  elseif op == '6' then                   -- release the resets up to a watermark
+    release(arg(i + 1))
+    i = i + 2
+  elseif op == '3' then                   -- put a tweet body: id, body
+    redis.call('SET', P.tweet .. arg(i + 1), arg(i + 2))
+    i = i + 3
+  else                                    -- 4: delete tweet bodies: packed ids
+    local blob = arg(i + 1)
+    for pos = 1, #blob, 8 do redis.call('DEL', P.tweet .. num(upk(blob, pos))) end
+    i = i + 2
+  end
+end
+return {added, removed, created, short}

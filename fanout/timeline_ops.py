@@ -1,0 +1,173 @@
+"""Pure encoding of timeline writes and of the packed timeline format.
+
+A timeline in Redis is a string: a 32-byte header, then tweet ids as 8-byte
+big-endian integers in ascending order (docs/decisions.md D10 has the
+measurements behind the format). The header holds four 8-byte big-endian
+numbers:
+
+| field | meaning |
+| --- | --- |
+| horizon | the timeline holds exactly the join's tweets at or above it (0: all of them) |
+| fence | the newest ``seq`` that removed entries or left some out below the horizon |
+| top | the newest id it ever held, while that entry is gone (0: its newest entry) |
+| version | the newest ``seq`` that brought an entry below ``top``: pollers re-read on a change |
+
+This module turns a batch's mutations into the arguments of the apply
+script (``fanout/lua/apply.lua``) and packs and unpacks timelines; it does
+no I/O.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from fanout.join import Mutation, Op
+
+HEADER = struct.Struct(">4Q")
+
+
+class OpCode:
+    """Operation codes of the apply script."""
+
+    ADD = 1  # owner, horizon, seq, packed ids
+    REMOVE = 2  # owner, seq, packed ids
+    PUT_BODY = 3  # tweet id, body
+    DELETE_BODIES = 4  # packed ids
+    RESET = 5  # owner, horizon, seq, as_of, packed ids (kept until the watermark reaches seq)
+    RELEASE_RESETS = 6  # watermark
+
+
+@dataclass(frozen=True, slots=True)
+class TimelineOp:
+    """One timeline's share of a batch."""
+
+    op: Op
+    owner: int
+    tweets: tuple[int, ...]  # ascending
+    horizon: int = 0
+    seq: int = 0
+    as_of: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Header:
+    horizon: int = 0
+    fence: int = 0
+    top: int = 0
+    version: int = 0
+
+
+def group_by_timeline(
+    mutations: Iterable[Mutation], keep: int | None = None
+) -> tuple[list[TimelineOp], list[int]]:
+    """Regroup a batch's mutations per timeline, keeping each timeline's order.
+
+    Consecutive adds to one timeline merge (their ids united, the higher
+    horizon kept), and so do consecutive removes (the higher seq kept); an
+    add and a remove never swap, and resets stay as they are. A follower
+    receiving five tweets in a micro-batch then costs one write, not five.
+    With ``keep`` (``cap + slack``), a merged add keeps only its newest
+    ``keep`` ids, the oldest of them as its horizon: a user who follows
+    thousands of accounts in one batch gets one bounded write.
+    Returns the timeline ops and the tweet ids whose bodies go (which the
+    store deletes before any timeline op, so a deleted tweet disappears from
+    every timeline at once).
+    """
+    per_owner: dict[int, list[list[Any]]] = {}
+    deleted: list[int] = []
+    for m in mutations:
+        if m.op is Op.DELETE_BODY:
+            deleted.extend(m.tweets)
+            continue
+        for owner in m.owners:
+            ops = per_owner.setdefault(owner, [])
+            if ops and ops[-1][0] is m.op and m.op is not Op.RESET:
+                ops[-1][1] = max(ops[-1][1], m.horizon)
+                ops[-1][2] = max(ops[-1][2], m.seq)
+                ops[-1][4].update(m.tweets)
+            else:
+                ops.append([m.op, m.horizon, m.seq, m.as_of, set(m.tweets)])
+    out = []
+    for owner, ops in per_owner.items():
+        for op, horizon, seq, as_of, ids in ops:
+            tweets = sorted(ids)
+            if op is Op.ADD and keep is not None and len(tweets) > keep:
+                tweets = tweets[-keep:]
+                horizon = max(horizon, tweets[0])
+            out.append(TimelineOp(op, owner, tuple(tweets), horizon, seq, as_of))
+    return out, deleted
+
+
+def pack_ids(ids: Sequence[int]) -> bytes:
+    return struct.pack(f">{len(ids)}Q", *ids)
+
+
+def encode_ops(
+    bodies: Mapping[int, bytes], ops: Sequence[TimelineOp], deleted: Sequence[int], chunk: int
+) -> list[list[Any]]:
+    """The apply script's arguments, cut into calls of about ``chunk`` ids each.
+    Bodies of deleted tweets go first, then new bodies, then timeline ops."""
+    chunks: list[list[Any]] = []
+    current: list[Any] = []
+    weight = 0
+    if deleted:
+        current += [OpCode.DELETE_BODIES, pack_ids(sorted(set(deleted)))]
+        weight += len(set(deleted))
+    for tweet_id, body in bodies.items():
+        current += [OpCode.PUT_BODY, tweet_id, body]
+        weight += 1
+        if weight >= chunk:
+            chunks.append(current)
+            current, weight = [], 0
+    for op in ops:
+        if op.op is Op.ADD:
+            current += [OpCode.ADD, op.owner, op.horizon, op.seq, pack_ids(op.tweets)]
+        elif op.op is Op.REMOVE:
+            current += [OpCode.REMOVE, op.owner, op.seq, pack_ids(op.tweets)]
+        else:
+            current += [
+                OpCode.RESET, op.owner, op.horizon, op.seq, op.as_of, pack_ids(op.tweets)
+            ]  # fmt: skip
+        weight += 1 + len(op.tweets)
+        if weight >= chunk:
+            chunks.append(current)
+            current, weight = [], 0
+    if current:
+        chunks.append(current)
+    return chunks
+
+
+def pack_timeline(
+    horizon: int, ids_ascending: Sequence[int], header: Header | None = None
+) -> bytes:
+    """The packed form of a timeline (what the scripts write), for rebuilds and tests."""
+    h = header or Header()
+    return HEADER.pack(horizon, h.fence, h.top, h.version) + pack_ids(ids_ascending)
+
+
+def unpack_timeline(packed: bytes) -> tuple[int, list[int]]:
+    """(horizon, ids ascending) of a packed timeline."""
+    return read_header(packed).horizon, timeline_ids(packed)
+
+
+def read_header(packed: bytes) -> Header:
+    return Header(*HEADER.unpack_from(packed))
+
+
+def timeline_ids(packed: bytes) -> list[int]:
+    """The ids of a packed timeline, ascending."""
+    body = packed[HEADER.size :]
+    return list(struct.unpack(f">{len(body) // 8}Q", body))
+
+
+def entries(packed: bytes) -> int:
+    """How many ids a packed timeline holds."""
+    return (len(packed) - HEADER.size) // 8
+
+
+def visible(ids_ascending: Sequence[int], cap: int) -> list[int]:
+    """What readers see of a timeline: its newest ``cap`` ids, newest first."""
+    return list(reversed(ids_ascending[-cap:])) if cap else []

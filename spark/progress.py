@@ -1,0 +1,79 @@
+"""One log line (and optionally one JSON line) per micro-batch of the job."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql.streaming import StreamingQueryListener
+
+from spark.sink import FanoutSink
+
+log = logging.getLogger("starling.fanout")
+
+
+class ProgressLogger(StreamingQueryListener):
+    """One line per micro-batch: rows in, mutations out, duration, lag."""
+
+    def __init__(self, sink: FanoutSink, progress_file: Path | None = None) -> None:
+        self.sink = sink
+        self.progress_file = progress_file
+
+    def onQueryStarted(self, event: Any) -> None:
+        log.info("fanout query started (id %s)", event.id)
+
+    def onQueryProgress(self, event: Any) -> None:
+        p = event.progress
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("progress %s", p.json)
+        if p.numInputRows == 0 and self.sink.last.batch_id != p.batchId:
+            return
+        stats = self.sink.last.stats if self.sink.last.batch_id == p.batchId else {}
+        behind = 0
+        for source in p.sources:
+            with contextlib.suppress(ValueError, TypeError, AttributeError):
+                end, latest = json.loads(source.endOffset), json.loads(source.latestOffset)
+                behind += sum(
+                    int(o) - int(end.get(t, {}).get(part, 0))
+                    for t, parts in latest.items()
+                    for part, o in parts.items()
+                )
+        lag = time.time() - stats["ts"] / 1000 if stats.get("ts") else 0.0
+        duration = p.durationMs.get("triggerExecution", 0) / 1000
+        if self.progress_file is not None:
+            record = {
+                "batch": p.batchId,
+                "at": time.time(),
+                "rows": p.numInputRows,
+                "duration": duration,
+                "behind": behind,
+                "lag": lag,
+                **stats,
+            }
+            with self.progress_file.open("a") as out:
+                out.write(json.dumps(record) + "\n")
+        log.info(
+            "batch %d: %d rows in, %d mutations, %d deliveries (%d new), %d dead letters, "
+            "%.2fs (redis %.2fs), lag %d records / %.2fs",
+            p.batchId,
+            p.numInputRows,
+            stats.get("mutations", 0),
+            stats.get("deliveries", 0),
+            stats.get("added", 0),
+            stats.get("dead_letters", 0),
+            duration,
+            stats.get("redis_ms", 0) / 1000,
+            behind,
+            lag,
+        )
+
+    def onQueryIdle(self, event: Any) -> None:
+        pass
+
+    def onQueryTerminated(self, event: Any) -> None:
+        if event.exception:
+            log.error("fanout query stopped: %s", event.exception.splitlines()[0])

@@ -1,0 +1,161 @@
+"""The rebuild as a command: arguments, progress, the summary, exit status.
+
+``manage.py rebuild_timelines`` is the way in (for operators, and for the
+admin's Celery task): it gives :func:`execute` the database oracle that the
+verification stage samples against. Spark code does not import Django.
+``python -m spark.rebuild`` is the same command.
+
+With ``--json``, standard output carries exactly one JSON document, the
+summary or ``{"ok": false, ...}``, whatever happens, also when the command
+is stopped by a signal; progress and whatever Spark prints go to standard
+error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import orjson
+from pyspark.sql import SparkSession
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+from fanout.cli import interruptible, machine_output
+from fanout.config import StarlingConfig
+from fanout.timelines import store_for
+from spark.rebuild import Oracle, Progress, Rebuild, RebuildFailed, Settled, Summary
+from spark.session import build_session
+
+log = logging.getLogger("starling.rebuild")
+
+
+def parser(prog: str = "manage.py rebuild_timelines") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
+    add_arguments(p)
+    return p
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--dry-run", action="store_true", help="compare with the live timelines, change nothing"
+    )
+    p.add_argument("--master", help="Spark master (default: SPARK_MASTER or local[2])")
+    p.add_argument(
+        "--sample", type=int, default=200, help="timelines compared with the database (default 200)"
+    )
+    p.add_argument(
+        "--wait", type=float, default=600, help="seconds to wait for the switch (default 600)"
+    )
+    p.add_argument(
+        "--state-dir", type=Path, help="where the rebuilt author state goes (shared with the job)"
+    )
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+
+
+def execute(
+    args: argparse.Namespace,
+    *,
+    oracle: Oracle | None,
+    settled: Settled | None,
+    spark: SparkSession | None = None,
+    prepare: Callable[[], str] | None = None,
+) -> int:
+    """Run a rebuild as the command line asked; returns the exit status.
+
+    With ``--json`` standard output carries exactly one JSON document (the
+    summary, or ``{"ok": false, ...}`` with the reason), whatever happens,
+    also when the command is stopped by a signal; progress lines and
+    whatever Spark prints go to standard error. ``prepare`` runs first,
+    inside that guarantee; the line it returns is shown as progress.
+    """
+    with machine_output(args.json) as data, interruptible():
+        human = sys.stderr if args.json else data
+        config = StarlingConfig.from_env()
+        store = store_for(config, timeout=60)
+        progress = Progress(store, human)
+        state_root = (
+            args.state_dir or Path(os.environ.get("STARLING_VAR_DIR", "var")) / "rebuild"
+        ).resolve()
+        try:
+            # Inside the try: an unreachable Redis is a failure like any other
+            # and still ends in the one JSON document.
+            store.clear_rebuild_status()
+            progress.publish(state="running", dry_run=int(args.dry_run), started_at=time.time())
+            if prepare is not None:
+                print(prepare(), file=human)
+            own = spark is None
+            spark = spark or build_session(args.master or config.spark_master, "starling-rebuild")
+            rebuild = Rebuild(
+                spark,
+                config,
+                store,
+                progress,
+                state_root,
+                oracle,
+                settled,
+                args.sample,
+                release=spark.stop if own else None,
+            )
+            summary = rebuild.run(dry_run=args.dry_run, wait=args.wait)
+        except (Exception, KeyboardInterrupt) as exc:
+            interrupted = isinstance(exc, KeyboardInterrupt)
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            if interrupted:
+                reason = f"interrupted ({reason})"
+            log.debug("rebuild failed", exc_info=True)
+            print(f"rebuild failed: {reason}", file=human)
+            if not isinstance(exc, RebuildFailed | KeyboardInterrupt | RedisConnectionError):
+                traceback.print_exc(file=sys.stderr)
+            print("the live timelines are untouched", file=human)
+            progress.publish(state="failed", error=reason, finished_at=time.time())
+            if args.json:
+                failure = {"ok": False, "state": "failed", "error": reason, "live_untouched": True}
+                print(json.dumps(failure), file=data)
+            return 130 if interrupted else 1
+        figures = asdict(summary)
+        progress.publish(
+            state="succeeded" if summary.switched or summary.dry_run else "handed-over",
+            finished_at=time.time(),
+            summary=orjson.dumps(figures),
+        )
+        if args.json:
+            print(json.dumps({"ok": True, **figures}, indent=2), file=data)
+        else:
+            print_summary(summary, data)
+        return 0
+
+
+def print_summary(s: Summary, out: Any) -> None:
+    rate = s.records / s.seconds if s.seconds else 0.0
+    lines = [
+        "rebuild summary" + (" (dry run: nothing changed)" if s.dry_run else ""),
+        f"  changelog records read  {s.records:,} ({rate:,.0f}/s)",
+        f"  live tweets / follows   {s.tweets:,} / {s.follows:,}; bad records {s.bad_records:,}",
+        f"  timelines               {s.timelines:,}"
+        + (f" ({s.timelines / s.seconds:,.0f}/s)" if s.seconds else ""),
+    ]
+    if s.dry_run:
+        lines += [
+            f"  differ from live        {s.differing:,} (missing in live {s.live_missing:,})",
+            f"  entries missing / wrong {s.missing_entries:,} / {s.extra_entries:,}",
+            f"  by entries off          {s.diff_histogram}",
+        ]
+    else:
+        lines += [
+            f"  generation              {s.generation} "
+            f"({'active' if s.switched else 'handed over, not yet active'})",
+            f"  entries                 {s.entries:,}",
+            f"  verified                {s.verified_counts:,} lengths, "
+            f"{s.sample_checked} sampled against the database",
+        ]
+    lines.append(f"  took                    {s.seconds:.1f}s")
+    print("\n".join(lines), file=out)

@@ -1,0 +1,389 @@
+"""The generation supervisor: keeps the fanout query running on the right
+generation, follows rebuilds, and waits (instead of crash-looping) when the
+timelines cannot be continued.
+
+* A rebuild (spark.rebuild) hands a new generation over: the query restarts
+  on it from the rebuild's snapshot offsets with the rebuilt author states,
+  and the supervisor switches readers to it once its watermark has caught
+  up with the live one (docs/decisions.md D15), then deletes the old one.
+* Redis lost the generation being written (restarted empty, FLUSHALL): the
+  checkpoint says batches were applied that Redis no longer has, so the job
+  waits for a rebuild rather than refill timelines without their history.
+* The broker lost data (the log is behind the checkpoint): same.
+* Redis lost writes (a crash with AOF ``everysec`` loses up to a second):
+  its watermark is behind the batches the checkpoint says were applied.
+  The checkpoint is rewound to the watermark's batch and those batches run
+  again (every write is idempotent); further back than Spark keeps state
+  for, the job waits for a rebuild instead.
+* The job was down longer than the changelogs keep tombstones
+  (``STARLING_TOMBSTONE_RETENTION_HOURS``): deletes and unfollows it has not
+  read may be gone from the log. It refuses to resume and waits for a
+  rebuild, saying so.
+* Anything else (Redis or Kafka briefly down): restart with back-off.
+
+What went wrong is established by looking (does the generation exist? is
+the log behind the checkpoint?), not by reading the query's error text.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from fanout.config import StarlingConfig
+from fanout.timelines import TimelineStore
+from spark.kafka_source import EndOffsetProbe, MissingTopic, Offsets, data_loss
+from spark.session import TUNING
+
+log = logging.getLogger("starling.fanout")
+
+#: How often the running job looks for a handover or a switch (seconds).
+WATCH_INTERVAL = 1.0
+#: How often a job waiting for a rebuild says so (seconds).
+WAITING_REMINDER = 60.0
+#: How often a running job marks its checkpoint as alive (seconds).
+ALIVE_INTERVAL = 60.0
+#: How many batches back Spark can still run again: it keeps the state of the
+#: last spark.sql.streaming.minBatchesToRetain (spark/session.py).
+REPLAYABLE_BATCHES = int(TUNING["spark.sql.streaming.minBatchesToRetain"]) - 1
+
+
+@dataclass(frozen=True)
+class Target:
+    """The generation the job writes, and how its query starts."""
+
+    generation: int
+    checkpoint: Path
+    starting_offsets: Offsets | None = None
+    initial_state: str | None = None  # parquet directory written by the rebuild
+
+    @property
+    def takeover(self) -> bool:
+        return self.starting_offsets is not None
+
+
+#: start(target) -> the running streaming query.
+StartQuery = Callable[[Target], Any]
+
+
+def checkpoint_for(root: Path, generation: int) -> Path:
+    """Each generation has a checkpoint of its own: a rebuild starts a fresh one."""
+    return root / f"gen-{generation}"
+
+
+def committed_batches(checkpoint: Path) -> list[int]:
+    commits = checkpoint / "commits"
+    if not commits.is_dir():
+        return []
+    return sorted(int(p.name) for p in commits.iterdir() if p.name.isdigit())
+
+
+def committed_offsets(checkpoint: Path) -> Offsets | None:
+    """The end offsets of the last committed batch (None before the first)."""
+    batches = committed_batches(checkpoint)
+    if not batches:
+        return None
+    try:
+        lines = (checkpoint / "offsets" / str(batches[-1])).read_text().splitlines()
+        return json.loads(lines[2]) if len(lines) > 2 else None
+    except (OSError, ValueError):
+        return None
+
+
+def rewind(checkpoint: Path, to_batch: int) -> list[int]:
+    """Forget the batches after ``to_batch`` (their offset and commit entries):
+    the query runs them again from there, with the state it had then."""
+    dropped = [b for b in committed_batches(checkpoint) if b > to_batch]
+    for log_dir in ("offsets", "commits"):
+        for path in (checkpoint / log_dir).glob("*"):
+            number = path.name.lstrip(".").split(".")[0]
+            if number.isdigit() and int(number) > to_batch:
+                path.unlink()
+    return dropped
+
+
+def mark_alive(checkpoint: Path) -> None:
+    checkpoint.mkdir(parents=True, exist_ok=True)
+    (checkpoint / "alive").touch()
+
+
+def idle_hours(checkpoint: Path, now: float) -> float:
+    """Hours since the job last ran on this checkpoint (a commit, or its heartbeat)."""
+    stamps = [p.stat().st_mtime for p in (checkpoint / "alive",) if p.exists()]
+    batches = committed_batches(checkpoint)
+    if batches:
+        stamps.append((checkpoint / "commits" / str(batches[-1])).stat().st_mtime)
+    return (now - max(stamps)) / 3600 if stamps else 0.0
+
+
+def choose_target(store: TimelineStore, root: Path, blocked: int | None = None) -> Target | None:
+    """A rebuilt generation waiting for the job, else the active one.
+
+    None when the job cannot go on by itself and waits for a rebuild: Redis
+    lost its timelines while a checkpoint says batches were applied, or the
+    ``blocked`` generation's checkpoint is unusable (the broker lost data).
+    """
+    handover = store.pending_handover()
+    if handover is not None and handover != blocked:
+        checkpoint = checkpoint_for(root, handover)
+        meta = store.generation_meta(handover)
+        if _older_than(checkpoint, float(meta.get("created_at", 0))):
+            # A checkpoint left by an earlier generation of that number (Redis lost
+            # its generation counter): not the one this rebuild is to start.
+            log.warning("removing the stale checkpoint %s", checkpoint)
+            shutil.rmtree(checkpoint, ignore_errors=True)
+        if committed_batches(checkpoint) or "snapshot" not in meta:
+            return Target(handover, checkpoint)
+        return Target(handover, checkpoint, json.loads(meta["snapshot"]), meta.get("state_path"))
+    active = store.active_generation()
+    if active is None or not store.generation_exists(active):
+        if root.is_dir() and any(committed_batches(p) for p in root.iterdir()):
+            return None
+        active = store.ensure_active_generation()
+    if active == blocked:
+        return None
+    return Target(active, checkpoint_for(root, active))
+
+
+def _older_than(checkpoint: Path, created_at: float) -> bool:
+    """True if the checkpoint committed a batch before ``created_at`` (Unix time)."""
+    batches = committed_batches(checkpoint)
+    if not batches or not created_at:
+        return False
+    return (checkpoint / "commits" / str(batches[0])).stat().st_mtime < created_at
+
+
+def retire(store: TimelineStore, root: Path, old: int) -> None:
+    """Delete a generation that is no longer active: its timelines, its
+    checkpoint and the rebuilt state it started from."""
+    state_path = store.generation_meta(old).get("state_path")
+    deleted = store.drop_generation(old)
+    shutil.rmtree(checkpoint_for(root, old), ignore_errors=True)
+    if state_path:
+        shutil.rmtree(Path(state_path).parent, ignore_errors=True)
+    log.info("generation %d deleted (%d keys)", old, deleted)
+
+
+def maybe_switch(store: TimelineStore, root: Path, target: Target) -> bool:
+    """Make a taken-over generation active once it has caught up with the live
+    one, so readers never go back in time: its contiguous watermark (every
+    seq up to it applied) at least the live one's, and its highest seq too.
+    Then delete the old generation."""
+    active = store.active_generation()
+    if active == target.generation:
+        return False
+    new = store.watermark(target.generation)
+    if new is None:
+        return False
+    live = (
+        store.watermark(active) if active is not None and store.generation_exists(active) else None
+    )
+    if live is not None and (new.contiguous < live.contiguous or new.seq < live.seq):
+        return False
+    store.switch(target.generation, active)
+    log.info(
+        "generation %d is active (watermark %d; generation %s retired)",
+        target.generation,
+        new.seq,
+        active,
+    )
+    if active is not None and active != target.generation:
+        try:
+            retire(store, root, active)
+        except (OSError, redis.RedisError):
+            log.exception("could not delete generation %d", active)
+    return True
+
+
+class Supervisor:
+    """Runs the query for the right target until asked to stop."""
+
+    def __init__(
+        self,
+        store: TimelineStore,
+        config: StarlingConfig,
+        root: Path,
+        start: StartQuery,
+        stopping: threading.Event,
+    ) -> None:
+        self.store = store
+        self.config = config
+        self.root = root
+        self.start = start
+        self.stopping = stopping
+        self.blocked: int | None = None
+        self._said = 0.0
+
+    def run(self) -> int:
+        backoff = 1.0
+        while not self.stopping.is_set():
+            try:
+                target = choose_target(self.store, self.root, self.blocked)
+            except redis.RedisError as exc:
+                log.warning("Redis unavailable (%s); retrying in %.0fs", exc, backoff)
+                self.stopping.wait(backoff)
+                backoff = min(backoff * 2, 60.0)
+                continue
+            if target is None:
+                self._waiting_for_rebuild()
+                continue
+            refusal = self.check_resumable(target)
+            if refusal is not None:
+                log.error("generation %d cannot be resumed: %s", target.generation, refusal)
+                self.blocked = target.generation
+                continue
+            mark_alive(target.checkpoint)
+            query = self.start(target)
+            started = time.monotonic()
+            restart = self.watch(query, target)
+            if self.stopping.is_set():
+                query.stop()
+                return 0
+            if restart:
+                query.stop()
+                continue
+            cause = self.diagnose(target)
+            if cause is not None:
+                log.error("fanout cannot continue generation %d: %s", target.generation, cause)
+                continue
+            if time.monotonic() - started > 60:
+                backoff = 1.0
+            log.warning(
+                "fanout query failed (%s); restarting in %.0fs",
+                _first_line(str(query.exception())),
+                backoff,
+            )
+            self.stopping.wait(backoff)
+            backoff = min(backoff * 2, 60.0)
+        return 0
+
+    def check_resumable(self, target: Target) -> str | None:
+        """None if the query can start from ``target``'s checkpoint, after
+        rewinding it if Redis lost applied batches; else why it cannot."""
+        batches = committed_batches(target.checkpoint)
+        if not batches or target.takeover:
+            return None
+        hours = idle_hours(target.checkpoint, time.time())
+        retention = self.config.tombstone_retention_hours
+        if hours > retention:
+            return (
+                f"the job last ran {hours:.1f} h ago, longer than the changelogs keep "
+                f"tombstones ({retention} h): deletes and unfollows may have been purged "
+                "from the log; rebuild the timelines (manage.py rebuild_timelines)"
+            )
+        try:
+            wm = self.store.watermark(target.generation)
+        except redis.RedisError:
+            return None  # the query's start will say it
+        if wm is None or wm.batch_id >= batches[-1]:
+            return None
+        behind = batches[-1] - wm.batch_id
+        if behind > REPLAYABLE_BATCHES:
+            return (
+                f"Redis lost the writes of {behind} micro-batches (its watermark is at batch "
+                f"{wm.batch_id}, the checkpoint at {batches[-1]}), more than can be run again "
+                f"({REPLAYABLE_BATCHES}); rebuild the timelines (manage.py rebuild_timelines)"
+            )
+        dropped = rewind(target.checkpoint, wm.batch_id)
+        log.warning(
+            "Redis lost the writes of micro-batches %d-%d of generation %d (its watermark is "
+            "behind the checkpoint: a crash with AOF everysec?); running them again",
+            dropped[0],
+            dropped[-1],
+            target.generation,
+        )
+        return None
+
+    def watch(self, query: Any, target: Target) -> bool:
+        """Wait while the query runs; True when it must be restarted: a new rebuild
+        was handed over, Redis lost the generation being written, or lost
+        applied batches (noticed at once, not at the next write)."""
+        store = self.store
+        alive = time.monotonic()
+        while query.isActive and not self.stopping.is_set():
+            self.stopping.wait(WATCH_INTERVAL)
+            if time.monotonic() - alive > ALIVE_INTERVAL:
+                mark_alive(target.checkpoint)
+                alive = time.monotonic()
+            try:
+                handover = store.pending_handover()
+                if handover is not None and handover != target.generation:
+                    log.info("rebuilt generation %d handed over: restarting on it", handover)
+                    return True
+                if not store.generation_exists(target.generation):
+                    log.error("Redis lost generation %d (restarted empty?)", target.generation)
+                    return True
+                if self.lost_writes(target):
+                    return True
+                if target.takeover or store.active_generation() != target.generation:
+                    maybe_switch(store, self.root, target)
+            except redis.RedisError as exc:
+                log.warning("Redis unavailable while watching for rebuilds: %s", exc)
+        return False
+
+    def lost_writes(self, target: Target) -> bool:
+        """True when Redis's watermark is behind a batch the checkpoint has
+        committed. The watermark is written before Spark commits its batch, and
+        the commits are listed first here, so this is never a race."""
+        batches = committed_batches(target.checkpoint)
+        wm = self.store.watermark(target.generation)
+        if batches and wm is not None and wm.batch_id < batches[-1]:
+            log.error(
+                "Redis's watermark of generation %d is at batch %d, the checkpoint at %d: "
+                "Redis lost writes; restarting to run them again",
+                target.generation,
+                wm.batch_id,
+                batches[-1],
+            )
+            return True
+        return False
+
+    def diagnose(self, target: Target) -> str | None:
+        """Why the query cannot simply be restarted, or None (a transient failure)."""
+        try:
+            if not self.store.generation_exists(target.generation):
+                return "Redis lost its timelines (waiting for a rebuild)"
+        except redis.RedisError:
+            return None
+        start = committed_offsets(target.checkpoint)
+        if start is None:
+            return None
+        probe = EndOffsetProbe(self.config.kafka_bootstrap_servers)
+        try:
+            problems = data_loss(start, probe.end_offsets(self.config.topics.all(), timeout=5))
+        except MissingTopic as exc:
+            problems = [str(exc)]
+        except RuntimeError:
+            return None  # the broker does not answer: transient
+        finally:
+            probe.close()
+        if problems:
+            self.blocked = target.generation
+            return "the Kafka log is behind the checkpoint: " + "; ".join(problems)
+        return None
+
+    def _waiting_for_rebuild(self) -> None:
+        if time.monotonic() - self._said > WAITING_REMINDER:
+            log.error(
+                "the timelines cannot be continued from the checkpoint (Redis or the broker "
+                "lost data): waiting for a rebuild (manage.py rebuild_timelines), or restart "
+                "the job with --reset"
+            )
+            self._said = time.monotonic()
+        self.stopping.wait(2.0)
+
+
+def _first_line(message: str) -> str:
+    for line in message.splitlines():
+        if "Error" in line or "error" in line:
+            return line.strip()[:300]
+    return message.strip().splitlines()[0][:300] if message.strip() else "unknown error"

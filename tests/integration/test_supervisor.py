@@ -1,0 +1,125 @@
+"""What the fanout job decides before it resumes a checkpoint (real Redis, a
+checkpoint directory laid out as Spark writes it; no query runs here: the
+fault tests run the real job)."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from fanout.config import StarlingConfig
+from fanout.timelines import store_for
+from spark.supervisor import (
+    REPLAYABLE_BATCHES,
+    Supervisor,
+    Target,
+    committed_batches,
+    idle_hours,
+    maybe_switch,
+)
+
+
+def checkpoint_with(root: Path, batches: int) -> Path:
+    """A checkpoint whose batches 0..batches-1 are planned and committed."""
+    for log_dir in ("offsets", "commits"):
+        (root / log_dir).mkdir(parents=True, exist_ok=True)
+        for b in range(batches):
+            (root / log_dir / str(b)).write_text("v1\n{}\n{}\n")
+            (root / log_dir / f".{b}.crc").write_text("")
+    return root
+
+
+def supervisor(config: StarlingConfig) -> Supervisor:
+    return Supervisor(
+        store_for(config), config, Path("/nonexistent"), lambda t: None, threading.Event()
+    )
+
+
+def watermark_at(config: StarlingConfig, generation: int, batch: int) -> None:
+    store_for(config).record_watermark(
+        generation,
+        batch_id=batch,
+        seq=batch,
+        marks={},
+        contiguous=batch,
+        event_time=0,
+        offsets={},
+        counters={},
+    )
+
+
+def test_a_redis_that_lost_batches_gets_them_run_again(
+    starling: StarlingConfig, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = store_for(starling)
+    generation = store.ensure_active_generation()
+    checkpoint = checkpoint_with(tmp_path / "gen", 10)
+    watermark_at(starling, generation, 6)  # batches 7, 8, 9 were applied, then lost
+    assert supervisor(starling).check_resumable(Target(generation, checkpoint)) is None
+    assert committed_batches(checkpoint) == list(range(7))
+    assert sorted(p.name for p in (checkpoint / "offsets").iterdir() if p.name.isdigit()) == [
+        str(b) for b in range(7)
+    ]
+    assert "Redis lost the writes of micro-batches 7-9" in caplog.text
+
+
+def test_too_many_lost_batches_wait_for_a_rebuild(starling: StarlingConfig, tmp_path: Path) -> None:
+    store = store_for(starling)
+    generation = store.ensure_active_generation()
+    checkpoint = checkpoint_with(tmp_path / "gen", REPLAYABLE_BATCHES + 5)
+    watermark_at(starling, generation, 2)
+    refusal = supervisor(starling).check_resumable(Target(generation, checkpoint))
+    assert refusal is not None and "rebuild" in refusal
+    assert len(committed_batches(checkpoint)) == REPLAYABLE_BATCHES + 5  # untouched
+
+
+def test_a_job_down_longer_than_tombstones_are_kept_refuses_to_resume(
+    starling: StarlingConfig, tmp_path: Path
+) -> None:
+    config = replace(starling, tombstone_retention_hours=1)
+    generation = store_for(config).ensure_active_generation()
+    checkpoint = checkpoint_with(tmp_path / "gen", 3)
+    watermark_at(config, generation, 2)
+    two_hours_ago = time.time() - 7200
+    for path in checkpoint.rglob("*"):
+        os.utime(path, (two_hours_ago, two_hours_ago))
+    assert idle_hours(checkpoint, time.time()) == pytest.approx(2.0, abs=0.01)
+    refusal = supervisor(config).check_resumable(Target(generation, checkpoint))
+    assert refusal is not None and "tombstones (1 h)" in refusal and "rebuild" in refusal
+    # Down for less than that: it resumes.
+    (checkpoint / "alive").touch()
+    assert supervisor(config).check_resumable(Target(generation, checkpoint)) is None
+
+
+def test_a_taken_over_generation_becomes_active_only_once_every_seq_is_caught_up(
+    starling: StarlingConfig, tmp_path: Path
+) -> None:
+    store = store_for(starling)
+    live = store.ensure_active_generation()
+    new = store.new_generation(state="ready")
+
+    def watermark(generation: int, *, seq: int, contiguous: int) -> None:
+        store.record_watermark(
+            generation,
+            batch_id=seq,
+            seq=seq,
+            marks={},
+            contiguous=contiguous,
+            event_time=0,
+            offsets={},
+            counters={},
+        )
+
+    watermark(live, seq=50, contiguous=50)
+    # Its highest seq is past the live one, but a partition is still behind.
+    watermark(new, seq=60, contiguous=40)
+    assert not maybe_switch(store, tmp_path, Target(new, tmp_path / "checkpoint"))
+    assert store.active_generation() == live
+    watermark(new, seq=61, contiguous=50)
+    assert maybe_switch(store, tmp_path, Target(new, tmp_path / "checkpoint"))
+    assert store.active_generation() == new and not store.generation_exists(live)
