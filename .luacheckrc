@@ -7,7 +7,7 @@ max_line_length = 100
 -- (packed.lua, prefixes.lua): their helpers are the scripts' globals, and a
 -- part defines helpers that each script uses some of.
 local packed = {
-  "HEADER", "pk", "upk", "num", "count", "id_at", "new_header", "read_header", "pack_header",
+  "HEADER", "IDLE", "pk", "upk", "num", "count", "id_at", "new_header", "read_header", "pack_header",
   "decode", "encode",
 }
 local prefixes = { "P", "arg", "nargs" }
@@ -21,4 +21,5 @@ files["fanout/lua/packed.lua"] = { ignore = { "211" } }
 files["fanout/lua/prefixes.lua"] = { ignore = { "211" } }
 files["fanout/lua/apply.lua"] = { read_globals = both(packed, prefixes) }
 files["fanout/lua/read_page.lua"] = { read_globals = both(packed, prefixes) }
+files["fanout/lua/drop_idle.lua"] = { read_globals = both(packed, prefixes) }
 files["fanout/lua/read_ids.lua"] = { read_globals = packed }

@@ -23,6 +23,7 @@ DEFAULT_PARTITIONS = 2
 #: Changelog records per micro-batch at most: a job that restarts behind a
 #: long backlog drains it in batches of bounded memory and duration.
 DEFAULT_MAX_RECORDS_PER_TRIGGER = 20_000
+DEFAULT_ACTIVE_DAYS = 30  # as Twitter: a month without a read or a sign-in
 
 
 class ConfigError(ValueError):
@@ -98,6 +99,9 @@ class StarlingConfig:
     tombstone_retention_hours: int = DEFAULT_TOMBSTONE_RETENTION_HOURS
     #: ``maxRecordsPerTrigger`` of the fanout job.
     max_records_per_trigger: int = DEFAULT_MAX_RECORDS_PER_TRIGGER
+    #: Users who have not read their timeline or signed in for this many days are
+    #: idle: their timelines are dropped and get no fan-out until they come back.
+    active_days: int = DEFAULT_ACTIVE_DAYS
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> StarlingConfig:
@@ -126,4 +130,5 @@ class StarlingConfig:
                 low=1,
                 high=100_000_000,
             ),
+            active_days=_int(env, "FANOUT_ACTIVE_DAYS", DEFAULT_ACTIVE_DAYS, low=1, high=36_500),
         )

@@ -15,11 +15,12 @@
 | ``starling:rebuild`` | hash | the last rebuild's state, stage and summary |
 | ``starling:deadletters`` | hash | bad changelog records by ``topic/partition/offset`` |
 | ``starling:tokens:{user}`` | string | the user's tokens issued before this time are refused |
+| ``starling:seen:{user}`` | string | the day of the user's last read (written once a day) |
 | ``starling:relay:*`` | various | the outbox relay's lock, flags, back-off, statistics |
 | ``starling:ids:node`` | string | the id generators' node counter |
 | ``starling:rl:{scope}:{who}`` | string | a rate-limit window's count |
 
-The timeline store (:mod:`fanout.timelines`) owns the first thirteen; the
+The timeline store (:mod:`fanout.timelines`) owns the first fourteen; the
 relay coordinator (:mod:`fanout.relay`), the id generator and the rate
 limiter (``feed.idgen``, ``feed.ratelimit``) the others.
 
@@ -42,6 +43,7 @@ DEAD_LETTERS = "starling:deadletters"
 TOKENS_PREFIX = "starling:tokens:"
 REFILL = "starling:refill"
 RESETS_PREFIX = "starling:resets:"
+SEEN_PREFIX = "starling:seen:"
 
 RELAY_LOCK = "starling:relay:lock"
 RELAY_DIRTY = "starling:relay:dirty"
@@ -91,6 +93,10 @@ def tokens(user_id: int) -> str:
     return f"{TOKENS_PREFIX}{user_id}"
 
 
+def seen(user_id: int) -> str:
+    return f"{SEEN_PREFIX}{user_id}"
+
+
 def rate_limit(scope: str, who: str) -> str:
     return f"{RATE_LIMIT_PREFIX}{scope}:{who}"
 
@@ -107,4 +113,5 @@ SCRIPT_PREFIXES = (
     TOKENS_PREFIX,
     REFILL,
     RESETS_PREFIX,
+    SEEN_PREFIX,
 )

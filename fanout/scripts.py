@@ -23,6 +23,7 @@ from fanout import keys
 PARTS: dict[str, tuple[str, ...]] = {
     "apply": ("prefixes", "packed"),
     "read_page": ("prefixes", "packed"),
+    "drop_idle": ("prefixes", "packed"),
     "read_ids": ("packed",),
     "watermark": (),
     "rate_limit": (),

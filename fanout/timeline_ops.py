@@ -12,6 +12,10 @@ numbers:
 | top | the newest id it ever held, while that entry is gone (0: its newest entry) |
 | version | the newest ``seq`` that brought an entry below ``top``: pollers re-read on a change |
 
+An idle user's timeline is dropped: the string ``idle`` (:data:`IDLE`,
+shorter than any header) takes its place, and no write goes to it until the
+user is back and it is regenerated.
+
 This module turns a batch's mutations into the arguments of the apply
 script (``fanout/lua/apply.lua``) and packs and unpacks timelines; it does
 no I/O.
@@ -27,6 +31,8 @@ from typing import Any
 from fanout.join import Mutation, Op
 
 HEADER = struct.Struct(">4Q")
+#: What a dropped timeline leaves (fanout/lua/packed.lua spells it too).
+IDLE = b"idle"
 
 
 class OpCode:
@@ -151,6 +157,11 @@ def pack_timeline(
 def unpack_timeline(packed: bytes) -> tuple[int, list[int]]:
     """(horizon, ids ascending) of a packed timeline."""
     return read_header(packed).horizon, timeline_ids(packed)
+
+
+def is_timeline(raw: bytes) -> bool:
+    """A packed timeline, not a dropped one's tombstone."""
+    return len(raw) >= HEADER.size
 
 
 def read_header(packed: bytes) -> Header:

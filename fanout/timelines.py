@@ -26,7 +26,7 @@ from fanout.config import StarlingConfig
 from fanout.join import SLACK, Mutation
 from fanout.redis_conn import HotScript, client
 from fanout.scripts import Script, explain
-from fanout.timeline_ops import OpCode, encode_ops, group_by_timeline
+from fanout.timeline_ops import OpCode, encode_ops, group_by_timeline, is_timeline
 from fanout.watermark import Watermark
 
 
@@ -48,6 +48,8 @@ class ApplyStats:
     created: int = 0
     short: int = 0  # timelines left short and queued for a refill
     calls: int = 0
+    #: Writes to timelines not in Redis (idle users'), not made.
+    skipped: int = 0
 
     def __add__(self, other: ApplyStats) -> ApplyStats:
         return ApplyStats(
@@ -56,7 +58,14 @@ class ApplyStats:
             self.created + other.created,
             self.short + other.short,
             self.calls + other.calls,
+            self.skipped + other.skipped,
         )
+
+    @classmethod
+    def of(cls, result: Sequence[Any]) -> ApplyStats:
+        """The stats of one apply-script call (its reply)."""
+        added, removed, created, short, skipped = (int(v) for v in result)
+        return cls(added, removed, created, short, 1, skipped)
 
 
 @dataclass(frozen=True)
@@ -73,6 +82,8 @@ class Page:
     #: Redis ran out of entries before the page was full while the join has
     #: older ones: the rest of the page comes from the database.
     partial: bool = False
+    #: The user's first read of the day: the caller records the activity.
+    first: bool = False
 
 
 def store_for(config: StarlingConfig, *, timeout: float = 5.0) -> TimelineStore:
@@ -100,6 +111,7 @@ class TimelineStore:
         self._apply = Script(client, "apply")
         self._read_ids = Script(client, "read_ids")
         self._read_page = HotScript(client, "read_page")
+        self._drop_idle = Script(client, "drop_idle")
         self._watermark = Script(client, "watermark")
 
     # --- generations ---------------------------------------------------------
@@ -264,13 +276,14 @@ class TimelineStore:
         return n
 
     def packed_timelines(self, generation: int, owners: Sequence[int]) -> list[bytes | None]:
-        """The raw packed timelines of ``owners`` (None where missing), pipelined."""
+        """The raw packed timelines of ``owners`` (None where missing or dropped),
+        pipelined."""
         out: list[bytes | None] = []
         for start in range(0, len(owners), 1000):
             pipe = self.redis.pipeline(transaction=False)
             for owner in owners[start : start + 1000]:
                 pipe.get(keys.timeline(generation, owner))
-            out += pipe.execute()
+            out += [raw if raw is None or is_timeline(raw) else None for raw in pipe.execute()]
         return out
 
     # --- writes ----------------------------------------------------------------
@@ -298,20 +311,19 @@ class TimelineStore:
                 if "NOGEN" in str(exc):
                     raise GenerationMissing(str(exc)) from None
                 raise explain(exc, "apply") from None
-            for added, removed, created, short in results:
-                total += ApplyStats(int(added), int(removed), int(created), int(short), 1)
+            for result in results:
+                total += ApplyStats.of(result)
         return total
 
     def release_resets(self, generation: int, contiguous: int) -> ApplyStats:
         """Apply the refills (resets) whose seq the contiguous watermark has reached."""
         args = [generation, self.cap, self.slack, OpCode.RELEASE_RESETS, contiguous]
         try:
-            added, removed, created, short = self._apply(args=args)
+            return ApplyStats.of(self._apply(args=args))
         except redis.ResponseError as exc:
             if "NOGEN" in str(exc):
                 raise GenerationMissing(str(exc)) from None
             raise
-        return ApplyStats(int(added), int(removed), int(created), int(short), 1)
 
     def record_watermark(
         self,
@@ -360,7 +372,9 @@ class TimelineStore:
         issued_at: float = 0.0,
     ) -> Page:
         """A page of a home timeline in one script call (one round trip)."""
-        raw = self._read_page(user_id, count, max_id or 0, since_id or 0, self.cap, int(issued_at))
+        raw = self._read_page(
+            user_id, count, max_id or 0, since_id or 0, self.cap, int(issued_at), *_today()
+        )
         assert isinstance(raw, list)
         status = raw[0].decode()
         if len(raw) == 1:
@@ -374,6 +388,7 @@ class TimelineStore:
             body=raw[5] if len(raw) > 5 else b"",
             version=int(raw[6]) if len(raw) > 6 else 0,
             partial=len(raw) > 7 and raw[7] == b"1",
+            first=len(raw) > 8 and raw[8] == b"1",
         )
 
     def read_page_command(self, user_id: int, *, count: int) -> list[str]:
@@ -381,7 +396,7 @@ class TimelineStore:
         and its arguments), for a benchmark to send with ``redis-benchmark``. The
         script is loaded into Redis first."""
         self.redis.script_load(self._read_page.script.source.text)
-        args = self._read_page.script.arguments([user_id, count, 0, 0, self.cap, 0])
+        args = self._read_page.script.arguments([user_id, count, 0, 0, self.cap, 0, *_today()])
         return ["EVALSHA", self._read_page.script.sha, "0", *map(str, args)]
 
     def timeline(self, generation: int, user_id: int) -> Timeline | None:
@@ -412,6 +427,15 @@ class TimelineStore:
             counters={k: int(v) for k, v in data.items() if k not in known},
         )
 
+    def drop_idle(self, generation: int, user_ids: Sequence[int], *, batch: int = 1000) -> int:
+        """Drop the timelines of idle users (a tombstone each, which the job does
+        not write to), except those being regenerated; returns how many went."""
+        dropped = 0
+        for start in range(0, len(user_ids), batch):
+            chunk = list(user_ids[start : start + batch])
+            dropped += int(self._drop_idle(args=[generation, *chunk]))
+        return dropped
+
     def request_refill(self, *user_ids: int) -> None:
         """Queue timelines for a refill from the database (the apply script does
         this itself for the timelines it leaves short)."""
@@ -436,6 +460,12 @@ class TimelineStore:
 
     def dead_letter_count(self) -> int:
         return int(self.redis.hlen(keys.DEAD_LETTERS))
+
+
+def _today() -> tuple[int, int]:
+    """The read script's activity arguments: the day (since the epoch) and how
+    long its mark is kept (two days: it only has to tell today from another day)."""
+    return int(time.time() // 86400), 2 * 86400
 
 
 def _position(record: Mapping[str, Any]) -> str:

@@ -160,6 +160,7 @@ class TokenApi(View):
         user = authenticate(request, **data.validated_data)
         if user is None:
             raise InvalidCredentials("wrong username or password")
+        services.user_seen(user_id=user.pk)  # a sign-in: the user is active
         return Response({"token": issue_token(user)})
 
 

@@ -101,7 +101,7 @@ def collect(now: float | None = None) -> list[str]:
         except DatabaseError:
             up["database"] = 0
         counters = wm.counters
-        for name in ("batches", "deliveries", "added", "removed", "dead_letters"):
+        for name in ("batches", "deliveries", "added", "removed", "skipped", "dead_letters"):
             out += _line(
                 f"starling_fanout_{name}_total",
                 counters.get(name, 0),

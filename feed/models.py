@@ -13,11 +13,15 @@ from django.contrib.auth.models import AbstractUser
 from django.db import models
 from django.db.models import F, Q
 from django.db.models.functions import Lower
+from django.utils import timezone
 
 
 class User(AbstractUser):
     #: Tokens issued before this instant are refused (logout everywhere / revocation).
     tokens_valid_after = models.DateTimeField(null=True, blank=True)
+    #: The last day the user read a timeline or signed in (updated once a day):
+    #: users idle for FANOUT_ACTIVE_DAYS get no fan-out (feed.tasks.drop_idle_timelines).
+    last_active = models.DateTimeField(default=timezone.now, db_index=True)
 
     class Meta:
         constraints = [

@@ -28,6 +28,10 @@ def _regenerate(user_id: int) -> int:
     return services.timeline_reset(user_id=user_id)
 
 
+def _seen(user_id: int) -> None:
+    services.user_seen(user_id=user_id)
+
+
 def _continuation(user_id: int, query: TimelineQuery) -> dict[str, Any]:
     return selectors.home_timeline_page(
         user_id, count=query.count, max_id=query.max_id, since_id=query.since_id
@@ -42,5 +46,6 @@ def _reader(config: StarlingConfig, max_wait: float) -> TimelineReader:
         regenerate=_regenerate,
         continuation=_continuation,
         high_water=outbox.high_water_seq,
+        seen=_seen,
         max_wait=max_wait,
     )

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -178,3 +179,16 @@ def settled_since(user_ids: Sequence[int], seq: int) -> set[int]:
         if not Follow.objects.filter(follower_id=user_id, followee_id__in=authors).exists():
             settled.add(user_id)
     return settled
+
+
+def idle_user_ids(cutoff: datetime, *, batch: int = 1000) -> Iterator[list[int]]:
+    """Ids of the users not seen since ``cutoff``, a batch at a time (an index scan)."""
+    ids = User.objects.filter(last_active__lt=cutoff).order_by().values_list("pk", flat=True)
+    chunk: list[int] = []
+    for user_id in ids.iterator(chunk_size=batch):
+        chunk.append(user_id)
+        if len(chunk) == batch:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk

@@ -270,6 +270,13 @@ def tweet_create_many(*, posts: list[tuple[User, str]]) -> int:
     )
 
 
+def user_seen(*, user_id: int) -> None:
+    """Record that the user read a timeline or signed in (once a day is enough:
+    idleness is counted in days). Idle users' timelines are dropped by
+    :func:`feed.tasks.drop_idle_timelines`; a read brings them back."""
+    User.objects.filter(pk=user_id).update(last_active=timezone.now())
+
+
 def tokens_revoke(*, user: User, at: datetime | None = None, deactivate: bool = False) -> None:
     """Refuse every token the user holds (and, with ``deactivate``, the account).
 

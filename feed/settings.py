@@ -186,6 +186,7 @@ CELERY_BEAT_SCHEDULE = {
         "options": {"expires": STARLING_OUTBOX_SWEEP_SECONDS * 5},
     },
     "prune-outbox": {"task": "feed.tasks.prune_outbox", "schedule": 3600.0},
+    "drop-idle-timelines": {"task": "feed.tasks.drop_idle_timelines", "schedule": 3600.0},
     "refill-timelines": {
         "task": "feed.tasks.refill_timelines",
         "schedule": STARLING_REFILL_SECONDS,

@@ -111,6 +111,29 @@ def refill_timelines() -> int:
 
 
 @shared_task(ignore_result=True)
+def drop_idle_timelines() -> int:
+    """Drop the timelines of users idle for FANOUT_ACTIVE_DAYS (no read, no
+    sign-in): the fanout job then writes nothing for them, and their next
+    read answers from the database while the timeline is regenerated. Run by
+    beat every hour; it also drops what a rebuild wrote for idle users."""
+    from fanout.timelines import store_for
+    from feed.selectors import idle_user_ids
+
+    config = settings.STARLING
+    store = store_for(config)
+    generation = store.active_generation()
+    if generation is None:
+        return 0
+    cutoff = timezone.now() - timedelta(days=config.active_days)
+    dropped = sum(store.drop_idle(generation, chunk) for chunk in idle_user_ids(cutoff))
+    if dropped:
+        log.info(
+            "dropped %d idle users' timelines (not seen for %d days)", dropped, config.active_days
+        )
+    return dropped
+
+
+@shared_task(ignore_result=True)
 def prune_outbox() -> None:
     """Delete published outbox rows older than the retention period."""
     cutoff = timezone.now() - timedelta(days=settings.STARLING_OUTBOX_RETENTION_DAYS)

@@ -158,6 +158,8 @@ class TimelineReader:
     regenerate: Regenerate
     continuation: Continuation
     high_water: HighWater
+    #: Records a user's activity (their first read of the day; see fanout/lua/read_page.lua).
+    seen: Callable[[int], None] = lambda user_id: None
     max_wait: float = 2.0
     #: Reads of this process that may wait for a min_seq at once; more answer at once.
     max_waiters: int = 4
@@ -174,6 +176,11 @@ class TimelineReader:
         page = self._page(user_id, issued_at, query)
         if page.status == "revoked":
             return _revoked()
+        if page.first:
+            try:
+                self.seen(user_id)
+            except Exception:  # the read goes on; tomorrow's first read records it
+                log.warning("could not record the activity of %d", user_id, exc_info=True)
         if page.status not in ("ok", "beyond"):
             return self._cold(user_id, issued_at, query, page)
         stale = False

@@ -110,9 +110,23 @@ class Stack:
         if self.on_postgres:
             with psycopg.connect(self.database_url) as pg:
                 sql = query.replace("%", "%%").replace("?", "%s")
-                return pg.execute(sql, params).fetchall()  # type: ignore[arg-type]
+                cursor = pg.execute(sql, params)  # type: ignore[arg-type]
+                return cursor.fetchall() if cursor.description else []
         with closing(sqlite3.connect(self.database_url.removeprefix("sqlite:///"))) as conn:
-            return conn.execute(query, params).fetchall()
+            rows = conn.execute(query, params).fetchall()
+            conn.commit()
+            return rows
+
+    def manage(self, *command: str) -> str:
+        """Run a management command against the stack; its standard output."""
+        return subprocess.run(
+            [str(BIN / "python"), "manage.py", *command],
+            cwd=ROOT,
+            env=self.env,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
 
     def wait_for_seq(self, seq: int, timeout: float = 240) -> None:
         """Until every write up to ``seq`` is applied (the contiguous watermark:

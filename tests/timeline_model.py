@@ -31,6 +31,12 @@ class TimelineModel:
     refill: set[int] = field(default_factory=set)
     #: Resets waiting for the watermark, by seq: (owner, tweets, horizon, as_of).
     resets: dict[int, tuple[int, tuple[int, ...], int, int]] = field(default_factory=dict)
+    #: Owners whose regeneration is pending (the regeneration key exists).
+    regenerating: set[int] = field(default_factory=set)
+    #: Owners whose timeline was dropped (an idle user): a tombstone in Redis.
+    idle: set[int] = field(default_factory=set)
+    #: Writes to dropped timelines not made.
+    skipped: int = 0
 
     @property
     def keep(self) -> int:
@@ -76,7 +82,26 @@ class TimelineModel:
             tl.version = max(tl.version, seq)
         tl.ids = sorted(have | added)
 
+    def drop(self, owner: int) -> None:
+        """What the idle sweep does: a timeline becomes a tombstone, unless it is
+        being regenerated."""
+        if owner in self.timelines and owner not in self.regenerating:
+            del self.timelines[owner]
+            self.idle.add(owner)
+
+    def _dropped(self, owner: int) -> bool:
+        """A tombstone no write goes to: True if the write is skipped."""
+        if owner not in self.idle:
+            return False
+        if owner in self.regenerating:  # a placeholder replaces it
+            self.idle.discard(owner)
+            return False
+        self.skipped += 1
+        return True
+
     def _add(self, owner: int, tweets: Iterable[int], h: int, seq: int) -> None:
+        if self._dropped(owner):
+            return
         existed = owner in self.timelines
         tl = self.timelines.get(owner, ModelTimeline())
         if h > tl.horizon:
@@ -92,6 +117,10 @@ class TimelineModel:
     def _remove(self, owner: int, tweets: Iterable[int], seq: int) -> None:
         tl = self.timelines.get(owner)
         if tl is None:
+            # A pending regeneration's reset may predate this removal: the fence says so.
+            if seq > 0 and owner in self.regenerating:
+                self.idle.discard(owner)
+                self.timelines[owner] = ModelTimeline(fence=seq)
             return
         drop = set(tweets)
         kept = [i for i in tl.ids if i not in drop]
@@ -102,13 +131,30 @@ class TimelineModel:
         self._store(owner, tl, seq)
 
     def _reset(self, owner: int, tweets: Iterable[int], h: int, seq: int, as_of: int) -> None:
+        if self._dropped(owner):  # a refill for a timeline dropped since
+            return
         existed = owner in self.timelines
+        placeholder = owner in self.regenerating
         tl = self.timelines.get(owner, ModelTimeline())
-        if existed and tl.fence > as_of:  # stale: asked for again while still short
-            if len(tl.ids) < self.cap and tl.horizon > 0:
+        if existed and tl.fence > as_of:  # stale
+            if placeholder:  # back to a tombstone: the next read asks again
+                del self.timelines[owner]
+                self.idle.add(owner)
+                self.regenerating.discard(owner)
+            elif len(tl.ids) < self.cap and tl.horizon > 0:  # asked for again
                 self.refill.add(owner)
             return
-        tl.horizon = min(tl.horizon, h) if existed else h
+        self.regenerating.discard(owner)
+        if not existed:
+            tl.horizon = h
+        elif not placeholder:
+            tl.horizon = min(tl.horizon, h)
+        elif h > tl.horizon:
+            tl.horizon = h
+            kept = [i for i in tl.ids if i >= h]
+            if len(kept) < len(tl.ids):
+                tl.fence = max(tl.fence, seq)
+            tl.ids = kept
         self._merge(tl, [t for t in tweets if t in self.bodies], existed, seq)
         self._store(owner, tl, seq)
 

@@ -8,7 +8,16 @@
 --   5 owner horizon seq as_of ids    a refill from the database: kept until the
 --                                    watermark reaches its seq (see below)
 --   6 watermark                      apply the kept refills up to the watermark
--- Returns {added, removed, created, short}. Every operation is idempotent.
+-- Returns {added, removed, created, short, skipped}. Every operation is idempotent.
+--
+-- Idle users' timelines are dropped: a tombstone (IDLE) takes their place and
+-- no write goes to it (`skipped`); a user coming back reads from the database
+-- while a reset regenerates the timeline. While that regeneration is pending
+-- (its key exists), the timeline is a placeholder: adds and removals land in
+-- it (a removal creates it, to carry its fence), and the reset completes it
+-- with the higher of the two horizons (the placeholder misses what came
+-- before the regeneration was asked for); a stale one leaves a tombstone, and
+-- the next read asks again.
 --
 -- A refill waits for every event before it to be applied: its tweets are
 -- merged only when the authors' states that route their deletes already know
@@ -28,7 +37,11 @@ if redis.call('EXISTS', P.generation .. gen) == 0 then
 end
 local limit = cap + slack
 local keep = cap + math.floor(slack / 2)
-local added, removed, created, short = 0, 0, 0, 0
+local added, removed, created, short, skipped = 0, 0, 0, 0, 0
+
+local function pending(owner)
+  return redis.call('EXISTS', P.regeneration .. gen .. ':' .. owner) == 1
+end
 
 local function ids_of(blob)
   local out = {}
@@ -157,6 +170,13 @@ end
 -- Merge packed ids (ascending). A plain add of the newest tweets is an APPEND.
 local function add(owner, key, blob, hm, seq)
   local s_len = redis.call('STRLEN', key)
+  if s_len > 0 and s_len < HEADER then  -- a tombstone
+    if not pending(owner) then
+      skipped = skipped + 1
+      return 0
+    end
+    s_len = 0  -- a placeholder replaces it
+  end
   if hm == 0 and s_len > 0 then
     if #blob == 0 then return 0 end
     local head = redis.call('GETRANGE', key, 0, 23)
@@ -176,7 +196,16 @@ end
 
 local function remove(owner, key, blob, seq)
   local s = redis.call('GET', key)
-  if not s then return 0 end
+  if not s or #s < HEADER then
+    -- A pending regeneration's reset may predate this removal: the fence says so.
+    if seq > 0 and pending(owner) then
+      local h = new_header()
+      h.fence = seq
+      redis.call('SET', key, encode(h, {}))
+      created = created + 1
+    end
+    return 0
+  end
   local h, ids = decode(s)
   local drop = {}
   for pos = 1, #blob, 8 do drop[upk(blob, pos)] = true end
@@ -194,26 +223,53 @@ end
 -- A refill from the database: its entries whose bodies exist (a body gone is a
 -- tweet deleted since) merged in, the horizon lowered to what it covers. A
 -- refill older than the timeline's last unfollow may still hold that author:
--- it is dropped and asked for again.
+-- it is dropped and asked for again. Onto a placeholder (a regeneration is
+-- pending) the horizon is the higher one, and the regeneration is over; a
+-- stale one drops the placeholder, and the next read asks again.
 local function reset(owner, key, blob, hr, seq, as_of)
   local s = redis.call('GET', key)
+  local regen = P.regeneration .. gen .. ':' .. owner
+  local placeholder = redis.call('EXISTS', regen) == 1
+  if s and #s < HEADER then  -- a tombstone
+    if not placeholder then  -- a refill for a timeline dropped since
+      skipped = skipped + 1
+      return 0
+    end
+    s = nil
+  end
   local h, ids = new_header(), {}
   if s then
     h, ids = decode(s)
-    if h.fence > as_of then  -- stale: asked for again if the timeline is still short
-      check_short(owner, h, count(s))
+    if h.fence > as_of then  -- stale
+      if placeholder then
+        redis.call('SET', key, IDLE)
+        redis.call('DEL', regen)
+      else  -- asked for again if the timeline is still short
+        check_short(owner, h, count(s))
+      end
       return 0
     end
   else
     created = created + 1
   end
+  if placeholder then redis.call('DEL', regen) end
   local new = {}
   for pos = 1, #blob, 8 do
     local id = upk(blob, pos)
     if redis.call('EXISTS', P.tweet .. num(id)) == 1 then new[#new + 1] = id end
   end
   local top = s and ceiling(h, ids) or 0
-  h.horizon = s and math.min(h.horizon, hr) or hr
+  if not s then
+    h.horizon = hr
+  elseif not placeholder then
+    h.horizon = math.min(h.horizon, hr)
+  elseif hr > h.horizon then
+    h.horizon = hr
+    local kept = {}
+    for i = 1, #ids do if ids[i] >= hr then kept[#kept + 1] = ids[i] end end
+    if #kept < #ids then fence(h, seq) end
+    ids = kept
+  end
   local merged, n, late = merge(ids, new, h.horizon, top)
   if late then h.version = math.max(h.version, seq) end
   check_short(owner, h, store(key, h, merged, seq))
@@ -259,4 +315,4 @@ while i <= nargs() do
     i = i + 2
   end
 end
-return {added, removed, created, short}
+return {added, removed, created, short, skipped}

@@ -3,6 +3,8 @@
 -- as 8-byte big-endian integers, ascending.
 
 local HEADER = 32
+-- What an idle user's dropped timeline leaves (shorter than any header).
+local IDLE = 'idle'
 
 local function pk(id) return struct.pack('>I8', id) end
 local function upk(s, pos) return (struct.unpack('>I8', s, pos or 1)) end

@@ -7,10 +7,12 @@ import json
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 
 import pytest
 import requests
 
+from fanout.config import DEFAULT_ACTIVE_DAYS
 from tests.stack import Stack
 
 pytestmark = pytest.mark.spark
@@ -132,15 +134,49 @@ def check_against_oracle(stack: Stack, usernames: list[str]) -> dict[str, int]:
 
 
 def test_random_workload_matches_the_sql_join(stack: Stack) -> None:
+    """Tweets, deletes, follows and unfollows at random, past the cap; a fifth
+    of the users go idle half-way (their timelines dropped: no fan-out), and
+    half of those come back while the writes go on."""
     work = Workload(stack, random.Random(2026), prefix="w")
     work.register(200)
-    work.run(3000)
+    work.run(1500)
+    stack.wait_for_seq(work.max_seq)
+    idle = sorted(work.users)[1::5]
+    back, away = idle[::2], idle[1::2]
+    long_ago = datetime.now(UTC) - timedelta(days=stack_active_days(stack) + 1)
+    for name in idle:
+        stack.sql("UPDATE feed_user SET last_active = ? WHERE username = ?", long_ago, name)
+    assert json.loads(stack.manage("drop_idle_timelines", "--json")) == {"dropped": len(idle)}
+
+    def come_back(i: int) -> None:
+        if i == 700:  # a read: the database answers while the timeline is regenerated
+            for name in back:
+                response = work.http.get(
+                    f"{stack.base}/api/v1/timeline",
+                    headers={"Authorization": f"Bearer {work.users[name]}"},
+                    timeout=30,
+                )
+                assert response.headers["X-Starling-Source"] == "fallback", name
+
+    work.run(1500, on_write=come_back)
     assert sum(work.counts.values()) >= 2900 and min(work.counts.values()) > 100
     stack.settle()
-    stats = check_against_oracle(stack, sorted(work.users))
-    assert stats["timelines"] == 200 and stats["entries"] > 2000
+    active = sorted(set(work.users) - set(away))
+    stats = check_against_oracle(stack, active)
+    assert stats["timelines"] == len(active) and stats["entries"] > 2000
     assert stats["with_horizon"] > 0 and stats["at_the_cap"] > 0  # the cap was reached
-    print(f"\noracle check: {stats}, writes {work.counts}")
+    store, ids = stack.store, dict(stack.sql("SELECT username, id FROM feed_user"))
+    generation = store.active_generation()
+    assert generation is not None
+    assert all(store.timeline(generation, ids[name]) is None for name in away)
+    watermark = store.watermark(generation)
+    skipped = watermark.counters.get("skipped", 0) if watermark else 0
+    assert skipped > 0  # writes the idle users' timelines did not get
+    print(f"\noracle check: {stats}, writes {work.counts}, {len(idle)} idle, {skipped} skipped")
+
+
+def stack_active_days(stack: Stack) -> int:
+    return int(stack.env.get("FANOUT_ACTIVE_DAYS") or DEFAULT_ACTIVE_DAYS)
 
 
 def test_fanout_job_killed_mid_workload_recovers_from_its_checkpoint(stack: Stack) -> None:

@@ -262,6 +262,61 @@ def test_a_cold_timeline_answers_from_the_database_and_is_regenerated(fanout: Fa
     assert OutboxEvent.objects.count() == before + 1  # asked once per window, not per read
 
 
+def test_an_idle_user_gets_no_fanout_and_comes_back_through_a_regeneration(
+    fanout: Fanout, redis_client: redis.Redis
+) -> None:
+    from datetime import timedelta
+
+    from django.core.management import call_command
+    from django.utils import timezone
+
+    ann, bob = UserFactory(username="ann"), UserFactory(username="bob")
+    follow_create(follower=bob, followee=ann)
+    first = posted(ann, "before")
+    fanout.apply(events.Followed(bob.pk, bob.pk), events.Followed(bob.pk, ann.pk), first)
+    User.objects.filter(pk=bob.pk).update(last_active=timezone.now() - timedelta(days=31))
+    out = io.StringIO()
+    call_command("drop_idle_timelines", "--json", stdout=out)
+    assert orjson.loads(out.getvalue()) == {"dropped": 1}  # bob; ann was seen today
+    assert fanout.store.timeline(fanout.generation, bob.pk) is None
+    later = posted(ann, "while bob was away")
+    fanout.apply(later)  # no write to bob's dropped timeline
+    assert fanout.store.timeline(fanout.generation, bob.pk) is None
+    before = OutboxEvent.objects.count()
+    response = client_for(bob).get("/api/v1/timeline")  # bob is back
+    assert response.status_code == 200 and response["X-Starling-Source"] == "fallback"
+    assert [t["id"] for t in response.json()["tweets"]] == [later.tweet_id, first.tweet_id]
+    assert User.objects.get(pk=bob.pk).last_active > timezone.now() - timedelta(minutes=1)
+    (reset,) = OutboxEvent.objects.order_by("id")[before:]
+    value = None if reset.value is None else reset.value.encode()
+    envelope = events.decode_record(
+        reset.topic, reset.key.encode(), value, reset.pk, reset.join_key
+    )
+    fanout.apply(envelope.event, seq=envelope.seq)
+    response = client_for(bob).get("/api/v1/timeline")
+    assert response["X-Starling-Source"] == "redis"
+    assert [t["id"] for t in response.json()["tweets"]] == [later.tweet_id, first.tweet_id]
+
+
+def test_activity_is_one_redis_write_a_day_not_one_per_read(
+    fanout: Fanout, redis_client: redis.Redis
+) -> None:
+    bob = UserFactory(username="bob")
+    fanout.apply(events.Followed(bob.pk, bob.pk))
+    client = client_for(bob)
+
+    def sets() -> int:
+        stats = redis_client.info("commandstats").get("cmdstat_set", {})
+        return int(stats.get("calls", 0)) if isinstance(stats, dict) else 0
+
+    before = sets()
+    client.get("/api/v1/timeline")
+    assert sets() == before + 1  # the day's mark
+    for _ in range(5):
+        client.get("/api/v1/timeline")
+    assert sets() == before + 1
+
+
 def test_after_redis_is_flushed_reads_still_get_the_right_timeline(
     fanout: Fanout, redis_client: redis.Redis
 ) -> None:

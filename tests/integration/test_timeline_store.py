@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from fanout import keys
 from fanout.join import AuthorState, Mutation, Op, join_events
 from fanout.keys import timeline as timeline_key
-from fanout.timeline_ops import Header, pack_timeline, read_header, timeline_ids
+from fanout.timeline_ops import IDLE, Header, pack_timeline, read_header, timeline_ids
 from fanout.timelines import GenerationMissing, TimelineStore
 from tests.timeline_model import TimelineModel
 from tests.unit.test_join import interleave, random_workload
@@ -238,7 +238,17 @@ def test_the_lua_store_does_what_the_model_does(
     states: dict[int, AuthorState] = {}
     applied: set[int] = set()
     written = {e.seq for e in envs}
+    skipped = 0
     for batch in interleave(rnd, envs):
+        # Between batches, the idle sweep drops a timeline or a returning user's
+        # read claims its regeneration (the resets of the workload then complete it).
+        user = rnd.randint(1, 6)
+        if rnd.random() < 0.15:
+            model.drop(user)
+            store.drop_idle(GEN, [user])
+        elif rnd.random() < 0.15 and user not in model.timelines:
+            model.regenerating.add(user)
+            store.claim_regeneration(GEN, user, window=600)
         by_key: dict[int, list] = {}
         for env in batch:
             by_key.setdefault(env.event.join_key, []).append(env)
@@ -252,17 +262,20 @@ def test_the_lua_store_does_what_the_model_does(
             bodies.update(result.bodies)
             mutations += result.mutations
         model.apply(bodies, mutations)
-        store.apply(GEN, bodies, mutations)
+        skipped += store.apply(GEN, bodies, mutations).skipped
         applied |= {e.seq for e in batch}
         missing = sorted(written - applied)
         watermark = missing[0] - 1 if missing else max(written)
         model.release(watermark)
-        store.release_resets(GEN, watermark)
+        skipped += store.release_resets(GEN, watermark).skipped
+    assert skipped == model.skipped
     for user in range(1, 7):
         expected = model.timelines.get(user)
         packed = client.get(timeline_key(GEN, user))
+        pending = client.exists(keys.regeneration(GEN, user))
+        assert bool(pending) == (user in model.regenerating), f"user {user}"
         if expected is None:
-            assert packed is None
+            assert packed == (IDLE if user in model.idle else None), f"user {user}"
             continue
         assert isinstance(packed, bytes)
         header = read_header(packed)

@@ -425,19 +425,24 @@ def test_a_timeline_that_saw_an_entry_arrive_below_its_newest_changes_version() 
 
 
 def tables_seen(
-    rnd: random.Random, envs: list[events.Envelope], owner: int, as_of: int
+    rnd: random.Random,
+    envs: list[events.Envelope],
+    owner: int,
+    as_of: int,
+    applied: set[int] | frozenset[int] = frozenset(),
 ) -> tuple[dict[int, int], set[tuple[int, int]]]:
     """The tables as a reset's read of ``owner``'s timeline saw them: every
     write up to ``as_of`` (committed), and some of the later ones (the others
-    still in flight: on PostgreSQL a lower seq can commit after a higher one).
-    The owner's unfollows are always seen: they lock the owner's row, as the
-    reset does (services.timeline_reset)."""
+    still in flight: on PostgreSQL a lower seq can commit after a higher one),
+    but every one in ``applied``: the job applied it, so it was committed
+    before the read. The owner's unfollows are always seen: they lock the
+    owner's row, as the reset does (services.timeline_reset)."""
     live: dict[int, int] = {}
     follows: set[tuple[int, int]] = set()
     for env in envs:
         ev = env.event
         locked = isinstance(ev, events.Unfollowed) and ev.follower_id == owner
-        if env.seq > as_of and not locked and rnd.random() < 0.5:
+        if env.seq > as_of and not locked and env.seq not in applied and rnd.random() < 0.5:
             continue
         if isinstance(ev, events.TweetPosted):
             live[ev.tweet_id] = ev.author_id
@@ -562,3 +567,118 @@ def test_many_follows_in_one_batch_are_one_write_of_at_most_what_the_cap_needs()
     (op,), _ = group_by_timeline(adds, keep=cap + slack)
     newest = sorted(t for m in adds for t in m.tweets)[-(cap + slack) :]
     assert op.tweets == tuple(newest) and op.horizon == newest[0] and op.seq == 300
+
+
+# --- idle users: dropped timelines, regenerated when they come back ----------------------
+
+
+def test_no_fanout_to_a_dropped_timeline_not_even_a_republished_self_edge() -> None:
+    log = Log()
+    system = System()
+    system.run([[log.follow(A, A), log.follow(F, F), log.follow(F, A)]])
+    system.model.drop(F)  # F went idle: the sweep left a tombstone
+    t, post = log.post(A)
+    system.run([[post], [log.follow(F, F)], [log.follow(F, A)]])  # re-sent edges too
+    assert system.model.view(F) is None and system.model.skipped == 3
+    assert system.view(A) == [t]
+
+
+def test_a_returning_user_gets_the_join_through_the_placeholder() -> None:
+    """F comes back: the read claims a regeneration (placeholder mode), the
+    database's reset is computed, and writes made meanwhile land beside it."""
+    world = World(Log())
+    system = System(cap=3, slack=2)
+    system.run([world.register(A, F, G), world.post(A, 6), [world.follow(F, A)]])
+    system.model.drop(F)
+    system.model.regenerating.add(F)  # a cold read claims the regeneration
+    reset = world.log.reset(F, world.joined()[F], 5)
+    later = world.post(A, 1)  # after the database's read: only in the placeholder
+    system.run([later, [reset]])
+    assert F not in system.model.regenerating  # the reset ended the regeneration
+    exact(system, world)
+
+
+def test_a_stale_regeneration_drops_the_placeholder_so_the_next_read_asks_again() -> None:
+    world = World(Log())
+    system = System(cap=3, slack=2)
+    system.run([world.register(A, F), world.post(A, 4), [world.follow(F, A)]])
+    system.model.drop(F)
+    system.model.regenerating.add(F)
+    reset = world.log.reset(F, world.joined()[F], 5)  # read before the unfollow below
+    system.run([[world.unfollow(F, A)], [reset]])  # the unfollow fences it: stale
+    assert system.model.view(F) is None and F not in system.model.regenerating
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    seed=st.integers(0, 2**32),
+    cap=st.integers(2, 6),
+    slack=st.integers(1, 3),
+    jitter=st.sampled_from([0, 25]),
+)
+def test_idle_users_dropped_and_coming_back_equal_the_oracle(
+    seed: int, cap: int, slack: int, jitter: int
+) -> None:
+    """Writes, micro-batches, sweeps that drop timelines and returning users
+    (a claimed regeneration, then the database's reset) interleave at random;
+    every timeline that exists ends equal to the join, and every user who
+    reads again gets one."""
+    rnd = random.Random(seed)
+    users = range(1, 6)
+    world = World(Log(rnd=rnd, jitter=jitter))
+    system = System(cap, slack)
+    written = world.register(*users)
+    queue = list(written)
+
+    def apply_some(everything: bool = False) -> None:
+        by_topic: dict[bool, list[events.Envelope]] = {}
+        for env in queue:
+            by_topic.setdefault(isinstance(env.event, events.TimelineReset), []).append(env)
+        batch = []
+        for envs in by_topic.values():
+            batch += envs if everything else envs[: rnd.randint(0, len(envs))]
+        for env in batch:
+            queue.remove(env)
+        system.written |= {e.seq for e in written}
+        system.batch(batch)
+
+    def come_back(user: int) -> None:
+        """A cold read: claim, then the database's read (as the service does)."""
+        system.model.regenerating.add(user)
+        as_of = max(0, written[-1].seq - rnd.randint(0, 3))
+        live, follows = tables_seen(rnd, written, user, as_of, system.applied)
+        joined = oracle(live, follows, world.users)[user]
+        env = world.log.reset(user, joined, cap + slack, as_of)
+        written.append(env)
+        queue.append(env)
+
+    for _ in range(120):
+        roll, a, b = rnd.random(), rnd.choice(users), rnd.choice(users)
+        new: list[events.Envelope] = []
+        if roll < 0.35:
+            new = world.post(a)
+        elif roll < 0.45 and world.live:
+            new = [world.delete(rnd.choice(sorted(world.live)))]
+        elif roll < 0.6 and a != b and (a, b) not in world.follows:
+            new = [world.follow(a, b)]
+        elif roll < 0.7 and world.follows:
+            new = [world.unfollow(*rnd.choice(sorted(world.follows)))]
+        elif roll < 0.8:
+            system.model.drop(a)  # the sweep found a idle
+        elif roll < 0.9 and system.model.view(a) is None and a not in system.model.regenerating:
+            come_back(a)
+        else:
+            apply_some()
+        written += new
+        queue += new
+    for _ in range(10):  # catch up; then every user reads again until it has a timeline
+        apply_some(everything=True)
+        system.settle(world.log, world.joined())
+        missing = [u for u in users if system.model.view(u) is None]
+        if not missing:
+            break
+        for u in missing:
+            if u not in system.model.regenerating:
+                come_back(u)
+    exact(system, world)
+    assert not system.model.regenerating
