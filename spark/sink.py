@@ -30,7 +30,8 @@ from spark.operator import decode_bundle
 
 STATS_SCHEMA = (
     "seq long, ts long, mutations long, deliveries long, added long, removed long, "
-    "created long, short long, dead_letters long, ignored long, calls long, redis_ms long, "
+    "created long, short long, skipped long, dead_letters long, ignored long, calls long, "
+    "redis_ms long, "
     "marks string"
 )
 #: Statistics combined across partitions by maximum; the others add up.
@@ -68,7 +69,7 @@ def apply_bundles(
         started = time.perf_counter()
         applied = store.apply(generation, bodies, mutations)
         totals["redis_ms"] += int((time.perf_counter() - started) * 1000)
-        for name in ("added", "removed", "created", "short", "calls"):
+        for name in ("added", "removed", "created", "short", "calls", "skipped"):
             totals[name] += getattr(applied, name)
         bodies.clear()
         mutations.clear()
@@ -127,6 +128,7 @@ class FanoutSink:
         released = store.release_resets(self.generation, complete)
         stats["added"] += released.added
         stats["short"] += released.short
+        stats["skipped"] += released.skipped
         store.record_watermark(
             self.generation,
             batch_id=batch_id,
@@ -141,6 +143,7 @@ class FanoutSink:
                 "added": stats["added"],
                 "removed": stats["removed"],
                 "short": stats["short"],
+                "skipped": stats["skipped"],
                 "dead_letters": stats["dead_letters"],
                 **batch_duration_counters(time.monotonic() - started),
             },
