@@ -160,8 +160,14 @@ def join_events(
     ignored = 0
     changed = False
 
+    # Sorted once per call and again only after a follow or an unfollow: an
+    # author with a million followers who posts pays for one sort, not one per tweet.
+    cached: list[tuple[int, ...]] = []
+
     def audience() -> tuple[int, ...]:
-        return tuple(sorted(followers | {author_id}))
+        if not cached:
+            cached.append(tuple(sorted(followers | {author_id})))
+        return cached[0]
 
     for envelope in sorted(envelopes, key=lambda e: e.seq):
         ev, seq = envelope.event, envelope.seq
@@ -188,6 +194,7 @@ def join_events(
             if ev.follower_id != author_id and ev.follower_id not in followers:
                 followers.add(ev.follower_id)
                 changed = True
+                cached.clear()
             # Also for a known follower (a relay re-send): merging again is harmless.
             merged, horizon = newest(tweets, keep)
             out.append(Mutation(Op.ADD, (ev.follower_id,), merged, horizon, seq))
@@ -197,6 +204,7 @@ def join_events(
                 continue
             followers.discard(ev.follower_id)
             changed = True
+            cached.clear()
             out.append(Mutation(Op.REMOVE, (ev.follower_id,), newest(tweets, keep)[0], 0, seq))
         elif isinstance(ev, events.TimelineReset):
             out.append(Mutation(Op.RESET, (ev.owner_id,), ev.tweet_ids, ev.horizon, seq, ev.as_of))
