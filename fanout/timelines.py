@@ -26,7 +26,14 @@ from fanout.config import StarlingConfig
 from fanout.join import SLACK, Mutation
 from fanout.redis_conn import HotScript, client
 from fanout.scripts import Script, explain
-from fanout.timeline_ops import OpCode, encode_ops, group_by_timeline, is_timeline
+from fanout.timeline_ops import (
+    HEADER,
+    IDLE,
+    OpCode,
+    encode_ops,
+    group_by_timeline,
+    is_timeline,
+)
 from fanout.watermark import Watermark
 
 
@@ -426,6 +433,22 @@ class TimelineStore:
             offsets=orjson.loads(data["offsets"]) if "offsets" in data else {},
             counters={k: int(v) for k, v in data.items() if k not in known},
         )
+
+    def dropped(self, generation: int, owners: Sequence[int]) -> set[int]:
+        """Those of ``owners`` whose timeline was dropped (idle users), pipelined."""
+        out: set[int] = set()
+        for start in range(0, len(owners), 1000):
+            chunk = owners[start : start + 1000]
+            pipe = self.redis.pipeline(transaction=False)
+            for owner in chunk:
+                pipe.strlen(keys.timeline(generation, owner))
+            lengths = pipe.execute()
+            out |= {o for o, n in zip(chunk, lengths, strict=True) if 0 < n < HEADER.size}
+        return out
+
+    def write_dropped(self, generation: int, owners: Iterable[int]) -> int:
+        """Write dropped timelines (tombstones), as a rebuild keeps idle users idle."""
+        return self._set_many((keys.timeline(generation, o), IDLE) for o in owners)
 
     def drop_idle(self, generation: int, user_ids: Sequence[int], *, batch: int = 1000) -> int:
         """Drop the timelines of idle users (a tombstone each, which the job does

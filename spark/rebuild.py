@@ -140,6 +140,8 @@ class Summary:
     bad_records: int = 0
     authors: int = 0
     timelines: int = 0
+    #: Idle users whose timelines stay dropped in the new generation.
+    dropped: int = 0
     entries: int = 0
     snapshot_seq: int = 0
     snapshot_contiguous: int = 0
@@ -296,8 +298,9 @@ class Rebuild:
                 lambda it: write_timelines_partition(it, config, generation), WRITTEN
             ).collect()
         }
-        self.summary.timelines = len(lengths)
-        self.summary.entries = sum(lengths.values())
+        self.summary.timelines = sum(n >= 0 for n in lengths.values())
+        self.summary.dropped = len(lengths) - self.summary.timelines
+        self.summary.entries = sum(n for n in lengths.values() if n >= 0)
         bodies = _first(
             decoded.where("kind = 'tweet'")
             .select("b", "body")
@@ -308,7 +311,8 @@ class Rebuild:
         states.select("join_key", "blob").write.mode("overwrite").parquet(str(path))
         self.store.set_generation_meta(generation, state_path=str(path))
         self.progress.done(
-            f"{self.summary.timelines:,} timelines, {self.summary.entries:,} entries, "
+            f"{self.summary.timelines:,} timelines ({self.summary.dropped:,} idle users' kept "
+            f"dropped), {self.summary.entries:,} entries, "
             f"{bodies or 0:,} tweet bodies, author state in {path}"
         )
         return lengths
@@ -317,10 +321,12 @@ class Rebuild:
         self.progress.stage("verifying")
         owners = sorted(lengths)
         packed = self.store.packed_timelines(generation, owners)
-        wrong = [
+        idle = [o for o in owners if lengths[o] < 0]
+        dropped = self.store.dropped(generation, idle)
+        wrong = [o for o in idle if o not in dropped] + [
             o
             for o, raw in zip(owners, packed, strict=True)
-            if raw is None or entries(raw) != lengths[o]
+            if lengths[o] >= 0 and (raw is None or entries(raw) != lengths[o])
         ]
         if wrong:
             raise RebuildFailed(
@@ -333,7 +339,8 @@ class Rebuild:
             self.progress.done("no database oracle given: sample check skipped")
             return
         rnd = random.Random(generation)  # noqa: S311 - a sample, not a secret
-        sample = rnd.sample(owners, min(self.sample, len(owners)))
+        kept = [o for o in owners if lengths[o] >= 0]
+        sample = rnd.sample(kept, min(self.sample, len(kept)))
         since = self.summary.snapshot_contiguous
         settled = self.settled(sample, since) if self.settled else set(sample)
         checked = [u for u in sample if u in settled]

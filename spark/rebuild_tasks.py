@@ -107,13 +107,20 @@ def _timelines(batch: pa.RecordBatch, cap: int, slack: int) -> Iterator[tuple[in
 def write_timelines_partition(
     batches: Iterator[pa.RecordBatch], config: StarlingConfig, generation: int
 ) -> Iterator[pa.RecordBatch]:
-    """Write this partition's timelines into ``generation``; return their lengths."""
+    """Write this partition's timelines into ``generation``; return their lengths
+    (-1 for the users idle in the active generation: their timelines stay dropped)."""
     store = store_for(config, timeout=120)
+    live = store.active_generation()
     for batch in batches:
         rows = list(_timelines(batch, config.timeline_size, config.timeline_slack))
-        store.write_timelines(generation, ((o, pack_timeline(h, ids)) for o, h, ids in rows))
+        owners = [o for o, _, _ in rows]
+        idle = store.dropped(live, owners) if live is not None and live != generation else set()
+        store.write_timelines(
+            generation, ((o, pack_timeline(h, ids)) for o, h, ids in rows if o not in idle)
+        )
+        store.write_dropped(generation, idle)
         yield arrow.batch(
-            {"owner": [o for o, _, _ in rows], "entries": [len(ids) for _, _, ids in rows]},
+            {"owner": owners, "entries": [-1 if o in idle else len(ids) for o, _, ids in rows]},
             WRITTEN,
         )
 

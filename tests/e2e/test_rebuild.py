@@ -16,7 +16,7 @@ import requests
 
 from fanout.keys import timeline as timeline_key
 from fanout.timeline_ops import pack_timeline, unpack_timeline
-from tests.e2e.test_fanout_oracle import Workload, check_against_oracle
+from tests.e2e.test_fanout_oracle import Workload, check_against_oracle, come_back, go_idle
 from tests.stack import BIN, ROOT, Stack
 
 # A rebuild starts a Spark session of its own next to the running job.
@@ -91,6 +91,8 @@ def test_rebuild_repairs_corrupted_timelines_while_reads_and_writes_go_on(stack:
     stack.settle()  # no refill in flight: the damage below stays until the rebuild
 
     victims = random.Random(3).sample(sorted(work.users), 10)
+    idle = sorted(set(work.users) - set(victims))[:3]  # dropped now, kept dropped by the rebuild
+    go_idle(stack, idle)
     bogus = next(iter(work.live))  # a real tweet, wrong in most timelines
     for name in [*victims, reader_name]:
         corrupt(stack, user_id(stack, name), bogus)
@@ -120,8 +122,12 @@ def test_rebuild_repairs_corrupted_timelines_while_reads_and_writes_go_on(stack:
 
     new_generation = stack.store.active_generation()
     assert new_generation is not None and new_generation != generation
-    stats = check_against_oracle(stack, all_users(stack))
-    assert stats["timelines"] == len(all_users(stack))
+    active = sorted(set(all_users(stack)) - set(idle))
+    stats = check_against_oracle(stack, active)
+    assert stats["timelines"] == len(active)
+    idle_ids = [user_id(stack, name) for name in idle]
+    assert stack.store.dropped(new_generation, idle_ids) == set(idle_ids)
+    come_back(stack, {name: work.users[name] for name in idle})
     fixed = tuple(sorted(own, reverse=True))
     assert set(reader.pages) <= {damaged_reader, fixed}, set(reader.pages) - {damaged_reader, fixed}
     assert reader.pages[0] == damaged_reader and reader.pages[-1] == fixed
