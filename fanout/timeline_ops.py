@@ -111,11 +111,22 @@ def pack_ids(ids: Sequence[int]) -> bytes:
     return struct.pack(f">{len(ids)}Q", *ids)
 
 
+#: The work of one timeline op beyond its ids, counted in ids: an op may rewrite
+#: its whole timeline (a trim, a merge), so a call of ``chunk`` units holds at
+#: most ``chunk / OP_COST`` ops whatever their size. Measured (load_tests/
+#: bench_heavy.py): about 48 us per rewrite of an 864-entry timeline.
+OP_COST = 8
+#: Body bytes counted as one unit: a body is a SET of its bytes.
+BODY_BYTES = 64
+
+
 def encode_ops(
     bodies: Mapping[int, bytes], ops: Sequence[TimelineOp], deleted: Sequence[int], chunk: int
 ) -> list[list[Any]]:
-    """The apply script's arguments, cut into calls of about ``chunk`` ids each.
-    Bodies of deleted tweets go first, then new bodies, then timeline ops."""
+    """The apply script's arguments, cut into calls of about ``chunk`` units of
+    work each (an id, :data:`BODY_BYTES` of a body, :data:`OP_COST` per op), so
+    one call blocks Redis for milliseconds, not tens of them. Bodies of deleted
+    tweets go first, then new bodies, then timeline ops."""
     chunks: list[list[Any]] = []
     current: list[Any] = []
     weight = 0
@@ -124,7 +135,7 @@ def encode_ops(
         weight += len(set(deleted))
     for tweet_id, body in bodies.items():
         current += [OpCode.PUT_BODY, tweet_id, body]
-        weight += 1
+        weight += 1 + len(body) // BODY_BYTES
         if weight >= chunk:
             chunks.append(current)
             current, weight = [], 0
@@ -137,7 +148,7 @@ def encode_ops(
             current += [
                 OpCode.RESET, op.owner, op.horizon, op.seq, op.as_of, pack_ids(op.tweets)
             ]  # fmt: skip
-        weight += 1 + len(op.tweets)
+        weight += OP_COST + len(op.tweets)
         if weight >= chunk:
             chunks.append(current)
             current, weight = [], 0

@@ -105,7 +105,9 @@ def store_for(config: StarlingConfig, *, timeout: float = 5.0) -> TimelineStore:
 class TimelineStore:
     """Reads and idempotent bulk writes of timelines, bodies and bookkeeping."""
 
-    #: Ids per script call: bounds how long one call blocks Redis (a few ms).
+    #: Units of work per script call (ids, body bytes, ops: timeline_ops.encode_ops):
+    #: bounds how long one call blocks Redis (a few ms; under 50 even when every
+    #: op of a call rewrites its timeline).
     CHUNK = 4000
     #: Script calls per round trip.
     PIPELINE = 16

@@ -24,11 +24,14 @@ from feed.outbox import DjangoOutboxStore
 
 @admin.register(User)
 class UserAdmin(DjangoUserAdmin):
-    list_display = ("id", "username", "is_active", "is_staff", "date_joined")
+    list_display = ("id", "username", "is_active", "is_staff", "date_joined", "last_active")
     list_filter = ("is_active", "is_staff")
+    readonly_fields = ("last_active",)
     fieldsets = (
         *(DjangoUserAdmin.fieldsets or ()),
         ("Tokens", {"fields": ("tokens_valid_after",)}),
+        # A read or a sign-in, once a day: idle users' timelines are dropped (FANOUT_ACTIVE_DAYS).
+        ("Activity", {"fields": ("last_active",)}),
     )
 
     actions = ["revoke_tokens"]

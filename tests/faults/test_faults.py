@@ -259,14 +259,7 @@ def test_poison_records_are_dead_lettered_and_the_job_carries_on(stack: Stack) -
         assert time.monotonic() < deadline, f"{store.dead_letter_count() - before} dead letters"
         time.sleep(0.5)
     assert stack.procs["fanout"].poll() is None
-    listed = subprocess.run(
-        [str(BIN / "python"), "manage.py", "deadletters", "--json", "--limit", "1000"],
-        cwd=ROOT,
-        env=stack.env,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    listed = stack.manage("deadletters", "--json", "--limit", "1000")
     assert listed.count('"error"') >= len(poison)
     check_against_oracle(stack, sorted(work.users))
     print(f"\npoison: {len(poison)} records dead-lettered, job running, timelines exact")

@@ -129,3 +129,21 @@ def test_deleted_bodies_are_the_first_thing_a_batch_writes() -> None:
     # once, before the removals reach each of the 49 timelines in later calls.
     assert len(chunks) > 1 and chunks[0][:2] == [OpCode.DELETE_BODIES, pack_ids([5])]
     assert sum(c.count(pack_ids([5])) for c in chunks) == 1 + 49
+
+
+def test_a_script_call_holds_a_bounded_number_of_ops_and_body_bytes() -> None:
+    """Each op may rewrite its whole timeline (a trim): a call of single-id adds
+    holds at most chunk / OP_COST of them; big bodies count by their bytes."""
+    from fanout.join import Op
+    from fanout.timeline_ops import BODY_BYTES, OP_COST, TimelineOp, encode_ops
+
+    def blobs(call: list) -> int:  # one packed-ids or body argument per op
+        return sum(isinstance(a, bytes) for a in call)
+
+    ops = [TimelineOp(Op.ADD, owner, (owner,)) for owner in range(1, 2001)]
+    calls = encode_ops({}, ops, [], chunk=4000)
+    assert sum(map(blobs, calls)) == 2000 and max(map(blobs, calls)) <= 4000 // OP_COST
+    bodies = {t: b"x" * 640 for t in range(1, 1001)}
+    calls = encode_ops(bodies, [], [], chunk=4000)
+    assert sum(map(blobs, calls)) == 1000
+    assert max(map(blobs, calls)) <= 4000 // (1 + 640 // BODY_BYTES) + 1
