@@ -10,7 +10,7 @@ numbers:
 | horizon | the timeline holds exactly the join's tweets at or above it (0: all of them) |
 | fence | the newest ``seq`` that removed entries or left some out below the horizon |
 | top | the newest id it ever held, while that entry is gone (0: its newest entry) |
-| version | the newest ``seq`` that brought an entry below ``top``: pollers re-read on a change |
+| version | how many writes brought an entry below ``top``: pollers re-read on a change |
 
 An idle user's timeline is dropped: the string ``idle`` (:data:`IDLE`,
 shorter than any header) takes its place, and no write goes to it until the

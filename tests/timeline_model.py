@@ -79,7 +79,7 @@ class TimelineModel:
         have = set(tl.ids)
         added = {t for t in new if t >= tl.horizon and t not in have}
         if any(t < top for t in added):
-            tl.version = max(tl.version, seq)
+            tl.version += 1
         tl.ids = sorted(have | added)
 
     def drop(self, owner: int) -> None:

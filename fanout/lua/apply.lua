@@ -111,7 +111,7 @@ local function add_slow(owner, key, s, new, hm, seq)
   -- the horizon over them.
   if hm > 0 or (#new > 0 and new[1] < h.horizon) then fence(h, seq) end
   local merged, n, late = merge(ids, new, h.horizon, s and top or 0)
-  if late then h.version = math.max(h.version, seq) end
+  if late then h.version = h.version + 1 end
   check_short(owner, h, store(key, h, merged, seq))
   return n
 end
@@ -160,7 +160,7 @@ local function add_inside(key, s, blob, seq)
     end
   end
   if n_added == 0 then return 0 end
-  if late then h.version = math.max(h.version, seq) end
+  if late then h.version = h.version + 1 end
   if h.top ~= 0 and new[#new] >= h.top then h.top = 0 end
   redis.call('SETRANGE', key, 0, pack_header(h))
   trim(key, redis.call('SETRANGE', key, HEADER + (lo - 1) * 8, table.concat(merged)), seq)
@@ -271,7 +271,7 @@ local function reset(owner, key, blob, hr, seq, as_of)
     ids = kept
   end
   local merged, n, late = merge(ids, new, h.horizon, top)
-  if late then h.version = math.max(h.version, seq) end
+  if late then h.version = h.version + 1 end
   check_short(owner, h, store(key, h, merged, seq))
   return n
 end

@@ -415,10 +415,23 @@ def test_a_timeline_that_saw_an_entry_arrive_below_its_newest_changes_version() 
     system.batch([log.follow(F, A), p2])
     assert system.model.timelines[F].version == 0
     system.batch([p1])  # id lower than one a poller already saw
-    assert t1 < t2 and system.model.timelines[F].version == p1.seq
+    assert t1 < t2 and system.model.timelines[F].version == 1
     _, p3 = log.post(A)
     system.batch([p3])  # the newest: no change
-    assert system.model.timelines[F].version == p1.seq
+    assert system.model.timelines[F].version == 1
+
+
+def test_late_entries_change_the_version_whatever_the_order_of_their_seqs() -> None:
+    """A late entry applied after another late one with a higher seq (its
+    partition lagged) still changes the version: it is a count, not a seq."""
+    log = Log()
+    system = System(cap=10, slack=4)
+    (t1, p1), (t2, p2), (t3, p3) = log.post(A), log.post(A), log.post(A)
+    system.batch([log.follow(F, A), p3])
+    system.batch([p2])
+    seen = system.model.timelines[F].version
+    system.batch([p1])  # lower seq than p2, applied after it, below what was seen
+    assert t1 < t2 < t3 and system.model.timelines[F].version != seen
 
 
 # --- the property: any workload, any interleaving, equals the oracle -------------------
