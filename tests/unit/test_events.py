@@ -147,3 +147,21 @@ def test_a_script_call_holds_a_bounded_number_of_ops_and_body_bytes() -> None:
     calls = encode_ops(bodies, [], [], chunk=4000)
     assert sum(map(blobs, calls)) == 1000
     assert max(map(blobs, calls)) <= 4000 // (1 + 640 // BODY_BYTES) + 1
+
+
+def test_grouping_a_post_to_many_followers_shares_one_op_shape() -> None:
+    """An owner reached by one mutation gets that mutation's ids (sorted, unique,
+    cut to ``keep``) without a copy per owner; owners reached twice are merged."""
+    from fanout.join import Mutation, Op
+    from fanout.timeline_ops import TimelineOp, group_by_timeline
+
+    many = tuple(range(1, 1001))
+    ops, _ = group_by_timeline(
+        [Mutation(Op.ADD, many, (30, 10, 10, 20), 0, 5), Mutation(Op.ADD, (7,), (40,), 0, 6)],
+        keep=2,
+    )
+    by_owner = {op.owner: op for op in ops}
+    assert len(ops) == 1000
+    assert by_owner[1] == TimelineOp(Op.ADD, 1, (20, 30), 20, 5)
+    assert by_owner[1].tweets is by_owner[999].tweets  # computed once
+    assert by_owner[7] == TimelineOp(Op.ADD, 7, (30, 40), 30, 6)  # merged, then cut
