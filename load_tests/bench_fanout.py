@@ -2,6 +2,8 @@
 
     python -m load_tests.bench_fanout [--users 10000] [--follows 50] [--backlog 50000]
                                       [--rate 1000] [--seconds 60]
+    python -m load_tests.bench_fanout --celebrity [--celebrity-followers 1000000]
+                                      [--users 10000] [--follows 50] [--rate 1000] [--seconds 60]
 
 Starts its own broker and Redis, writes a follow graph with a power-law
 follower distribution (load_tests/network.py) straight to the changelogs,
@@ -15,6 +17,28 @@ runs the real fanout job (``python -m spark.job``) and measures:
    with pipelined script calls, which is the ceiling the job can approach;
    also the naive sorted-set baseline (pipelined ZADD + trim per delivery);
 4. memory: bytes per timeline entry, packed strings against sorted sets.
+
+``--celebrity`` runs the celebrity scenario instead, in one run: the same
+graph plus one author C (user ``users + 1``) followed by
+``--celebrity-followers`` accounts: the graph's users first, then extra
+accounts (each with its self edge) for the rest, all written to the
+changelogs before the job starts. It measures
+
+1. baseline: ``--rate`` tweets/s by the graph's authors for ``--seconds``, C
+   silent: micro-batch p50/p99 (the job's progress file, after a warm-up of
+   up to 10 s) and the job's peak RSS (driver, JVM and Python workers,
+   sampled from /proc every 0.5 s);
+2. the same traffic with C posting once a second as well: micro-batch
+   p50/p99 (including the catch-up after the traffic stops), its p99 over the
+   baseline's, the job's peak RSS;
+3. the Redis writes one C post causes, the rest of the traffic stopped: the
+   delta of ``INFO commandstats`` (every write command, those run by the
+   scripts included) from before the post until the watermark reaches it.
+
+Its checks are the targets of a future hybrid fan-out (<= 10 writes per
+celebrity post, p99 ratio <= 1.5); today every follower's timeline is
+written, so they fail: the scenario documents the baseline and exits with
+status 0 whatever they say.
 """
 
 from __future__ import annotations
@@ -183,6 +207,70 @@ def make_tweets(
     return out
 
 
+def write_graph(
+    log: Changelog, users: int, follows: int, rnd: random.Random, report: Report
+) -> list[tuple[int, int]]:
+    """The power-law follow graph of ``users`` (self edges first) into the changelog
+    (not flushed); returns its (follower, followee) pairs."""
+    pairs = list(network.follows(users, follows, rnd))
+    counts: defaultdict[int, int] = defaultdict(int)
+    for _, g in pairs:
+        counts[g] += 1
+    degrees = [counts.get(u, 0) for u in range(1, users + 1)]
+    report.add("follows", len(pairs))
+    report.add(
+        "followers per user p50 / p99 / max",
+        f"{percentile(degrees, 50):.0f} / {percentile(degrees, 99):.0f} / {max(degrees)}",
+    )
+    for u in range(1, users + 1):
+        log.send(events.Followed(u, u))
+    for f, g in pairs:
+        log.send(events.Followed(f, g))
+    return pairs
+
+
+class SteadyLoad:
+    """Tweets at ``rate`` per second from a background thread, and optionally one
+    tweet a second by ``celebrity`` as well (the same thread: one writer)."""
+
+    def __init__(
+        self,
+        log: Changelog,
+        rate: int,
+        authors: network.Popularity | None,
+        users: int,
+        rnd: random.Random,
+        gen: ids.IdGenerator,
+        celebrity: int | None = None,
+    ) -> None:
+        self.log, self.rate, self.authors, self.users = log, rate, authors, users
+        self.rnd, self.gen, self.celebrity = rnd, gen, celebrity
+        self.sent = self.celebrity_posts = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        start = time.monotonic()
+        while not self._stop.is_set():
+            elapsed = time.monotonic() - start
+            due = int(elapsed * self.rate)
+            for tweet in make_tweets(due - self.sent, self.authors, self.users, self.rnd, self.gen):
+                self.log.send(tweet)
+            self.sent = max(self.sent, due)
+            if self.celebrity is not None:
+                while self.celebrity_posts < int(elapsed):
+                    self.log.send(celebrity_tweet(self.celebrity, self.gen, self.rnd))
+                    self.celebrity_posts += 1
+            time.sleep(0.005)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 def baseline_mutations(
     pairs: list[tuple[int, int]],
     users: int,
@@ -286,6 +374,299 @@ def memory_per_entry(
     return out
 
 
+# --- the celebrity scenario ------------------------------------------------------------
+
+
+def celebrity_tweet(author: int, gen: ids.IdGenerator, rnd: random.Random) -> events.TweetPosted:
+    return events.TweetPosted(gen.next_id(), author, f"user{author}", network.tweet_text(rnd))
+
+
+def process_tree_rss(root: int) -> int:
+    """Resident bytes of ``root`` and all its descendants (the job's driver, its
+    JVM, the Python workers), from /proc. Shared pages count once per process."""
+    parents: dict[int, list[int]] = defaultdict(list)
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        parents[int(fields[1])].append(int(stat.parent.name))
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        todo += parents.get(pid, [])
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1]) * 1024
+        except OSError:
+            continue
+    return total
+
+
+class PeakRss:
+    """Samples the RSS of a process tree every ``interval`` seconds; :meth:`take`
+    returns the peak since the previous call."""
+
+    def __init__(self, pid: int, interval: float = 0.5) -> None:
+        self.pid, self.interval = pid, interval
+        self.peak = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            rss = process_tree_rss(self.pid)
+            with self._lock:
+                self.peak = max(self.peak, rss)
+
+    def take(self) -> int:
+        with self._lock:
+            peak, self.peak = self.peak, 0
+        return peak
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def command_calls(client: redis.Redis) -> dict[str, tuple[int, int]]:
+    """Calls and microseconds per command so far (INFO commandstats; Redis 7
+    counts the commands scripts run as well)."""
+    stats = client.info("commandstats")
+    return {
+        name.removeprefix("cmdstat_"): (int(v["calls"]), int(v["usec"]))
+        for name, v in stats.items()
+    }
+
+
+def command_delta(
+    before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]
+) -> dict[str, tuple[int, int]]:
+    out = {}
+    for name, (calls, usec) in after.items():
+        c0, u0 = before.get(name, (0, 0))
+        if calls > c0:
+            out[name] = (calls - c0, usec - u0)
+    return out
+
+
+def phase(
+    log: Changelog,
+    store: TimelineStore,
+    job: Job,
+    args: argparse.Namespace,
+    load: SteadyLoad,
+    warm_up: float,
+) -> list[dict[str, Any]]:
+    """Run ``load`` for ``--seconds``, wait until the job has applied it all; the
+    micro-batches from ``warm_up`` seconds in until then (the catch-up included)."""
+    t = time.time()
+    load.start()
+    time.sleep(args.seconds)
+    load.stop()
+    log.flush()
+    wait_for_seq(store, job, log.last_seq, timeout=1800)
+    time.sleep(1.0)  # the progress line follows the watermark
+    return job.batches(since=t + warm_up)
+
+
+def report_batches(report: Report, label: str, key: str, batches: list[dict[str, Any]]) -> float:
+    """Add a phase's micro-batch figures; returns its p99."""
+    s = summary([b["duration"] for b in batches])
+    report.add(f"{label}: micro-batch p50", round(s["p50"], 3), "seconds", key=f"{key}_batch_p50_s")
+    report.add(f"{label}: micro-batch p99", round(s["p99"], 3), "seconds", key=f"{key}_batch_p99_s")
+    report.add(
+        "  batches / max",
+        f"{len(batches)} / {s['max']:.2f}s",
+        f"{sum(b['rows'] for b in batches) / max(1, len(batches)):.0f} records each",
+    )
+    report.add(
+        "  redis time per batch (mean)",
+        round(sum(b.get("redis_ms", 0) for b in batches) / max(1, len(batches)) / 1000, 3),
+        "seconds, summed over the executors' apply calls",
+        key=f"{key}_redis_s",
+    )
+    lags = [b["lag"] for b in batches]
+    report.add(
+        "  event-time lag p50 / p99",
+        f"{percentile(lags, 50):.2f}s / {percentile(lags, 99):.2f}s",
+        key=f"{key}_lag",
+    )
+    return s["p99"]
+
+
+def celebrity(args: argparse.Namespace) -> int:
+    """The celebrity scenario (see the module docstring): always exits 0."""
+    n = args.celebrity_followers
+    workdir, config, services = start_services("celebrity")
+    params = {k: v for k, v in vars(args).items() if k not in ("backlog", "celebrity")}
+    report = Report(
+        "bench_fanout_celebrity", params=params | {"partitions": 2, "timeline_size": 800}
+    )
+    job: Job | None = None
+    rss: PeakRss | None = None
+    try:
+        ensure_topics(config)
+        store = store_for(config)
+        client = store.redis
+        rnd = random.Random(args.seed)
+        log = Changelog(config)
+
+        # --- the graph, and C with n followers ----------------------------------------------
+        set_up = time.time()
+        pairs = write_graph(log, args.users, args.follows, rnd, report)
+        star = args.users + 1
+        reused = min(n, args.users)
+        extra = range(star + 1, star + 1 + n - reused)
+        for u in extra:
+            log.send(events.Followed(u, u))
+        log.send(events.Followed(star, star))
+        for u in itertools.chain(range(1, reused + 1), extra):
+            log.send(events.Followed(u, star))
+        log.flush()
+        records = args.users + len(pairs) + len(extra) + 1 + n
+        report.add(
+            "celebrity C: followers",
+            n,
+            f"user {star}: the graph's {reused:,} users + {len(extra):,} extra accounts",
+        )
+        job = Job(config, workdir, args.max_records)
+        rss = PeakRss(job.proc.pid)
+        produced = time.time() - set_up
+        wait_for_seq(store, job, log.last_seq, timeout=3600)
+        report.add(
+            "set-up: changelog written + ingested",
+            round(time.time() - set_up, 1),
+            f"seconds ({produced:.0f} writing): {records:,} follow records, job start-up",
+            key="set_up_s",
+        )
+        report.add(
+            "  redis memory after set-up",
+            f"{int(client.info('memory')['used_memory']) / 2**20:,.0f} MiB",
+        )
+        rss.take()
+
+        gen = ids.IdGenerator(7)
+        authors = (
+            network.Popularity(args.users, random.Random(args.seed + 2))
+            if args.authors == "zipf"
+            else None
+        )
+        prng = random.Random(args.seed + 1)
+
+        # --- baseline: the graph's authors at --rate, C silent --------------------------------
+        warm_up = min(10.0, args.seconds / 3)
+        quiet = phase(
+            log,
+            store,
+            job,
+            args,
+            SteadyLoad(log, args.rate, authors, args.users, prng, gen),
+            warm_up,
+        )
+        quiet_rss = rss.take()
+        quiet_p99 = report_batches(report, "baseline (C silent)", "baseline", quiet)
+        report.add(
+            "  job peak RSS",
+            f"{quiet_rss / 2**20:,.0f} MiB",
+            "driver + JVM + Python workers",
+            key="baseline_peak_rss_mib",
+        )
+
+        # --- celebrity phase: the same, and C posts once a second -----------------------------
+        before = deliveries_counter(store)
+        load = SteadyLoad(log, args.rate, authors, args.users, prng, gen, celebrity=star)
+        loud = phase(log, store, job, args, load, 0.0)
+        loud_rss = rss.take()
+        loud_p99 = report_batches(report, "celebrity (C posts 1/s)", "celebrity", loud)
+        report.add(
+            "  job peak RSS",
+            f"{loud_rss / 2**20:,.0f} MiB",
+            "driver + JVM + Python workers",
+            key="celebrity_peak_rss_mib",
+        )
+        report.add(
+            "  C's posts / deliveries",
+            f"{load.celebrity_posts} / {deliveries_counter(store) - before:,}",
+        )
+        carrying = [b for b in loud if b.get("deliveries", 0) >= n]
+        k = max(1, len(carrying))
+        report.add(
+            "  batches carrying C posts",
+            len(carrying),
+            f"mean {sum(b['duration'] for b in carrying) / k:.2f}s, of which redis "
+            f"{sum(b.get('redis_ms', 0) for b in carrying) / k / 1000:.2f}s, "
+            f"{sum(b['deliveries'] for b in carrying) / k:,.0f} deliveries",
+        )
+        p99_ratio = ratio(loud_p99, quiet_p99)
+        report.add(
+            "p99 ratio celebrity / baseline",
+            round(p99_ratio, 2),
+            "target for hybrid fan-out <= 1.5",
+            key="p99_ratio",
+        )
+
+        # --- one C post, nothing else: Redis writes it causes -------------------------------
+        commands = client.command()
+        time.sleep(2.0)
+        calls_before, delivered_before = command_calls(client), deliveries_counter(store)
+        posted = time.time()
+        log.send(celebrity_tweet(star, gen, prng))
+        log.flush()
+        wait_for_seq(store, job, log.last_seq, timeout=600)
+        delta = command_delta(calls_before, command_calls(client))
+        time.sleep(1.0)
+        writes = {
+            name: calls
+            for name, (calls, _) in delta.items()
+            if "write" in commands.get(name, {}).get("flags", [])
+        }
+        total_writes = sum(writes.values())
+        timeline_writes = sum(writes.get(c, 0) for c in ("set", "append", "setrange"))
+        top = ", ".join(f"{k} {v:,}" for k, v in sorted(writes.items(), key=lambda kv: -kv[1]))
+        report.add(
+            "Redis writes caused by one celebrity post",
+            total_writes,
+            f"write commands (INFO commandstats): {top}; target <= 10",
+            key="writes_per_celebrity_post",
+        )
+        report.add(
+            "  of which SET / APPEND / SETRANGE",
+            timeline_writes,
+            f"{deliveries_counter(store) - delivered_before:,} deliveries",
+        )
+        scripts = sum(delta.get(c, (0, 0))[0] for c in ("evalsha", "eval"))
+        script_usec = sum(delta.get(c, (0, 0))[1] for c in ("evalsha", "eval"))
+        report.add(
+            "  script calls / Redis time",
+            f"{scripts:,} / {script_usec / 1e6:.2f}s",
+            "EVALSHA calls and their time inside Redis",
+        )
+        for b in job.batches(since=posted):
+            report.add(
+                "  its micro-batch",
+                f"{b['duration']:.2f}s",
+                f"batch {b['batch']}: redis {b.get('redis_ms', 0) / 1000:.2f}s (executors), "
+                f"{b.get('calls', 0)} script calls",
+            )
+
+        report.check("Redis writes per celebrity post <= 10", total_writes <= 10)
+        report.check("micro-batch p99 with C posting <= 1.5 x baseline", p99_ratio <= 1.5)
+        report.print()
+        print(f"report: {report.save()}\njob log: {workdir / 'fanout.log'}")
+        print("(the celebrity scenario documents today's baseline: exit status 0 regardless)")
+        return 0
+    finally:
+        if rss is not None:
+            rss.stop()
+        if job is not None:
+            job.stop()
+        stop_services(services)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--users", type=int, default=10_000)
@@ -306,10 +687,21 @@ def main(argv: list[str] | None = None) -> int:
         help="who tweets: zipf (the top 10%% of users write ~77%% of tweets, as measured on "
         "Twitter) or uniform (every user alike: the most distinct authors per batch)",
     )
+    parser.add_argument(
+        "--celebrity",
+        action="store_true",
+        help="run the celebrity scenario instead (see the module docstring)",
+    )
+    parser.add_argument(
+        "--celebrity-followers", type=int, default=1_000_000, help="followers of the celebrity"
+    )
     args = parser.parse_args(argv)
+    if args.celebrity:
+        return celebrity(args)
 
     workdir, config, services = start_services("fanout")
-    report = Report("bench_fanout", params=vars(args) | {"partitions": 2, "timeline_size": 800})
+    params = {k: v for k, v in vars(args).items() if not k.startswith("celebrity")}
+    report = Report("bench_fanout", params=params | {"partitions": 2, "timeline_size": 800})
     job: Job | None = None
     try:
         ensure_topics(config)
@@ -319,20 +711,7 @@ def main(argv: list[str] | None = None) -> int:
         log = Changelog(config)
 
         # --- the follow graph -----------------------------------------------------------
-        pairs = list(network.follows(args.users, args.follows, rnd))
-        counts: defaultdict[int, int] = defaultdict(int)
-        for _, g in pairs:
-            counts[g] += 1
-        degrees = [counts.get(u, 0) for u in range(1, args.users + 1)]
-        report.add("follows", len(pairs))
-        report.add(
-            "followers per user p50 / p99 / max",
-            f"{percentile(degrees, 50):.0f} / {percentile(degrees, 99):.0f} / {max(degrees)}",
-        )
-        for u in range(1, args.users + 1):
-            log.send(events.Followed(u, u))
-        for f, g in pairs:
-            log.send(events.Followed(f, g))
+        pairs = write_graph(log, args.users, args.follows, rnd, report)
         log.flush()
         job = Job(config, workdir, args.max_records)
         started = time.time()
@@ -376,26 +755,11 @@ def main(argv: list[str] | None = None) -> int:
         )
 
         # --- 2. latency while tweets arrive at a steady rate ---------------------------------
-        stop = threading.Event()
-        sent = 0
-
-        def produce_steadily() -> None:
-            nonlocal sent
-            start = time.monotonic()
-            prng = random.Random(args.seed + 1)
-            while not stop.is_set():
-                due = int((time.monotonic() - start) * args.rate)
-                for tweet in make_tweets(due - sent, authors, args.users, prng, gen):
-                    log.send(tweet)
-                sent = max(sent, due)
-                time.sleep(0.005)
-
+        load = SteadyLoad(log, args.rate, authors, args.users, random.Random(args.seed + 1), gen)
         t1 = time.time()
-        producer = threading.Thread(target=produce_steadily, daemon=True)
-        producer.start()
+        load.start()
         time.sleep(args.seconds)
-        stop.set()
-        producer.join()
+        load.stop()
         log.flush()
         wait_for_seq(store, job, log.last_seq, timeout=600)
         steady = [
