@@ -82,10 +82,31 @@ class TopicNames:
         raise KeyError(physical)
 
 
+#: Kafka client settings read from the environment, with their librdkafka names:
+#: every client (producer, admin, consumers, the Spark source) gets all of them.
+KAFKA_CLIENT_ENV = {
+    "KAFKA_SECURITY_PROTOCOL": "security.protocol",
+    "KAFKA_SASL_MECHANISM": "sasl.mechanism",
+    "KAFKA_SASL_USERNAME": "sasl.username",
+    "KAFKA_SASL_PASSWORD": "sasl.password",
+    "KAFKA_SSL_CA_LOCATION": "ssl.ca.location",
+    "KAFKA_SSL_CERTIFICATE_LOCATION": "ssl.certificate.location",
+    "KAFKA_SSL_KEY_LOCATION": "ssl.key.location",
+    "KAFKA_SSL_KEY_PASSWORD": "ssl.key.password",
+    "KAFKA_SSL_ENDPOINT_IDENTIFICATION_ALGORITHM": "ssl.endpoint.identification.algorithm",
+    "KAFKA_CLIENT_ID": "client.id",
+}
+#: A Kafka connection: librdkafka settings, ``bootstrap.servers`` first (hashable,
+#: so a process can keep one client per connection).
+KafkaClient = tuple[tuple[str, str], ...]
+
+
 @dataclass(frozen=True)
 class StarlingConfig:
     redis_url: str = DEFAULT_REDIS_URL
     kafka_bootstrap_servers: str = DEFAULT_KAFKA
+    #: Security and identity settings of every Kafka client (KAFKA_CLIENT_ENV).
+    kafka_settings: tuple[tuple[str, str], ...] = ()
     topics: TopicNames = field(default_factory=TopicNames)
     partitions: int = DEFAULT_PARTITIONS
     timeline_size: int = DEFAULT_TIMELINE_SIZE
@@ -103,6 +124,10 @@ class StarlingConfig:
     #: idle: their timelines are dropped and get no fan-out until they come back.
     active_days: int = DEFAULT_ACTIVE_DAYS
 
+    def kafka_client(self) -> KafkaClient:
+        """The settings every Kafka client of this configuration is made with."""
+        return (("bootstrap.servers", self.kafka_bootstrap_servers), *self.kafka_settings)
+
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> StarlingConfig:
         env = os.environ if env is None else env
@@ -110,6 +135,9 @@ class StarlingConfig:
         return cls(
             redis_url=env.get("REDIS_URL") or DEFAULT_REDIS_URL,
             kafka_bootstrap_servers=env.get("KAFKA_BOOTSTRAP_SERVERS") or DEFAULT_KAFKA,
+            kafka_settings=tuple(
+                (setting, env[name]) for name, setting in KAFKA_CLIENT_ENV.items() if env.get(name)
+            ),
             topics=TopicNames(env.get("STARLING_TOPIC_PREFIX", "")),
             partitions=_int(env, "STARLING_PARTITIONS", DEFAULT_PARTITIONS, low=1, high=1024),
             timeline_size=_int(env, "TIMELINE_SIZE", DEFAULT_TIMELINE_SIZE, low=1, high=100_000),

@@ -13,7 +13,7 @@ from typing import Any
 from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from fanout.config import StarlingConfig
+from fanout.config import KafkaClient, StarlingConfig
 
 log = logging.getLogger(__name__)
 
@@ -53,24 +53,20 @@ class BrokerUnavailable(RuntimeError):
     pass
 
 
+def admin_settings(client: KafkaClient) -> dict[str, Any]:
+    return {**dict(client), "socket.connection.setup.timeout.ms": 3_000, "logger": log}
+
+
 def admin_client(config: StarlingConfig) -> AdminClient:
-    settings: dict[str, Any] = {
-        "bootstrap.servers": config.kafka_bootstrap_servers,
-        "socket.connection.setup.timeout.ms": 3_000,
-        "logger": log,
-    }
-    return AdminClient(settings)
+    return AdminClient(admin_settings(config.kafka_client()))
+
+
+def producer_settings(client: KafkaClient, **overrides: Any) -> dict[str, Any]:
+    return {**dict(client), "logger": log, **PRODUCER_CONFIG, **overrides}
 
 
 def make_producer(config: StarlingConfig, **overrides: Any) -> Producer:
-    return Producer(
-        {
-            "bootstrap.servers": config.kafka_bootstrap_servers,
-            "logger": log,
-            **PRODUCER_CONFIG,
-            **overrides,
-        }
-    )
+    return Producer(producer_settings(config.kafka_client(), **overrides))
 
 
 def topic_partitions(admin: AdminClient, timeout: float) -> dict[str, int]:

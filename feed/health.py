@@ -6,18 +6,19 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from confluent_kafka.admin import AdminClient
 from django.conf import settings
 from django.db import connection
 
-from fanout.config import StarlingConfig
-from fanout.kafka import admin_client, topic_partitions
+from fanout.config import KafkaClient
+from fanout.kafka import admin_settings, topic_partitions
 from fanout.procs import per_process
 from fanout.redis_conn import client
 
 
 @per_process
-def _admin(bootstrap: str) -> Any:
-    return admin_client(StarlingConfig(kafka_bootstrap_servers=bootstrap))
+def _admin(client: KafkaClient) -> Any:
+    return AdminClient(admin_settings(client))
 
 
 def _timed(check: Callable[[], dict[str, Any] | None]) -> dict[str, Any]:
@@ -45,7 +46,7 @@ def _redis() -> None:
 
 def _kafka() -> dict[str, Any]:
     config = settings.STARLING
-    existing = topic_partitions(_admin(config.kafka_bootstrap_servers), timeout=2.0)
+    existing = topic_partitions(_admin(config.kafka_client()), timeout=2.0)
     return {"topics": {name: existing.get(name) for name in config.topics.all()}}
 
 

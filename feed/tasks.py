@@ -16,8 +16,8 @@ from django.conf import settings
 from django.utils import timezone
 
 from fanout import keys
-from fanout.config import StarlingConfig
-from fanout.kafka import ensure_topics, make_producer
+from fanout.config import KafkaClient, StarlingConfig
+from fanout.kafka import ensure_topics, producer_settings
 from fanout.procs import per_process
 from fanout.redis_conn import client
 from fanout.relay import MarkState, OutboxRelay, RelayCoordinator, RelayResult
@@ -30,12 +30,12 @@ log = logging.getLogger(__name__)
 def _relay_producer(config: StarlingConfig) -> Producer:
     """One long-lived idempotent producer per process and broker: a message
     still in flight is never produced a second time by a newer producer."""
-    return _producer(config.kafka_bootstrap_servers)
+    return _producer(config.kafka_client())
 
 
 @per_process
-def _producer(bootstrap: str) -> Producer:
-    return make_producer(StarlingConfig(kafka_bootstrap_servers=bootstrap))
+def _producer(client: KafkaClient) -> Producer:
+    return Producer(producer_settings(client))
 
 
 @per_process

@@ -22,7 +22,7 @@ from pyspark.sql import functions as F
 from fanout import events
 from fanout.config import StarlingConfig
 from spark.kafka_source import NAME as SOURCE
-from spark.kafka_source import Offsets
+from spark.kafka_source import Offsets, source_options
 
 
 def header_column(name: str) -> Any:
@@ -63,7 +63,7 @@ def read_changelogs(
     """
     reader = (spark.readStream if stream else spark.read).format(SOURCE)
     options = {
-        "bootstrap.servers": config.kafka_bootstrap_servers,
+        **source_options(config.kafka_client()),
         "topics": ",".join(config.topics.all()),
         "failOnDataLoss": str(fail_on_data_loss).lower(),
     }

@@ -11,6 +11,7 @@ Options (``spark.readStream.format("starling-kafka").option(...)``):
 | option | meaning |
 | --- | --- |
 | ``bootstrap.servers`` | the brokers |
+| ``kafka.<setting>`` | a librdkafka setting of its consumers (``kafka.security.protocol``) |
 | ``topics`` | comma-separated topic names |
 | ``maxRecordsPerTrigger`` | read at most this many records per micro-batch |
 | ``failOnDataLoss`` | ``true`` (default): fail when the checkpoint is ahead of the log |
@@ -43,6 +44,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
+from fanout.config import KafkaClient
 from fanout.procs import per_process
 
 log = logging.getLogger(__name__)
@@ -64,9 +66,26 @@ class MissingTopic(RuntimeError):
     """A topic the source reads does not exist (any more) on the broker."""
 
 
+#: Source options with this prefix are Kafka client settings (as in Spark's own
+#: Kafka source): ``kafka.security.protocol`` is librdkafka's ``security.protocol``.
+KAFKA_OPTION = "kafka."
+
+
+def connection(client: str | KafkaClient) -> KafkaClient:
+    """A Kafka connection from its settings, or from brokers alone."""
+    return (("bootstrap.servers", client),) if isinstance(client, str) else client
+
+
+def source_options(client: KafkaClient) -> dict[str, str]:
+    """The options that carry a Kafka connection to the source."""
+    settings = dict(client)
+    out = {"bootstrap.servers": settings.pop("bootstrap.servers")}
+    return out | {KAFKA_OPTION + name: value for name, value in settings.items()}
+
+
 @dataclass(frozen=True)
 class SourceOptions:
-    bootstrap: str
+    client: KafkaClient
     topics: tuple[str, ...]
     max_records: int | None = None
     fail_on_data_loss: bool = True
@@ -80,8 +99,13 @@ class SourceOptions:
         if not bootstrap or not topics:
             raise ValueError("starling-kafka needs the options bootstrap.servers and topics")
         max_records = options.get("maxRecordsPerTrigger")
+        settings = sorted(
+            (name[len(KAFKA_OPTION) :], value)
+            for name, value in options.items()
+            if name.startswith(KAFKA_OPTION)
+        )
         return cls(
-            bootstrap=bootstrap,
+            client=(("bootstrap.servers", bootstrap), *settings),
             topics=topics,
             max_records=int(max_records) if max_records else None,
             fail_on_data_loss=options.get("failOnDataLoss", "true").lower() != "false",
@@ -169,34 +193,37 @@ def ranges(start: Offsets, end: Offsets) -> list[OffsetRange]:
 # --- Kafka I/O -------------------------------------------------------------------------
 
 
-def _consumer(bootstrap: str) -> Any:
+def consumer_settings(client: KafkaClient) -> dict[str, Any]:
+    return {
+        **dict(client),
+        "group.id": "starling-spark-source",  # never joined: partitions are assigned
+        "enable.auto.commit": False,
+        "enable.partition.eof": True,
+        "fetch.wait.max.ms": 10,
+        "socket.connection.setup.timeout.ms": 5000,
+        "logger": log,
+    }
+
+
+def _consumer(client: KafkaClient) -> Any:
     from confluent_kafka import Consumer
 
-    return Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "starling-spark-source",  # never joined: partitions are assigned
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "fetch.wait.max.ms": 10,
-            "socket.connection.setup.timeout.ms": 5000,
-            "logger": log,
-        }
-    )
+    return Consumer(consumer_settings(client))
 
 
 class EndOffsetProbe:
     """Finds the true end offset of partitions, on Kafka and on Tansu."""
 
-    def __init__(self, bootstrap: str) -> None:
-        self.bootstrap = bootstrap
+    def __init__(self, client: str | KafkaClient) -> None:
+        self.client = connection(client)
+        self.bootstrap = dict(self.client)["bootstrap.servers"]
         self._consumer: Any = None
 
     def end_offsets(self, topics: tuple[str, ...], timeout: float = 15.0) -> Offsets:
         from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
         if self._consumer is None:
-            self._consumer = _consumer(self.bootstrap)
+            self._consumer = _consumer(self.client)
         consumer = self._consumer
         try:
             metadata = consumer.list_topics(timeout=timeout)
@@ -242,16 +269,18 @@ class EndOffsetProbe:
 
 
 @per_process
-def _worker_consumer(bootstrap: str) -> Any:
+def _worker_consumer(client: KafkaClient) -> Any:
     """The Python worker's consumer, reused across the tasks it runs."""
-    return _consumer(bootstrap)
+    return _consumer(client)
 
 
-def read_range(bootstrap: str, part: OffsetRange, timeout: float) -> Iterator[tuple[Any, ...]]:
+def read_range(
+    client: str | KafkaClient, part: OffsetRange, timeout: float
+) -> Iterator[tuple[Any, ...]]:
     """Yield the records of ``part`` as rows of :data:`SCHEMA` (executor side)."""
     from confluent_kafka import KafkaError, TopicPartition
 
-    consumer = _worker_consumer(bootstrap)
+    consumer = _worker_consumer(connection(client))
     consumer.assign([TopicPartition(part.topic, part.partition, part.start)])
     deadline = time.monotonic() + timeout
     position = part.start
@@ -298,7 +327,7 @@ def read_range(bootstrap: str, part: OffsetRange, timeout: float) -> Iterator[tu
 class KafkaStreamReader(DataSourceStreamReader):
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
-        self._probe = EndOffsetProbe(options.bootstrap)
+        self._probe = EndOffsetProbe(options.client)
         self._latest: Offsets | None = None
 
     def initialOffset(self) -> dict:
@@ -343,7 +372,7 @@ class KafkaStreamReader(DataSourceStreamReader):
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         assert isinstance(partition, OffsetRange)
-        return read_range(self.options.bootstrap, partition, self.options.read_timeout)
+        return read_range(self.options.client, partition, self.options.read_timeout)
 
     def commit(self, end: dict) -> None:
         """Offsets live in Spark's checkpoint; nothing to commit to Kafka."""
@@ -357,7 +386,7 @@ class KafkaBatchReader(DataSourceReader):
 
     def __init__(self, options: SourceOptions, raw: Mapping[str, str]) -> None:
         self.options = options
-        probe = EndOffsetProbe(options.bootstrap)
+        probe = EndOffsetProbe(options.client)
         try:
             ends = (
                 json.loads(raw["endingOffsets"])
@@ -374,7 +403,7 @@ class KafkaBatchReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         assert isinstance(partition, OffsetRange)
-        return read_range(self.options.bootstrap, partition, self.options.read_timeout)
+        return read_range(self.options.client, partition, self.options.read_timeout)
 
 
 class KafkaChangelogSource(DataSource):

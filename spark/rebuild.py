@@ -180,7 +180,7 @@ class Rebuild:
 
     def snapshot(self) -> Offsets:
         self.progress.stage("snapshot of the changelog end offsets")
-        probe = EndOffsetProbe(self.config.kafka_bootstrap_servers)
+        probe = EndOffsetProbe(self.config.kafka_client())
         try:
             ends = probe.end_offsets(self.config.topics.all())
         finally:

@@ -357,7 +357,7 @@ class Supervisor:
         start = committed_offsets(target.checkpoint)
         if start is None:
             return None
-        probe = EndOffsetProbe(self.config.kafka_bootstrap_servers)
+        probe = EndOffsetProbe(self.config.kafka_client())
         try:
             problems = data_loss(start, probe.end_offsets(self.config.topics.all(), timeout=5))
         except MissingTopic as exc:

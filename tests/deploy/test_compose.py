@@ -30,6 +30,8 @@ import pytest
 import yaml
 from django.core.exceptions import ImproperlyConfigured
 
+from fanout.config import KAFKA_CLIENT_ENV
+
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
 DOCKERFILE = ROOT / "Dockerfile"
@@ -92,6 +94,7 @@ OPTIONAL = {
     "STARLING_TOMBSTONE_RETENTION_HOURS",
     "STARLING_MAX_RECORDS_PER_TRIGGER",
     "FANOUT_ACTIVE_DAYS",
+    *KAFKA_CLIENT_ENV,
     "STARLING_NODE_ID",
     "STARLING_RATE_WRITE_USER",
     "STARLING_RATE_WRITE_IP",
