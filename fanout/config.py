@@ -105,8 +105,9 @@ KafkaClient = tuple[tuple[str, str], ...]
 class StarlingConfig:
     redis_url: str = DEFAULT_REDIS_URL
     kafka_bootstrap_servers: str = DEFAULT_KAFKA
-    #: Security and identity settings of every Kafka client (KAFKA_CLIENT_ENV).
-    kafka_settings: tuple[tuple[str, str], ...] = ()
+    #: Security and identity settings of every Kafka client (KAFKA_CLIENT_ENV); kept out
+    #: of the configuration's repr, which logs and tracebacks may show (passwords).
+    kafka_settings: tuple[tuple[str, str], ...] = field(default=(), repr=False)
     topics: TopicNames = field(default_factory=TopicNames)
     partitions: int = DEFAULT_PARTITIONS
     timeline_size: int = DEFAULT_TIMELINE_SIZE

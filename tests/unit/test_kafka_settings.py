@@ -32,6 +32,7 @@ def test_the_environment_names_librdkafka_settings() -> None:
     assert dict(client) == WANTED
     assert StarlingConfig.from_env({}).kafka_client() == (("bootstrap.servers", "127.0.0.1:9092"),)
     assert set(KAFKA_CLIENT_ENV.values()) >= set(WANTED) - {"bootstrap.servers"}
+    assert "s3cret" not in repr(StarlingConfig.from_env(ENV))  # logs show configurations
 
 
 def test_producer_admin_and_consumers_all_get_them() -> None:
