@@ -287,12 +287,17 @@ class TimelineStore:
     def packed_timelines(self, generation: int, owners: Sequence[int]) -> list[bytes | None]:
         """The raw packed timelines of ``owners`` (None where missing or dropped),
         pipelined."""
-        out: list[bytes | None] = []
+        raws = self._per_timeline(generation, owners, "GET")
+        return [raw if raw is None or is_timeline(raw) else None for raw in raws]
+
+    def _per_timeline(self, generation: int, owners: Sequence[int], command: str) -> list[Any]:
+        """``command`` on each of the owners' timeline keys, 1,000 per round trip."""
+        out: list[Any] = []
         for start in range(0, len(owners), 1000):
             pipe = self.redis.pipeline(transaction=False)
             for owner in owners[start : start + 1000]:
-                pipe.get(keys.timeline(generation, owner))
-            out += [raw if raw is None or is_timeline(raw) else None for raw in pipe.execute()]
+                pipe.execute_command(command, keys.timeline(generation, owner))
+            out += pipe.execute()
         return out
 
     # --- writes ----------------------------------------------------------------
@@ -438,15 +443,8 @@ class TimelineStore:
 
     def dropped(self, generation: int, owners: Sequence[int]) -> set[int]:
         """Those of ``owners`` whose timeline was dropped (idle users), pipelined."""
-        out: set[int] = set()
-        for start in range(0, len(owners), 1000):
-            chunk = owners[start : start + 1000]
-            pipe = self.redis.pipeline(transaction=False)
-            for owner in chunk:
-                pipe.strlen(keys.timeline(generation, owner))
-            lengths = pipe.execute()
-            out |= {o for o, n in zip(chunk, lengths, strict=True) if 0 < n < HEADER.size}
-        return out
+        lengths = self._per_timeline(generation, owners, "STRLEN")
+        return {o for o, n in zip(owners, lengths, strict=True) if 0 < n < HEADER.size}
 
     def write_dropped(self, generation: int, owners: Iterable[int]) -> int:
         """Write dropped timelines (tombstones), as a rebuild keeps idle users idle."""

@@ -39,9 +39,8 @@ local limit = cap + slack
 local keep = cap + math.floor(slack / 2)
 local added, removed, created, short, skipped = 0, 0, 0, 0, 0
 
-local function pending(owner)
-  return redis.call('EXISTS', P.regeneration .. gen .. ':' .. owner) == 1
-end
+local function regeneration(owner) return P.regeneration .. gen .. ':' .. owner end
+local function pending(owner) return redis.call('EXISTS', regeneration(owner)) == 1 end
 
 local function ids_of(blob)
   local out = {}
@@ -228,8 +227,8 @@ end
 -- stale one drops the placeholder, and the next read asks again.
 local function reset(owner, key, blob, hr, seq, as_of)
   local s = redis.call('GET', key)
-  local regen = P.regeneration .. gen .. ':' .. owner
-  local placeholder = redis.call('EXISTS', regen) == 1
+  local regen = regeneration(owner)
+  local placeholder = pending(owner)
   if s and #s < HEADER then  -- a tombstone
     if not placeholder then  -- a refill for a timeline dropped since
       skipped = skipped + 1
