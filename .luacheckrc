@@ -4,13 +4,14 @@ read_globals = { "redis", "struct", "cjson", "cmsgpack", "bit", "KEYS", "ARGV" }
 max_line_length = 100
 
 -- fanout/scripts.py runs each script after the shared parts it needs
--- (packed.lua, prefixes.lua): their helpers are the scripts' globals, and a
+-- (packed.lua, prefixes.lua, merged.lua): their helpers are the scripts' globals, and a
 -- part defines helpers that each script uses some of.
 local packed = {
   "HEADER", "IDLE", "pk", "upk", "num", "count", "id_at", "new_header", "read_header", "pack_header",
   "decode", "encode",
 }
 local prefixes = { "P", "arg", "nargs" }
+local merged = { "above", "view", "count_above", "take" }
 local function both(a, b)
   local out = {}
   for _, v in ipairs(a) do out[#out + 1] = v end
@@ -19,7 +20,8 @@ local function both(a, b)
 end
 files["fanout/lua/packed.lua"] = { ignore = { "211" } }
 files["fanout/lua/prefixes.lua"] = { ignore = { "211" } }
+files["fanout/lua/merged.lua"] = { ignore = { "211" }, read_globals = both(packed, prefixes) }
 files["fanout/lua/apply.lua"] = { read_globals = both(packed, prefixes) }
-files["fanout/lua/read_page.lua"] = { read_globals = both(packed, prefixes) }
+files["fanout/lua/read_page.lua"] = { read_globals = both(both(packed, prefixes), merged) }
 files["fanout/lua/drop_idle.lua"] = { read_globals = both(packed, prefixes) }
-files["fanout/lua/read_ids.lua"] = { read_globals = packed }
+files["fanout/lua/read_ids.lua"] = { read_globals = both(both(packed, prefixes), merged) }

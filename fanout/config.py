@@ -24,6 +24,10 @@ DEFAULT_PARTITIONS = 2
 #: long backlog drains it in batches of bounded memory and duration.
 DEFAULT_MAX_RECORDS_PER_TRIGGER = 20_000
 DEFAULT_ACTIVE_DAYS = 30  # as Twitter: a month without a read or a sign-in
+#: Followers from which an author is pulled at read time instead of pushed
+#: (docs/decisions.md D18: a post then costs what 10,000 timeline writes cost,
+#: about 40 ms of Redis, and a reader rarely follows more than a few such authors).
+DEFAULT_PULL_THRESHOLD = 10_000
 
 
 class ConfigError(ValueError):
@@ -124,6 +128,8 @@ class StarlingConfig:
     #: Users who have not read their timeline or signed in for this many days are
     #: idle: their timelines are dropped and get no fan-out until they come back.
     active_days: int = DEFAULT_ACTIVE_DAYS
+    #: Authors with this many followers or more are pulled (fanout.join); 0: none.
+    pull_threshold: int = DEFAULT_PULL_THRESHOLD
 
     def kafka_client(self) -> KafkaClient:
         """The settings every Kafka client of this configuration is made with."""
@@ -160,4 +166,7 @@ class StarlingConfig:
                 high=100_000_000,
             ),
             active_days=_int(env, "FANOUT_ACTIVE_DAYS", DEFAULT_ACTIVE_DAYS, low=1, high=36_500),
+            pull_threshold=_int(
+                env, "FANOUT_PULL_THRESHOLD", DEFAULT_PULL_THRESHOLD, low=0, high=1_000_000_000
+            ),
         )

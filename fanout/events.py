@@ -100,12 +100,15 @@ class TimelineReset:
     """The newest entries of ``owner_id``'s home timeline as the database
     computed them: ``tweet_ids`` ascending, and ``horizon``, the oldest of them
     when older ones were left out (0 when these are all). ``as_of``: every
-    write with a seq up to it was committed, and so seen, when they were read."""
+    write with a seq up to it was committed, and so seen, when they were read.
+    ``pulled``: the authors left out, whose tweets the owner read from their
+    lists then (see fanout.join); the reset applies only if they still are."""
 
     owner_id: int
     tweet_ids: tuple[int, ...]
     horizon: int
     as_of: int
+    pulled: tuple[int, ...] = ()
 
     @property
     def join_key(self) -> int:
@@ -193,6 +196,7 @@ def encode(event: Event) -> Record:
                 "ids": list(event.tweet_ids),
                 "horizon": event.horizon,
                 "as_of": event.as_of,
+                "pulled": list(event.pulled),
             }
         )
         return Record(TIMELINES, str(event.owner_id).encode("ascii"), value, event.owner_id)
@@ -308,7 +312,12 @@ def decode_record(
             raise BadEvent(f"field 'horizon' is not an id or 0: {horizon!r}")
         if not isinstance(as_of, int) or as_of < 0:
             raise BadEvent(f"field 'as_of' is not a seq: {as_of!r}")
-        event = TimelineReset(owner_id, tuple(sorted(set(tweet_ids))), horizon, as_of)
+        pulled = obj.get("pulled", [])
+        if not isinstance(pulled, list) or not all(ids.is_valid(a) for a in pulled):
+            raise BadEvent("field 'pulled' is not a list of user ids")
+        event = TimelineReset(
+            owner_id, tuple(sorted(set(tweet_ids))), horizon, as_of, tuple(sorted(set(pulled)))
+        )
     elif topic == FOLLOWS:
         left, sep, right = key.partition(b":")
         if not sep:

@@ -14,6 +14,12 @@ rule:
 | ``f`` unfollows ``a`` | remove ``a``'s newest tweets from ``f``'s timeline |
 | reset of ``f`` | merge the database's newest entries of ``f``'s timeline (a refill) |
 
+An author with at least the pull threshold's followers is *pulled*
+(docs/decisions.md D18): its tweets go to its own timeline and to its list,
+which its followers' reads merge in, instead of to every follower; a follow
+or an unfollow of it changes the follower's set of pulled authors; crossing
+the threshold moves every follower between the two layouts.
+
 ``Followed(u, u)`` (the self edge, written when a user registers) creates
 ``u``'s timeline and merges ``u``'s own tweets into it; ``u`` is not its own
 follower and ``Unfollowed(u, u)`` changes nothing.
@@ -62,8 +68,9 @@ from fanout.config import DEFAULT_TIMELINE_SLACK
 
 #: Entries kept beyond the cap, in timelines and in merges (TIMELINE_SLACK).
 SLACK = DEFAULT_TIMELINE_SLACK
-_STATE_VERSION = 2
-_HEADER = struct.Struct("<BII")  # version, n_followers, n_tweets
+_STATE_VERSION = 3
+_HEADER = struct.Struct("<BIIB")  # version, n_followers, n_tweets, flags
+_HEADER_V2 = struct.Struct("<BII")  # version 2 had no flags (every author was pushed)
 _HEADER_V1 = struct.Struct("<BqII")  # version 1 also had a horizon (no longer kept)
 
 
@@ -74,6 +81,14 @@ class Op(IntEnum):
     REMOVE = 2  # remove tweets from owners' timelines
     RESET = 3  # merge a refill from the system of record (fenced by seq)
     DELETE_BODY = 4  # drop tweet bodies from the tweet cache (before anything else)
+    LIST = 5  # set a pulled author's list to its newest tweets (before any timeline op)
+    PULL = 6  # the owners read ``authors[0]`` from its list: its tweets leave their timelines
+    UNPULL = 7  # the owners stop reading ``authors[0]``'s list: its tweets are merged in
+
+
+#: A pulled author goes back to push below this share of the threshold (in
+#: tenths): an author hovering at the threshold does not flip at every follow.
+PUSH_BACK_TENTHS = 9
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +102,9 @@ class Mutation:
     seq: int = 0
     #: RESET: every seq up to this one was visible to the database's read.
     as_of: int = 0
+    #: PULL / UNPULL: the pulled author. RESET: the authors the database's read
+    #: left out (those the owner read from their lists then).
+    authors: tuple[int, ...] = ()
 
     @property
     def deliveries(self) -> int:
@@ -97,21 +115,26 @@ class Mutation:
 class AuthorState:
     followers: set[int] = field(default_factory=set)
     tweets: list[int] = field(default_factory=list)  # ascending: every live tweet
+    #: Followers read the author's list instead of receiving its tweets.
+    pulled: bool = False
 
     def encode(self) -> bytes:
         followers = array("q", sorted(self.followers))
         tweets = array("q", self.tweets)
-        header = _HEADER.pack(_STATE_VERSION, len(followers), len(tweets))
+        header = _HEADER.pack(_STATE_VERSION, len(followers), len(tweets), int(self.pulled))
         return header + followers.tobytes() + tweets.tobytes()
 
     @classmethod
     def decode(cls, blob: bytes | None) -> AuthorState:
         if not blob:
             return cls()
-        version = blob[0]
+        version, flags = blob[0], 0
         if version == _STATE_VERSION:
-            _, n_followers, n_tweets = _HEADER.unpack_from(blob)
+            _, n_followers, n_tweets, flags = _HEADER.unpack_from(blob)
             body = blob[_HEADER.size :]
+        elif version == 2:
+            _, n_followers, n_tweets = _HEADER_V2.unpack_from(blob)
+            body = blob[_HEADER_V2.size :]
         elif version == 1:  # kept only the newest tweets: a rebuild restores the rest
             _, _, n_followers, n_tweets = _HEADER_V1.unpack_from(blob)
             body = blob[_HEADER_V1.size :]
@@ -121,7 +144,11 @@ class AuthorState:
         numbers.frombytes(body)
         if len(numbers) != n_followers + n_tweets:
             raise ValueError("author state is truncated")
-        return cls(followers=set(numbers[:n_followers]), tweets=list(numbers[n_followers:]))
+        return cls(
+            followers=set(numbers[:n_followers]),
+            tweets=list(numbers[n_followers:]),
+            pulled=bool(flags & 1),
+        )
 
 
 def newest(tweets: Sequence[int], keep: int) -> tuple[tuple[int, ...], int]:
@@ -144,6 +171,17 @@ class JoinResult:
     ignored: int
 
 
+def pulled_at(followers: int, threshold: int, pulled: bool) -> bool:
+    """Whether an author with ``followers`` followers is pulled: from
+    ``threshold`` followers on, and back to push below
+    :data:`PUSH_BACK_TENTHS` tenths of it (a threshold of 0: never)."""
+    if threshold <= 0:
+        return False
+    if pulled:
+        return followers * 10 >= threshold * PUSH_BACK_TENTHS
+    return followers >= threshold
+
+
 def join_events(
     author_id: int,
     state: AuthorState,
@@ -151,23 +189,50 @@ def join_events(
     *,
     cap: int,
     slack: int = SLACK,
+    pull_threshold: int = 0,
 ) -> JoinResult:
-    """Apply one key's events (in ``seq`` order) to its state."""
+    """Apply one key's events (in ``seq`` order) to its state.
+
+    An author with ``pull_threshold`` followers or more is *pulled*
+    (:func:`pulled_at`): its tweets go to its own timeline and to one list
+    (``Op.LIST``, its newest ``cap + slack``), which each follower's read
+    merges in; crossing the threshold moves every follower's share of its
+    tweets between the timeline and the list (``Op.PULL`` / ``Op.UNPULL``).
+    """
     keep = cap + slack
-    followers, tweets = set(state.followers), list(state.tweets)
+    followers, tweets, pulled = set(state.followers), list(state.tweets), state.pulled
     bodies: dict[int, bytes] = {}
     out: list[Mutation] = []
     ignored = 0
     changed = False
+    listed = False  # the author's list changed: written once, at the end
 
     # Sorted once per call and again only after a follow or an unfollow: an
     # author with a million followers who posts pays for one sort, not one per tweet.
     cached: list[tuple[int, ...]] = []
 
     def audience() -> tuple[int, ...]:
+        if pulled:
+            return (author_id,)
         if not cached:
             cached.append(tuple(sorted(followers | {author_id})))
         return cached[0]
+
+    def cross(seq: int) -> None:
+        """Move between push and pull when the follower count says so."""
+        nonlocal pulled, listed, changed
+        now = pulled_at(len(followers), pull_threshold, pulled)
+        if now == pulled:
+            return
+        pulled, changed = now, True
+        cached.clear()
+        owners = tuple(sorted(followers))
+        merged, horizon = newest(tweets, keep)
+        if pulled:
+            listed = True
+            out.append(Mutation(Op.PULL, owners, merged, 0, seq, authors=(author_id,)))
+        else:
+            out.append(Mutation(Op.UNPULL, owners, merged, horizon, seq, authors=(author_id,)))
 
     for envelope in sorted(envelopes, key=lambda e: e.seq):
         ev, seq = envelope.event, envelope.seq
@@ -180,6 +245,7 @@ def join_events(
                 continue
             tweets.insert(at, ev.tweet_id)
             changed = True
+            listed = listed or pulled
             bodies[ev.tweet_id] = events.tweet_json(ev)
             out.append(Mutation(Op.ADD, audience(), (ev.tweet_id,), 0, seq))
         elif isinstance(ev, events.TweetDeleted):
@@ -187,17 +253,22 @@ def join_events(
             if at < len(tweets) and tweets[at] == ev.tweet_id:
                 del tweets[at]
                 changed = True
+            listed = listed or pulled
             bodies.pop(ev.tweet_id, None)
             out.append(Mutation(Op.DELETE_BODY, (), (ev.tweet_id,)))
             out.append(Mutation(Op.REMOVE, audience(), (ev.tweet_id,)))
         elif isinstance(ev, events.Followed):
-            if ev.follower_id != author_id and ev.follower_id not in followers:
-                followers.add(ev.follower_id)
+            follower = ev.follower_id
+            if follower != author_id and follower not in followers:
+                followers.add(follower)
                 changed = True
                 cached.clear()
             # Also for a known follower (a relay re-send): merging again is harmless.
-            merged, horizon = newest(tweets, keep)
-            out.append(Mutation(Op.ADD, (ev.follower_id,), merged, horizon, seq))
+            if pulled and follower != author_id:
+                out.append(Mutation(Op.PULL, (follower,), (), 0, seq, authors=(author_id,)))
+            else:
+                merged, horizon = newest(tweets, keep)
+                out.append(Mutation(Op.ADD, (follower,), merged, horizon, seq))
         elif isinstance(ev, events.Unfollowed):
             if ev.follower_id == author_id or ev.follower_id not in followers:
                 ignored += 1
@@ -205,11 +276,24 @@ def join_events(
             followers.discard(ev.follower_id)
             changed = True
             cached.clear()
-            out.append(Mutation(Op.REMOVE, (ev.follower_id,), newest(tweets, keep)[0], 0, seq))
+            if pulled:  # nothing of the author is in the timeline: only the fence moves
+                out.append(Mutation(Op.UNPULL, (ev.follower_id,), (), 0, seq, authors=(author_id,)))
+            else:
+                removed = newest(tweets, keep)[0]
+                out.append(Mutation(Op.REMOVE, (ev.follower_id,), removed, 0, seq))
         elif isinstance(ev, events.TimelineReset):
-            out.append(Mutation(Op.RESET, (ev.owner_id,), ev.tweet_ids, ev.horizon, seq, ev.as_of))
+            out.append(
+                Mutation(
+                    Op.RESET, (ev.owner_id,), ev.tweet_ids, ev.horizon, seq, ev.as_of, ev.pulled
+                )
+            )
+            continue
+        cross(seq)
+    if listed:
+        merged, horizon = newest(tweets, keep)
+        out.insert(0, Mutation(Op.LIST, (author_id,), merged, horizon))
     return JoinResult(
-        state=AuthorState(followers, tweets),
+        state=AuthorState(followers, tweets, pulled),
         bodies=bodies,
         mutations=coalesce(out),
         changed=changed,
@@ -257,10 +341,14 @@ def rebuilt_timeline(
 
 
 def rebuilt_author_state(
-    author_id: int, followers: Iterable[int], live_tweets: Iterable[int]
+    author_id: int, followers: Iterable[int], live_tweets: Iterable[int], *, pull_threshold: int = 0
 ) -> AuthorState:
     """An author's join state computed from the current tables: what
-    :func:`join_events` holds after replaying the author's history."""
+    :func:`join_events` holds after replaying the author's history (pulled
+    from ``pull_threshold`` followers on: a rebuild forgets the hysteresis)."""
+    audience = {f for f in followers if f != author_id}
     return AuthorState(
-        followers={f for f in followers if f != author_id}, tweets=sorted(set(live_tweets))
+        followers=audience,
+        tweets=sorted(set(live_tweets)),
+        pulled=pulled_at(len(audience), pull_threshold, False),
     )

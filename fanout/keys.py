@@ -4,6 +4,8 @@
 | --- | --- | --- |
 | ``tl:{g}:{user}`` | string | a packed home timeline of generation ``g`` |
 | ``tw:{tweet}`` | string | a tweet's JSON body, shared by all generations |
+| ``al:{g}:{author}`` | string | a pulled author's newest tweets, packed like a timeline |
+| ``pl:{g}:{user}`` | set | the pulled authors the user follows (merged into each read) |
 | ``starling:generation`` | string | the active generation |
 | ``starling:generations`` | string | the last generation number handed out |
 | ``starling:gen:{g}`` | hash | a generation's metadata; missing = Redis lost it |
@@ -20,7 +22,7 @@
 | ``starling:ids:node`` | string | the id generators' node counter |
 | ``starling:rl:{scope}:{who}`` | string | a rate-limit window's count |
 
-The timeline store (:mod:`fanout.timelines`) owns the first fourteen; the
+The timeline store (:mod:`fanout.timelines`) owns the first sixteen; the
 relay coordinator (:mod:`fanout.relay`), the id generator and the rate
 limiter (``feed.idgen``, ``feed.ratelimit``) the others.
 
@@ -32,6 +34,8 @@ from __future__ import annotations
 
 TIMELINE_PREFIX = "tl:"
 TWEET_PREFIX = "tw:"
+LIST_PREFIX = "al:"
+PULLS_PREFIX = "pl:"
 ACTIVE_GENERATION = "starling:generation"
 GENERATION_COUNTER = "starling:generations"
 GENERATION_PREFIX = "starling:gen:"
@@ -63,6 +67,22 @@ def timeline_prefix(generation: int | str) -> str:
 
 def timeline(generation: int, user_id: int) -> str:
     return f"{timeline_prefix(generation)}{user_id}"
+
+
+def list_prefix(generation: int | str) -> str:
+    return f"{LIST_PREFIX}{generation}:"
+
+
+def author_list(generation: int, author_id: int) -> str:
+    return f"{list_prefix(generation)}{author_id}"
+
+
+def pulls_prefix(generation: int | str) -> str:
+    return f"{PULLS_PREFIX}{generation}:"
+
+
+def pulls(generation: int, user_id: int) -> str:
+    return f"{pulls_prefix(generation)}{user_id}"
 
 
 def tweet(tweet_id: int) -> str:
@@ -114,4 +134,6 @@ SCRIPT_PREFIXES = (
     REFILL,
     RESETS_PREFIX,
     SEEN_PREFIX,
+    LIST_PREFIX,
+    PULLS_PREFIX,
 )

@@ -1,7 +1,8 @@
 """The Lua scripts of ``fanout/lua/``, loaded as package data.
 
 A script file may start from shared parts (``packed.lua``: the packed
-timeline helpers; ``prefixes.lua``: the key prefixes of
+timeline helpers; ``merged.lua``: a timeline merged with pulled authors'
+lists; ``prefixes.lua``: the key prefixes of
 :data:`fanout.keys.SCRIPT_PREFIXES`, which every call then passes first).
 Redis reports errors by line of the text it ran; :func:`explain` maps such
 a line back to the file and line it came from.
@@ -22,9 +23,9 @@ from fanout import keys
 #: The shared parts each script is run with, in order.
 PARTS: dict[str, tuple[str, ...]] = {
     "apply": ("prefixes", "packed"),
-    "read_page": ("prefixes", "packed"),
+    "read_page": ("prefixes", "packed", "merged"),
     "drop_idle": ("prefixes", "packed"),
-    "read_ids": ("packed",),
+    "read_ids": ("prefixes", "packed", "merged"),
     "watermark": (),
     "rate_limit": (),
 }

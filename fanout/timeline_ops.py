@@ -12,6 +12,9 @@ numbers:
 | top | the newest id it ever held, while that entry is gone (0: its newest entry) |
 | version | how many writes brought an entry below ``top``: pollers re-read on a change |
 
+A pulled author's list (fanout.join) has the same format: its newest
+tweets, its horizon, and a version of its own.
+
 An idle user's timeline is dropped: the string ``idle`` (:data:`IDLE`,
 shorter than any header) takes its place, and no write goes to it until the
 user is back and it is regenerated.
@@ -44,6 +47,9 @@ class OpCode:
     DELETE_BODIES = 4  # packed ids
     RESET = 5  # owner, horizon, seq, as_of, packed ids (kept until the watermark reaches seq)
     RELEASE_RESETS = 6  # watermark
+    LIST = 7  # author, horizon, packed ids (a pulled author's list)
+    PULL = 8  # owner, seq, author, packed ids (removed from the timeline)
+    UNPULL = 9  # owner, horizon, seq, author, packed ids (merged into the timeline)
 
 
 class TimelineOp(NamedTuple):
@@ -57,6 +63,7 @@ class TimelineOp(NamedTuple):
     horizon: int = 0
     seq: int = 0
     as_of: int = 0
+    authors: tuple[int, ...] = ()  # see Mutation.authors
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,18 +85,25 @@ def group_by_timeline(
     receiving five tweets in a micro-batch then costs one write, not five.
     With ``keep`` (``cap + slack``), a merged add keeps only its newest
     ``keep`` ids, the oldest of them as its horizon: a user who follows
-    thousands of accounts in one batch gets one bounded write.
+    thousands of accounts in one batch gets one bounded write. Pulls and
+    unpulls stay as they are too.
     Returns the timeline ops and the tweet ids whose bodies go (which the
     store deletes before any timeline op, so a deleted tweet disappears from
-    every timeline at once).
+    every timeline at once). The pulled authors' lists (``Op.LIST``, the last
+    one of each author) come first: a follower's read finds a list before
+    its timeline says to read it.
     """
     # An owner reached by one mutation only (every follower of an author who
     # posted once) points at that mutation: nothing is copied per owner.
     per_owner: dict[int, Mutation | list[list[Any]]] = {}
     deleted: list[int] = []
+    lists: dict[int, TimelineOp] = {}
     for m in mutations:
         if m.op is Op.DELETE_BODY:
             deleted.extend(m.tweets)
+            continue
+        if m.op is Op.LIST:
+            lists[m.owners[0]] = TimelineOp(Op.LIST, m.owners[0], m.tweets, m.horizon)
             continue
         for owner in m.owners:
             ops = per_owner.get(owner)
@@ -99,14 +113,14 @@ def group_by_timeline(
             if isinstance(ops, Mutation):
                 ops = per_owner[owner] = [_entry(ops)]
             last = ops[-1]
-            if last[0] is m.op and m.op is not Op.RESET:
+            if last[0] is m.op and m.op in _MERGED:
                 last[1] = max(last[1], m.horizon)
                 last[2] = max(last[2], m.seq)
                 last[4].update(m.tweets)
             else:
                 ops.append(_entry(m))
     single: dict[int, tuple[tuple[int, ...], int]] = {}  # per mutation: its trimmed ids
-    out = []
+    out = list(lists.values())
     for owner, ops in per_owner.items():
         if isinstance(ops, Mutation):
             m = ops
@@ -114,16 +128,20 @@ def group_by_timeline(
             if trimmed is None:
                 ids = tuple(sorted(set(m.tweets)))
                 trimmed = single[id(m)] = _trim(m.op, ids, m.horizon, keep)
-            out.append(TimelineOp(m.op, owner, trimmed[0], trimmed[1], m.seq, m.as_of))
+            out.append(TimelineOp(m.op, owner, trimmed[0], trimmed[1], m.seq, m.as_of, m.authors))
             continue
-        for op, horizon, seq, as_of, ids in ops:
+        for op, horizon, seq, as_of, ids, authors in ops:
             tweets, horizon = _trim(op, tuple(sorted(ids)), horizon, keep)
-            out.append(TimelineOp(op, owner, tweets, horizon, seq, as_of))
+            out.append(TimelineOp(op, owner, tweets, horizon, seq, as_of, authors))
     return out, deleted
 
 
+#: Consecutive ops of these kinds to one timeline merge into one.
+_MERGED = (Op.ADD, Op.REMOVE)
+
+
 def _entry(m: Mutation) -> list[Any]:
-    return [m.op, m.horizon, m.seq, m.as_of, set(m.tweets)]
+    return [m.op, m.horizon, m.seq, m.as_of, set(m.tweets), m.authors]
 
 
 def _trim(
@@ -177,8 +195,15 @@ def encode_ops(
             current += [OpCode.ADD, op.owner, op.horizon, op.seq, blob]
         elif op.op is Op.REMOVE:
             current += [OpCode.REMOVE, op.owner, op.seq, blob]
+        elif op.op is Op.LIST:
+            current += [OpCode.LIST, op.owner, op.horizon, blob]
+        elif op.op is Op.PULL:
+            current += [OpCode.PULL, op.owner, op.seq, op.authors[0], blob]
+        elif op.op is Op.UNPULL:
+            current += [OpCode.UNPULL, op.owner, op.horizon, op.seq, op.authors[0], blob]
         else:
-            current += [OpCode.RESET, op.owner, op.horizon, op.seq, op.as_of, blob]
+            pulled = pack_ids(op.authors)
+            current += [OpCode.RESET, op.owner, op.horizon, op.seq, op.as_of, pulled, blob]
         weight += OP_COST + len(op.tweets)
         if weight >= chunk:
             chunks.append(current)

@@ -180,6 +180,12 @@ class TimelineStore:
         """Reads of the timeline stay cold until the watermark reaches ``seq``."""
         self.redis.set(keys.regeneration(generation, user_id), seq, ex=window)
 
+    def continue_regeneration(self, generation: int, user_id: int, seq: int) -> bool:
+        """A regeneration asked for again (its reset was stale) now waits for the
+        reset at ``seq``; False if the timeline is not being regenerated."""
+        key = keys.regeneration(generation, user_id)
+        return bool(self.redis.set(key, seq, xx=True, keepttl=True))
+
     def release_regeneration(self, generation: int, user_id: int) -> None:
         self.redis.delete(keys.regeneration(generation, user_id))
 
@@ -227,7 +233,13 @@ class TimelineStore:
         UNLINK in batches: Redis frees the memory in the background."""
         deleted = 0
         deleted += int(self.redis.unlink(keys.resets(generation)))
-        for prefix in (keys.timeline_prefix(generation), keys.regeneration_prefix(generation)):
+        prefixes = (
+            keys.timeline_prefix(generation),
+            keys.regeneration_prefix(generation),
+            keys.list_prefix(generation),
+            keys.pulls_prefix(generation),
+        )
+        for prefix in prefixes:
             found: list[bytes] = []
             for key in self.redis.scan_iter(match=prefix + "*", count=batch):
                 found.append(key)
@@ -267,6 +279,24 @@ class TimelineStore:
     def write_timelines(self, generation: int, timelines: Iterable[tuple[int, bytes]]) -> int:
         """Set packed timelines (a rebuild's output), pipelined; returns how many."""
         return self._set_many((keys.timeline(generation, o), p) for o, p in timelines)
+
+    def write_lists(self, generation: int, lists: Iterable[tuple[int, bytes]]) -> int:
+        """Set pulled authors' packed lists (a rebuild's output); returns how many."""
+        return self._set_many((keys.author_list(generation, a), p) for a, p in lists)
+
+    def write_pulls(self, generation: int, pulls: Iterable[tuple[int, Sequence[int]]]) -> int:
+        """Set each owner's pulled authors (a rebuild's output), 1,000 owners per
+        round trip; returns how many owners."""
+        n = 0
+        pipe = self.redis.pipeline(transaction=False)
+        for owner, authors in pulls:
+            pipe.delete(keys.pulls(generation, owner))
+            pipe.sadd(keys.pulls(generation, owner), *authors)
+            n += 1
+            if n % 1000 == 0:
+                pipe.execute()
+        pipe.execute()
+        return n
 
     def write_bodies(self, bodies: Iterable[tuple[int, bytes]]) -> int:
         """Put tweet bodies in the cache where missing (bodies never change)."""
@@ -414,7 +444,7 @@ class TimelineStore:
         return ["EVALSHA", self._read_page.script.sha, "0", *map(str, args)]
 
     def timeline(self, generation: int, user_id: int) -> Timeline | None:
-        raw = self._read_ids(keys=[keys.timeline(generation, user_id)], args=[self.cap])
+        raw = self._read_ids(args=[generation, user_id, self.cap])
         if not raw:
             return None
         values = [int(v) for v in raw]
@@ -458,6 +488,14 @@ class TimelineStore:
             chunk = list(user_ids[start : start + batch])
             dropped += int(self._drop_idle(args=[generation, *chunk]))
         return dropped
+
+    def pulled_authors(self, user_id: int) -> tuple[int, ...]:
+        """The pulled authors whose lists the user's reads merge in (in the active
+        generation), ascending."""
+        generation = self.active_generation()
+        if generation is None:
+            return ()
+        return tuple(sorted(int(a) for a in self.redis.smembers(keys.pulls(generation, user_id))))
 
     def request_refill(self, *user_ids: int) -> None:
         """Queue timelines for a refill from the database (the apply script does

@@ -66,22 +66,25 @@ def follow_page(
     return page, (page[-1][0] if len(rows) > count else None)
 
 
-def _join_sql(vendor: str) -> str:
+def _join_sql(vendor: str, excluded: int = 0) -> str:
     """One user's home timeline by the database, newest first: the ids of the
-    user's own tweets and their followees', below a bound, at most a limit.
+    user's own tweets and their followees', below a bound, at most a limit,
+    leaving out ``excluded`` authors (given after the user).
 
     On PostgreSQL each author's newest rows come through the (author, -id)
     index (a LATERAL top-N per author, merged): the cost is bounded by the
     number of authors followed, not by how old the page is. SQLite (the
     embedded default) has no LATERAL and scans the tweets by id instead.
-    Parameters: user, user, max_id, since_id, limit (then, on PostgreSQL,
-    the limit again: per author, then of the whole).
+    Parameters: user, user, the excluded authors, max_id, since_id, limit
+    (then, on PostgreSQL, the limit again: per author, then of the whole).
     """
+    # Only placeholders are spliced in: the ids are parameters.
+    leave_out = f"AND followee_id NOT IN ({', '.join(['%s'] * excluded)})" if excluded else ""
     if vendor == "postgresql":
-        return """
+        sql = """
             SELECT t.id FROM (
                 SELECT %s AS author_id
-                UNION SELECT followee_id FROM feed_follow WHERE follower_id = %s
+                UNION SELECT followee_id FROM feed_follow WHERE follower_id = %s {leave_out}
             ) AS a CROSS JOIN LATERAL (
                 SELECT id FROM feed_tweet
                 WHERE author_id = a.author_id AND id <= %s AND id > %s
@@ -89,28 +92,35 @@ def _join_sql(vendor: str) -> str:
             ) AS t
             ORDER BY t.id DESC LIMIT %s
         """
-    return """
+    else:
+        sql = """
         SELECT id FROM feed_tweet
         WHERE (author_id = %s OR author_id IN (
-            SELECT followee_id FROM feed_follow WHERE follower_id = %s))
+            SELECT followee_id FROM feed_follow WHERE follower_id = %s {leave_out}))
           AND id <= %s AND id > %s
         ORDER BY id DESC LIMIT %s
-    """
+        """
+    return sql.replace("{leave_out}", leave_out)
 
 
 def home_timeline_ids(
-    user_id: int, *, limit: int, max_id: int | None = None, since_id: int | None = None
+    user_id: int,
+    *,
+    limit: int,
+    max_id: int | None = None,
+    since_id: int | None = None,
+    excluded: Sequence[int] = (),
 ) -> list[int]:
     """The view for one user as the database computes it: the newest ``limit``
     ids of the user's and their followees' tweets (``max_id`` inclusive,
-    ``since_id`` exclusive), newest first."""
+    ``since_id`` exclusive), newest first; followees in ``excluded`` left out."""
     high = ids.MAX_ID if max_id is None else max_id
     low = 0 if since_id is None else since_id
-    params = [user_id, user_id, high, low, limit]
+    params = [user_id, user_id, *excluded, high, low, limit]
     if connection.vendor == "postgresql":
         params.append(limit)
     with connection.cursor() as cursor:
-        cursor.execute(_join_sql(connection.vendor), params)
+        cursor.execute(_join_sql(connection.vendor, len(excluded)), params)
         return [row[0] for row in cursor.fetchall()]
 
 

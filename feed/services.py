@@ -176,12 +176,18 @@ def timeline_reset(*, user_id: int) -> int:
         raise ServiceUnavailable("writes in flight hold the database; try again")
     if not _lock_user(user_id):
         raise NotFound(f"no user with id {user_id}")
+    from fanout.timelines import store_for
+
     config = settings.STARLING
     keep = config.timeline_size + config.timeline_slack
-    found = selectors.home_timeline_ids(user_id, limit=keep + 1)
+    # The pulled authors' tweets are not in the timeline (its reads merge their
+    # lists): left out here, named in the reset, which applies only if the
+    # timeline still reads exactly those lists then.
+    pulled = store_for(config).pulled_authors(user_id)
+    found = selectors.home_timeline_ids(user_id, limit=keep + 1, excluded=pulled)
     kept = found[:keep]
     horizon = kept[-1] if len(found) > keep else 0
-    reset = events.TimelineReset(user_id, tuple(sorted(kept)), horizon, as_of)
+    reset = events.TimelineReset(user_id, tuple(sorted(kept)), horizon, as_of, pulled)
     return outbox.append(reset)
 
 

@@ -86,19 +86,22 @@ REFILLS_PER_RUN = 500
 @shared_task(ignore_result=True)
 def refill_timelines() -> int:
     """Refill the timelines the fanout job found short (removals left fewer
-    than TIMELINE_SIZE entries above their horizon): one reset each, computed
-    by the database (services.timeline_reset). Run by beat every
-    STARLING_REFILL_SECONDS."""
+    than TIMELINE_SIZE entries above their horizon) or whose regeneration's
+    reset came stale: one reset each, computed by the database
+    (services.timeline_reset). Run by beat every STARLING_REFILL_SECONDS."""
     from fanout.timelines import store_for
     from feed.errors import NotFound
     from feed.services import timeline_reset
 
     store = store_for(settings.STARLING)
+    generation = store.active_generation()
     done = 0
     taken = store.take_refills(REFILLS_PER_RUN)
     for n, user_id in enumerate(taken):
         try:
-            timeline_reset(user_id=user_id)
+            seq = timeline_reset(user_id=user_id)
+            if generation is not None:  # a regeneration asked for again: cold until seq
+                store.continue_regeneration(generation, user_id, seq)
             done += 1
         except NotFound:
             continue

@@ -3,12 +3,18 @@
     python -m load_tests.bench_read [--users 2000] [--connections 64] [--seconds 15]
 
 Starts its own Redis, fills timelines of TIMELINE_SIZE (800) entries with
-~200-byte tweet bodies through the timeline store, serves the real WSGI
-application with granian, and measures in the same run:
+~200-byte tweet bodies through the timeline store (every user follows 200
+pushed authors), serves the real WSGI application with granian, and
+measures in the same run, for two kinds of readers:
+
+* *single list*: users whose reads are one timeline;
+* *merged*: users who also follow 20 pulled authors (each with a list of
+  its newest 864 tweets), whose reads merge 21 lists in the same script call;
 
 1. raw calls of the read script (``redis-benchmark``, C, EVALSHA with the
-   arguments the endpoint sends: a 50-tweet page of an 800-entry timeline);
-2. the endpoint at full load (``wrk``): requests/s, p50/p99;
+   arguments the endpoint sends for one such user: a 50-tweet first page);
+2. the endpoint at full load (``wrk``, each request with the token of a
+   random user of that kind: many timelines, not one): requests/s, p50/p99;
 3. the endpoint at half of that rate (wrk paced with a Lua ``delay``):
    p50/p99 latency.
 
@@ -36,19 +42,33 @@ SECRET = "bench-secret-" + "x" * 40
 
 
 def wrk(
-    url: str, token: str, connections: int, seconds: int, workdir: Path, mean_delay_ms: float = 0.0
+    url: str,
+    tokens: list[str],
+    connections: int,
+    seconds: int,
+    workdir: Path,
+    mean_delay_ms: float = 0.0,
 ) -> dict[str, float]:
-    """Run wrk; return rps, p50, p99 (ms). With ``mean_delay_ms`` each connection
-    waits a random (exponential) time between requests: arrivals then look like
-    independent users rather than 64 connections firing in lock-step."""
+    """Run wrk; return rps, p50, p99 (ms). Each request carries the token of a
+    random one of ``tokens`` (many users' timelines are read). With
+    ``mean_delay_ms`` each connection waits a random (exponential) time between
+    requests: arrivals then look like independent users rather than 64
+    connections firing in lock-step."""
     script = workdir / f"wrk-{uuid.uuid4().hex[:6]}.lua"
+    listed = ",\n".join(f'"Bearer {t}"' for t in tokens)
     script.write_text(
         textwrap.dedent(
-            f"""
-            wrk.headers["Authorization"] = "Bearer {token}"
-            local mean = {mean_delay_ms:.3f}
+            """
+            local tokens = {
+            %s
+            }
+            local mean = %.3f
             function init(args)
-              math.randomseed(os.time() + tonumber(tostring({{}}):sub(8), 16) % 100000)
+              math.randomseed(os.time() + tonumber(tostring({}):sub(8), 16) %% 100000)
+            end
+            function request()
+              wrk.headers["Authorization"] = tokens[math.random(#tokens)]
+              return wrk.format()
             end
             function delay()
               if mean <= 0 then return 0 end
@@ -56,6 +76,7 @@ def wrk(
             end
             """
         )
+        % (listed, mean_delay_ms)
     )
     args = ["wrk", "-t2", f"-c{connections}", f"-d{seconds}s", "--latency", "-s", str(script), url]
     out = subprocess.run(args, capture_output=True, text=True, check=True).stdout  # noqa: S603
@@ -70,18 +91,18 @@ def wrk(
 
 
 def paced(
-    url: str, token: str, connections: int, seconds: int, workdir: Path, rate: float
+    url: str, tokens: list[str], connections: int, seconds: int, workdir: Path, rate: float
 ) -> dict[str, float]:
     """wrk at about ``rate`` requests/s. wrk's delay timer runs late here (about
     2x on this machine), so short calibration runs scale the mean delay until
     the achieved rate is within 5% of the target, then the measured run."""
     delay = 1000.0 * connections / rate
     for _ in range(4):
-        probe = wrk(url, token, connections, 3, workdir, delay)
+        probe = wrk(url, tokens, connections, 3, workdir, delay)
         if abs(probe["rps"] - rate) <= 0.05 * rate:
             break
         delay *= probe["rps"] / rate
-    return wrk(url, token, connections, seconds, workdir, delay)
+    return wrk(url, tokens, connections, seconds, workdir, delay)
 
 
 def _ms(value: str) -> float:
@@ -139,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from fanout import embedded, events, ids
     from fanout.config import StarlingConfig
-    from fanout.join import AuthorState, Mutation, join_events
+    from fanout.join import AuthorState, Mutation, Op, join_events, newest
     from load_tests import network
     from load_tests.harness import Report, ratio
 
@@ -163,17 +184,18 @@ def main(argv: list[str] | None = None) -> int:
         generation = store.ensure_active_generation()
         rnd = random.Random(7)
         gen = ids.IdGenerator(5)
-        # Every user follows 100 others; each author has tweeted enough to fill timelines.
-        followers: dict[int, set[int]] = {a: set() for a in range(1, args.users + 1)}
-        for u in range(1, args.users + 1):
-            for a in rnd.sample(range(1, args.users + 1), 100):
+        cap, keep = config.timeline_size, config.timeline_size + config.timeline_slack
+        # Every user follows 200 others; each author has tweeted enough to fill timelines.
+        users = range(1, args.users + 1)
+        followers: dict[int, set[int]] = {a: set() for a in users}
+        for u in users:
+            for a in rnd.sample(users, 200):
                 if a != u:
                     followers[a].add(u)
-        tweets_per_author = config.timeline_size // 100 + 4
-        for _ in range(tweets_per_author):
+        for _ in range(cap // 200 + 4):
             bodies: dict[int, bytes] = {}
             mutations: list[Mutation] = []
-            for author in range(1, args.users + 1):
+            for author in users:
                 ev = events.TweetPosted(
                     gen.next_id(), author, f"user{author}", network.tweet_text(rnd)
                 )
@@ -181,11 +203,27 @@ def main(argv: list[str] | None = None) -> int:
                     author,
                     AuthorState(followers=followers[author]),
                     [events.Envelope(1, ev)],
-                    cap=config.timeline_size,
+                    cap=cap,
                 )
                 bodies |= result.bodies
                 mutations += result.mutations
             store.apply(generation, bodies, mutations)
+        # 20 pulled authors with full lists, followed by the second half of the users.
+        merged_readers = list(users)[args.users // 2 :]
+        pulled = range(args.users + 1, args.users + 21)
+        bodies, mutations = {}, []
+        for author in pulled:
+            tweets = []
+            for _ in range(keep + 10):
+                ev = events.TweetPosted(
+                    gen.next_id(), author, f"user{author}", network.tweet_text(rnd)
+                )
+                bodies[ev.tweet_id] = events.tweet_json(ev)
+                tweets.append(ev.tweet_id)
+            kept, horizon = newest(tweets, keep)
+            mutations.append(Mutation(Op.LIST, (author,), kept, horizon))
+            mutations.append(Mutation(Op.PULL, tuple(merged_readers), (), 0, 1, 0, (author,)))
+        store.apply(generation, bodies, mutations)
         store.record_watermark(
             generation,
             batch_id=1,
@@ -196,12 +234,13 @@ def main(argv: list[str] | None = None) -> int:
             offsets={},
             counters={},
         )
-        user_id = 42
-        page = store.read_page(user_id, count=50)
-        assert page.status == "ok"
-        timeline = store.timeline(generation, user_id)
+        single_readers = list(users)[: args.users // 2]
+        single_user, merged_user = single_readers[41], merged_readers[41]
+        for user_id in (single_user, merged_user):
+            assert store.read_page(user_id, count=50).status == "ok"
+        timeline = store.timeline(generation, single_user)
         entries = len(timeline.ids) if timeline else 0
-        body_bytes = len(page.body)
+        body_bytes = len(store.read_page(single_user, count=50).body)
 
         # The web server: the real WSGI app (fast path for the timeline).
         env = {**os.environ, "DJANGO_ALLOWED_HOSTS": "127.0.0.1,localhost"}
@@ -212,8 +251,7 @@ def main(argv: list[str] | None = None) -> int:
             check=True,
             capture_output=True,
         )
-        user = User(id=user_id, username="bench")
-        token = issue_token(user)
+        tokens = {u: issue_token(User(id=u, username=f"user{u}")) for u in users}
         server = subprocess.Popen(  # noqa: S603
             [
                 str(Path(sys.executable).parent / "granian"),
@@ -239,52 +277,81 @@ def main(argv: list[str] | None = None) -> int:
         )
         embedded.wait_for_port("127.0.0.1", wport, 30, server)
         url = f"http://127.0.0.1:{wport}/api/v1/timeline?count=50"
-        command = store.read_page_command(user_id, count=50)
-        sha, script_args = command[1], command[3:]
 
         if args.hold:
-            print(f"serving {url}\nAuthorization: Bearer {token}")
-            print(f"redis port {rport}, script {sha}, args {script_args}")
+            command = store.read_page_command(merged_user, count=50)
+            print(f"serving {url}\nAuthorization: Bearer {tokens[merged_user]}")
+            print(f"redis port {rport}, script {command[1]}, args {command[3:]}")
             with contextlib.suppress(KeyboardInterrupt):
                 server.wait()
             return 0
-        wrk(url, token, args.connections, 3, workdir)  # warm-up: workers, script cache
-        raw = redis_benchmark(rport, sha, script_args, args.connections, 150_000)
-        peak = wrk(url, token, args.connections, args.seconds, workdir)
-        half = paced(url, token, args.connections, args.seconds, workdir, rate=peak["rps"] / 2)
+
+        def measure(readers: list[int], user_id: int) -> dict[str, dict[str, float]]:
+            """Raw script calls for one reader, then the endpoint for all of them."""
+            command = store.read_page_command(user_id, count=50)
+            mine = [tokens[u] for u in readers]
+            wrk(url, mine, args.connections, 3, workdir)  # warm-up: workers, script cache
+            raw = redis_benchmark(rport, command[1], command[3:], args.connections, 150_000)
+            peak = wrk(url, mine, args.connections, args.seconds, workdir)
+            half = paced(url, mine, args.connections, args.seconds, workdir, peak["rps"] / 2)
+            return {"raw": raw, "peak": peak, "half": half}
+
+        runs = {"single": measure(single_readers, single_user)}
+        runs["merged"] = measure(merged_readers, merged_user)
 
         report = Report(
             "bench_read",
             params=vars(args)
-            | {"timeline_entries": entries, "page": "50 tweets", "page_bytes": body_bytes},
+            | {
+                "timeline_entries": entries,
+                "page": "50 tweets",
+                "page_bytes": body_bytes,
+                "merged": "20 pulled authors' lists beside the timeline",
+            },
         )
-        report.add(
-            "raw script calls/s (redis-benchmark)",
-            round(raw["rps"]),
-            f"p50 {raw['p50']:.2f} ms, p99 {raw['p99']:.2f} ms",
-            key="raw_rps",
-        )
-        report.add(
-            "endpoint requests/s at full load (wrk)",
-            round(peak["rps"]),
-            f"p50 {peak['p50']:.2f} ms, p99 {peak['p99']:.2f} ms",
-            key="http_rps",
-        )
-        report.add(
-            "ratio endpoint / raw script", round(ratio(peak["rps"], raw["rps"]), 2), key="ratio"
-        )
-        report.add(
-            "endpoint at half of its peak",
-            round(half["rps"]),
-            f"requests/s achieved (target {peak['rps'] / 2:,.0f})",
-            key="half_rps",
-        )
-        report.add("  latency p50", round(half["p50"], 2), "ms", key="half_p50_ms")
-        report.add("  latency p99", round(half["p99"], 2), "ms", key="half_p99_ms")
-        report.add("non-2xx responses", int(peak["non2xx"] + half["non2xx"]))
-        report.check("endpoint >= half of the raw script calls/s", peak["rps"] >= raw["rps"] / 2)
-        report.check("p99 < 10 ms at half of the peak", half["p99"] < 10)
-        report.check("no errors", peak["non2xx"] + half["non2xx"] == 0)
+        labels = {"single": "single list", "merged": "merged: timeline + 20 lists"}
+        for kind, run in runs.items():
+            raw, peak, half = run["raw"], run["peak"], run["half"]
+            prefix = "" if kind == "single" else "merged_"
+            report.add(f"{labels[kind]}:", "")
+            report.add(
+                "  raw script calls/s (redis-benchmark)",
+                round(raw["rps"]),
+                f"p50 {raw['p50']:.2f} ms, p99 {raw['p99']:.2f} ms",
+                key=f"{prefix}raw_rps",
+            )
+            report.add(
+                "  endpoint requests/s at full load (wrk)",
+                round(peak["rps"]),
+                f"p50 {peak['p50']:.2f} ms, p99 {peak['p99']:.2f} ms",
+                key=f"{prefix}http_rps",
+            )
+            report.add(
+                "  ratio endpoint / raw script",
+                round(ratio(peak["rps"], raw["rps"]), 2),
+                key=f"{prefix}ratio",
+            )
+            report.add(
+                "  endpoint at half of its peak",
+                round(half["rps"]),
+                f"requests/s achieved (target {peak['rps'] / 2:,.0f})",
+                key=f"{prefix}half_rps",
+            )
+            report.add("    latency p50", round(half["p50"], 2), "ms", key=f"{prefix}half_p50_ms")
+            report.add("    latency p99", round(half["p99"], 2), "ms", key=f"{prefix}half_p99_ms")
+        single, merged = runs["single"], runs["merged"]
+        p99_ratio = ratio(merged["half"]["p99"], single["half"]["p99"])
+        report.add("p99 at half load, merged / single list", round(p99_ratio, 2), key="p99_ratio")
+        errors = sum(r[k]["non2xx"] for r in runs.values() for k in ("peak", "half"))
+        report.add("non-2xx responses", int(errors))
+        for kind, run in runs.items():
+            report.check(
+                f"{labels[kind]}: endpoint >= half of the raw script calls/s",
+                run["peak"]["rps"] >= run["raw"]["rps"] / 2,
+            )
+        report.check("single list: p99 < 10 ms at half of the peak", single["half"]["p99"] < 10)
+        report.check("merged: p99 at half load <= 2 x the single list's", p99_ratio <= 2)
+        report.check("no errors", errors == 0)
         report.print()
         print(f"report: {report.save()}")
         return 0

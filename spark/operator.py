@@ -56,7 +56,10 @@ def encode_bundle(b: Bundle) -> bytes:
             "t": b.ts,
             "i": b.ignored,
             "b": [[k, v.decode()] for k, v in b.bodies.items()],
-            "m": [[int(m.op), m.owners, m.tweets, m.horizon, m.seq, m.as_of] for m in b.mutations],
+            "m": [
+                [int(m.op), m.owners, m.tweets, m.horizon, m.seq, m.as_of, m.authors]
+                for m in b.mutations
+            ],
             "d": b.dead_letters,
             "k": b.marks,
         }
@@ -70,7 +73,10 @@ def decode_bundle(raw: bytes) -> Bundle:
         ts=obj["t"],
         ignored=obj["i"],
         bodies={k: v.encode() for k, v in obj["b"]},
-        mutations=[Mutation(Op(op), tuple(o), tuple(t), h, s, a) for op, o, t, h, s, a in obj["m"]],
+        mutations=[
+            Mutation(Op(op), tuple(o), tuple(t), h, s, a, tuple(w))
+            for op, o, t, h, s, a, w in obj["m"]
+        ],
         dead_letters=obj["d"],
         marks=obj.get("k", {}),
     )
@@ -79,10 +85,11 @@ def decode_bundle(raw: bytes) -> Bundle:
 class JoinProcessor(StatefulProcessor):
     """Per join key: decode the records, apply the join rules, emit one bundle."""
 
-    def __init__(self, topics: TopicNames, cap: int, slack: int) -> None:
+    def __init__(self, topics: TopicNames, cap: int, slack: int, pull_threshold: int = 0) -> None:
         self.topics = topics
         self.cap = cap
         self.slack = slack
+        self.pull_threshold = pull_threshold
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.state = handle.getValueState("author", STATE_SCHEMA)
@@ -121,6 +128,7 @@ class JoinProcessor(StatefulProcessor):
                 envelopes,
                 cap=self.cap,
                 slack=self.slack,
+                pull_threshold=self.pull_threshold,
             )
             if result.changed:
                 self.state.update((result.state.encode(),))
@@ -140,7 +148,9 @@ def join_by_author(
     one bundle row per author with input. ``initial_state`` (``join_key``,
     ``blob``: a rebuild's author states) applies to a fresh checkpoint only."""
     return changelogs.groupBy("join_key").transformWithState(
-        JoinProcessor(config.topics, config.timeline_size, config.timeline_slack),
+        JoinProcessor(
+            config.topics, config.timeline_size, config.timeline_slack, config.pull_threshold
+        ),
         OUTPUT_SCHEMA,
         "Append",
         "None",

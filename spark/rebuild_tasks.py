@@ -26,7 +26,8 @@ DECODED = (
     "topic string, partition int, offset long, error string"
 )
 #: state_partition: an author's join state, and what of it timelines are made from.
-STATE = "join_key long, blob binary, kept array<long>, horizon long"
+STATE = "join_key long, blob binary, kept array<long>, horizon long, pulled boolean"
+#: write_lists_partition: how many pulled authors' lists were written (COUNT).
 #: write_timelines_partition: each timeline written, and its length.
 WRITTEN = "owner long, entries int"
 #: diff_partition: how a rebuilt timeline differs from the live one.
@@ -80,20 +81,40 @@ def decode_partition(batches: Iterator[pa.RecordBatch], topics: Any) -> Iterator
 
 
 def state_partition(
-    batches: Iterator[pa.RecordBatch], cap: int, slack: int
+    batches: Iterator[pa.RecordBatch], cap: int, slack: int, pull_threshold: int
 ) -> Iterator[pa.RecordBatch]:
-    """Per author: the fanout job's state blob, and the newest tweets a follow
-    of the author merges, with their horizon."""
+    """Per author: the fanout job's state blob, the newest tweets a follow of
+    the author merges (or its list holds, if pulled), with their horizon."""
     for batch in batches:
         out: dict[str, list[Any]] = arrow.columns(STATE)
         for row in batch.to_pylist():
-            state = rebuilt_author_state(row["author"], row["followers"] or (), row["tweets"] or ())
+            state = rebuilt_author_state(
+                row["author"],
+                row["followers"] or (),
+                row["tweets"] or (),
+                pull_threshold=pull_threshold,
+            )
             kept, horizon = newest(state.tweets, cap + slack)  # what a follow merges
             out["join_key"].append(row["author"])
             out["blob"].append(state.encode())
             out["kept"].append(list(kept))
             out["horizon"].append(horizon)
+            out["pulled"].append(state.pulled)
         yield arrow.batch(out, STATE)
+
+
+def write_lists_partition(
+    batches: Iterator[pa.RecordBatch], config: StarlingConfig, generation: int
+) -> Iterator[pa.RecordBatch]:
+    """Write the pulled authors' lists (``join_key``, ``kept``, ``horizon``) into
+    ``generation``."""
+    store = store_for(config, timeout=120)
+    for batch in batches:
+        rows = batch.to_pylist()
+        n = store.write_lists(
+            generation, ((r["join_key"], pack_timeline(r["horizon"], r["kept"])) for r in rows)
+        )
+        yield arrow.batch({"n": [n]}, COUNT)
 
 
 def _timelines(batch: pa.RecordBatch, cap: int, slack: int) -> Iterator[tuple[int, int, list[int]]]:
@@ -119,6 +140,8 @@ def write_timelines_partition(
             generation, ((o, pack_timeline(h, ids)) for o, h, ids in rows if o not in idle)
         )
         store.write_dropped(generation, idle)
+        pulls = batch.column("pulls").to_pylist()
+        store.write_pulls(generation, ((o, p) for o, p in zip(owners, pulls, strict=True) if p))
         yield arrow.batch(
             {"owner": owners, "entries": [-1 if o in idle else len(ids) for o, _, ids in rows]},
             WRITTEN,

@@ -161,6 +161,10 @@ class Stack:
             time.sleep(0.5)
 
 
+#: Followers from which the stack's authors are pulled at read time.
+PULL_THRESHOLD = 12
+
+
 @contextmanager
 def running_stack(
     kafka_bootstrap: str, redis_url: str, logs: Path, database_url: str, redis_db: int
@@ -180,6 +184,8 @@ def running_stack(
         "STARLING_PARTITIONS": "2",
         "TIMELINE_SIZE": str(timeline_size),
         "TIMELINE_SLACK": "4",
+        # Low, so the most followed authors are pulled and some cross it both ways.
+        "FANOUT_PULL_THRESHOLD": str(PULL_THRESHOLD),
         "STARLING_VAR_DIR": str(logs),
         "STARLING_OUTBOX_SWEEP_SECONDS": "1",
         "DATABASE_LOCK_TIMEOUT": "5",

@@ -37,6 +37,12 @@ class TimelineModel:
     idle: set[int] = field(default_factory=set)
     #: Writes to dropped timelines not made.
     skipped: int = 0
+    #: Pulled authors' lists (only horizon, top, version and ids are used).
+    lists: dict[int, ModelTimeline] = field(default_factory=dict)
+    #: Per owner, the pulled authors whose lists its reads merge in.
+    pulls: dict[int, set[int]] = field(default_factory=dict)
+    #: The pulled authors a waiting reset's read left out, by seq.
+    reset_pulls: dict[int, tuple[int, ...]] = field(default_factory=dict)
 
     @property
     def keep(self) -> int:
@@ -54,14 +60,45 @@ class TimelineModel:
                 self._add(op.owner, op.tweets, op.horizon, op.seq)
             elif op.op is Op.REMOVE:
                 self._remove(op.owner, op.tweets, op.seq)
+            elif op.op is Op.LIST:
+                self._set_list(op.owner, op.tweets, op.horizon)
+            elif op.op is Op.PULL:
+                self.pulls.setdefault(op.owner, set()).add(op.authors[0])
+                self._remove(op.owner, op.tweets, op.seq)
+                self._bump(op.owner, 1)
+            elif op.op is Op.UNPULL:
+                author = op.authors[0]
+                gone = author in self.pulls.get(op.owner, set())
+                self.pulls.get(op.owner, set()).discard(author)
+                if op.tweets:
+                    self._add(op.owner, op.tweets, op.horizon, op.seq)
+                else:
+                    self._remove(op.owner, (), op.seq)
+                listed = self.lists.get(author)
+                self._bump(op.owner, 1 + (listed.version if gone and listed else 0))
             else:
                 self.resets[op.seq] = (op.owner, op.tweets, op.horizon, op.as_of)
+                self.reset_pulls[op.seq] = op.authors
+
+    def _set_list(self, author: int, tweets: tuple[int, ...], horizon: int) -> None:
+        old = self.lists.get(author)
+        new = ModelTimeline(horizon=horizon, ids=list(tweets))
+        if old is not None:
+            top = max(old.top, old.ids[-1] if old.ids else 0)
+            new.version = old.version + any(t < top and t not in old.ids for t in tweets)
+            if (tweets[-1] if tweets else 0) < top:
+                new.top = top
+        self.lists[author] = new
+
+    def _bump(self, owner: int, n: int) -> None:
+        if owner in self.timelines:
+            self.timelines[owner].version += n
 
     def release(self, watermark: int) -> None:
         """Apply the resets the contiguous watermark has reached, in seq order."""
         for seq in sorted(s for s in self.resets if s <= watermark):
             owner, tweets, horizon, as_of = self.resets.pop(seq)
-            self._reset(owner, tweets, horizon, seq, as_of)
+            self._reset(owner, tweets, horizon, seq, as_of, self.reset_pulls.pop(seq))
 
     def _store(self, owner: int, tl: ModelTimeline, seq: int) -> None:
         if len(tl.ids) > self.cap + self.slack:
@@ -123,6 +160,9 @@ class TimelineModel:
                 self.timelines[owner] = ModelTimeline(fence=seq)
             return
         drop = set(tweets)
+        if not drop:  # only the fence moves
+            tl.fence = max(tl.fence, seq)
+            return
         kept = [i for i in tl.ids if i not in drop]
         if len(kept) < len(tl.ids) and (not kept or kept[-1] != tl.ids[-1]):
             tl.top = max(tl.top, tl.ids[-1])
@@ -130,18 +170,23 @@ class TimelineModel:
         tl.fence = max(tl.fence, seq)
         self._store(owner, tl, seq)
 
-    def _reset(self, owner: int, tweets: Iterable[int], h: int, seq: int, as_of: int) -> None:
+    def _reset(
+        self,
+        owner: int,
+        tweets: Iterable[int],
+        h: int,
+        seq: int,
+        as_of: int,
+        pulled: tuple[int, ...] = (),
+    ) -> None:
         if self._dropped(owner):  # a refill for a timeline dropped since
             return
         existed = owner in self.timelines
         placeholder = owner in self.regenerating
         tl = self.timelines.get(owner, ModelTimeline())
-        if existed and tl.fence > as_of:  # stale
-            if placeholder:  # back to a tombstone: the next read asks again
-                del self.timelines[owner]
-                self.idle.add(owner)
-                self.regenerating.discard(owner)
-            elif len(tl.ids) < self.cap and tl.horizon > 0:  # asked for again
+        if (existed and tl.fence > as_of) or set(pulled) != self.pulls.get(owner, set()):
+            # Asked for again: a regeneration (still cold), or a short timeline.
+            if placeholder or (len(tl.ids) < self.cap and tl.horizon > 0):
                 self.refill.add(owner)
             return
         self.regenerating.discard(owner)
@@ -159,10 +204,20 @@ class TimelineModel:
         self._store(owner, tl, seq)
 
     def view(self, owner: int) -> tuple[int, list[int]] | None:
+        """(floor, visible ids newest first): the timeline merged with the lists
+        of the pulled authors the owner follows (fanout/lua/merged.lua)."""
         tl = self.timelines.get(owner)
         if tl is None:
             return None
-        return tl.horizon, list(reversed(tl.ids[-self.cap :]))
+        sources = [tl, *(self.lists[a] for a in self.pulls.get(owner, ()) if a in self.lists)]
+        floor = max(s.horizon for s in sources)
+        entries = sorted(i for s in sources for i in s.ids if i >= floor)
+        return floor, list(reversed(entries[-self.cap :]))
+
+    def version(self, owner: int) -> int:
+        """The version readers get: the timeline's plus its lists'."""
+        lists = (self.lists[a] for a in self.pulls.get(owner, ()) if a in self.lists)
+        return self.timelines[owner].version + sum(s.version for s in lists)
 
 
 def oracle(

@@ -8,6 +8,11 @@
 --   5 owner horizon seq as_of ids    a refill from the database: kept until the
 --                                    watermark reaches its seq (see below)
 --   6 watermark                      apply the kept refills up to the watermark
+--   7 author horizon packed-ids      set a pulled author's list
+--   8 owner seq author packed-ids    the owner reads the author's list: the ids
+--                                    leave the timeline (fenced, as by an unfollow)
+--   9 owner horizon seq author ids   the owner stops reading the author's list:
+--                                    the ids are merged in (an unfollow: none, a fence)
 -- Returns {added, removed, created, short, skipped}. Every operation is idempotent.
 --
 -- Idle users' timelines are dropped: a tombstone (IDLE) takes their place and
@@ -16,15 +21,22 @@
 -- (its key exists), the timeline is a placeholder: adds and removals land in
 -- it (a removal creates it, to carry its fence), and the reset completes it
 -- with the higher of the two horizons (the placeholder misses what came
--- before the regeneration was asked for); a stale one leaves a tombstone, and
--- the next read asks again.
+-- before the regeneration was asked for); a stale one is asked for again
+-- through the refill set, the timeline cold until the new one is applied.
 --
 -- A refill waits for every event before it to be applied: its tweets are
 -- merged only when the authors' states that route their deletes already know
 -- this follower. Its read saw every seq up to `as_of`; if the fence has passed
 -- that (an unfollow, or entries fallen below the horizon, that the read may
--- not have seen) it is dropped and asked for again. A delete since has taken
+-- not have seen) it is dropped and asked for again; so is one whose read left
+-- out other pulled authors than the owner reads now. A delete since has taken
 -- the tweet's body: such entries are skipped.
+--
+-- Pulled authors (fanout.join): their followers' timelines hold none of their
+-- tweets; each follower's set of pulled authors (P.pulls) names the lists
+-- (P.list) its reads merge in (fanout/lua/merged.lua). Moving an author in or
+-- out of that set bumps the timeline's version by more than the list's: the
+-- merged version (the sum) still only grows.
 --
 -- A timeline holds exactly the join's tweets at or above its horizon. When it
 -- outgrows cap + slack it keeps its newest cap + slack/2. When removals leave
@@ -40,6 +52,8 @@ local keep = cap + math.floor(slack / 2)
 local added, removed, created, short, skipped = 0, 0, 0, 0, 0
 
 local function regeneration(owner) return P.regeneration .. gen .. ':' .. owner end
+local function pulls(owner) return P.pulls .. gen .. ':' .. owner end
+local function list_key(author) return P.list .. gen .. ':' .. author end
 local function pending(owner) return redis.call('EXISTS', regeneration(owner)) == 1 end
 
 local function ids_of(blob)
@@ -205,6 +219,10 @@ local function remove(owner, key, blob, seq)
     end
     return 0
   end
+  if #blob == 0 then  -- nothing to remove (a pulled author's unfollow): only the fence
+    if seq > upk(s, 9) then redis.call('SETRANGE', key, 8, pk(seq)) end
+    return 0
+  end
   local h, ids = decode(s)
   local drop = {}
   for pos = 1, #blob, 8 do drop[upk(blob, pos)] = true end
@@ -224,8 +242,20 @@ end
 -- refill older than the timeline's last unfollow may still hold that author:
 -- it is dropped and asked for again. Onto a placeholder (a regeneration is
 -- pending) the horizon is the higher one, and the regeneration is over; a
--- stale one drops the placeholder, and the next read asks again.
-local function reset(owner, key, blob, hr, seq, as_of)
+-- stale one is asked for again (the refill task names the new reset's seq).
+-- Whether the owner reads exactly these pulled authors' lists (packed ids).
+local function same_pulls(owner, blob)
+  local have = redis.call('SMEMBERS', pulls(owner))
+  if #have ~= #blob / 8 then return false end
+  local set = {}
+  for _, author in ipairs(have) do set[tonumber(author)] = true end
+  for pos = 1, #blob, 8 do
+    if not set[upk(blob, pos)] then return false end
+  end
+  return true
+end
+
+local function reset(owner, key, blob, hr, seq, as_of, pulled)
   local s = redis.call('GET', key)
   local regen = regeneration(owner)
   local placeholder = pending(owner)
@@ -237,20 +267,18 @@ local function reset(owner, key, blob, hr, seq, as_of)
     s = nil
   end
   local h, ids = new_header(), {}
-  if s then
-    h, ids = decode(s)
-    if h.fence > as_of then  -- stale
-      if placeholder then
-        redis.call('SET', key, IDLE)
-        redis.call('DEL', regen)
-      else  -- asked for again if the timeline is still short
-        check_short(owner, h, count(s))
-      end
-      return 0
+  if s then h, ids = decode(s) end
+  if (s and h.fence > as_of) or not same_pulls(owner, pulled) then  -- stale
+    if placeholder then  -- asked for again; reads stay cold until the refill task's
+      redis.call('SET', regen, num(2 ^ 53 - 1), 'KEEPTTL')  -- reset names its seq
+      redis.call('SADD', P.refill, owner)
+      short = short + 1
+    elseif s then  -- asked for again if the timeline is still short
+      check_short(owner, h, #ids)
     end
-  else
-    created = created + 1
+    return 0
   end
+  if not s then created = created + 1 end
   if placeholder then redis.call('DEL', regen) end
   local new = {}
   for pos = 1, #blob, 8 do
@@ -277,12 +305,63 @@ end
 
 local function release(watermark)
   local key = P.resets .. gen
-  for _, member in ipairs(redis.call('ZRANGEBYSCORE', key, '-inf', watermark)) do
+  local due = redis.call('ZRANGEBYSCORE', key, '-inf', watermark)
+  if #due == 0 then return end  -- no write: most batches have no reset to release
+  for _, member in ipairs(due) do
     local owner, hr, seq, as_of = upk(member, 1), upk(member, 9), upk(member, 17), upk(member, 25)
+    local ids_at = 41 + upk(member, 33) * 8
     added = added + reset(num(owner), P.timeline .. gen .. ':' .. num(owner),
-                          string.sub(member, 33), hr, seq, as_of)
+                          string.sub(member, ids_at), hr, seq, as_of,
+                          string.sub(member, 41, ids_at - 1))
   end
   redis.call('ZREMRANGEBYSCORE', key, '-inf', watermark)
+end
+
+-- A pulled author's list: its newest tweets and their horizon, as the job
+-- computed them. An id new to it below the newest it held arrived late.
+local function set_list(author, hm, blob)
+  local key = list_key(author)
+  local old = redis.call('GET', key)
+  local h, ids = new_header(), ids_of(blob)
+  if old and #old >= HEADER then
+    local oh, held = decode(old)
+    local top = ceiling(oh, held)
+    local had = {}
+    for _, id in ipairs(held) do had[id] = true end
+    h.version = oh.version
+    for _, id in ipairs(ids) do
+      if id < top and not had[id] then h.version = h.version + 1; break end
+    end
+    if (ids[#ids] or 0) < top then h.top = top end
+  end
+  h.horizon = hm
+  redis.call('SET', key, encode(h, ids))
+end
+
+-- Add n to a timeline's version (pollers re-read), if it is in Redis.
+local function bump(key, n)
+  if redis.call('STRLEN', key) >= HEADER then
+    redis.call('SETRANGE', key, 24, pk(upk(redis.call('GETRANGE', key, 24, 31)) + n))
+  end
+end
+
+-- The owner now reads the author's list: the author's tweets leave its timeline.
+local function pull(owner, key, author, blob, seq)
+  redis.call('SADD', pulls(owner), author)
+  local n = remove(owner, key, blob, seq)
+  bump(key, 1)
+  return n
+end
+
+-- The owner stops reading the author's list: its tweets (if any: none after
+-- an unfollow) are merged into the timeline, which is fenced either way.
+local function unpull(owner, key, author, blob, hm, seq)
+  local listed = redis.call('GETRANGE', list_key(author), 24, 31)
+  local gone = redis.call('SREM', pulls(owner), author) == 1
+  local n = 0
+  if #blob > 0 then n = add(owner, key, blob, hm, seq) else remove(owner, key, blob, seq) end
+  bump(key, 1 + ((gone and #listed == 8) and upk(listed) or 0))
+  return n
 end
 
 local timelines = P.timeline .. gen .. ':'
@@ -297,10 +376,22 @@ while i <= nargs() do
     removed = removed + remove(arg(i + 1), timelines .. arg(i + 1), arg(i + 3),
                                tonumber(arg(i + 2)))
     i = i + 4
-  elseif op == '5' then                   -- reset: owner, horizon, seq, as_of, packed ids
+  elseif op == '5' then                   -- reset: owner, horizon, seq, as_of, pulled, ids
     local member = pk(tonumber(arg(i + 1))) .. pk(tonumber(arg(i + 2)))
-                   .. pk(tonumber(arg(i + 3))) .. pk(tonumber(arg(i + 4))) .. arg(i + 5)
+                   .. pk(tonumber(arg(i + 3))) .. pk(tonumber(arg(i + 4)))
+                   .. pk(#arg(i + 5) / 8) .. arg(i + 5) .. arg(i + 6)
     redis.call('ZADD', P.resets .. gen, arg(i + 3), member)
+    i = i + 7
+  elseif op == '7' then                   -- a pulled author's list: author, horizon, ids
+    set_list(arg(i + 1), tonumber(arg(i + 2)), arg(i + 3))
+    i = i + 4
+  elseif op == '8' then                   -- pull: owner, seq, author, packed ids
+    removed = removed + pull(arg(i + 1), timelines .. arg(i + 1), arg(i + 3), arg(i + 4),
+                             tonumber(arg(i + 2)))
+    i = i + 5
+  elseif op == '9' then                   -- unpull: owner, horizon, seq, author, packed ids
+    added = added + unpull(arg(i + 1), timelines .. arg(i + 1), arg(i + 4), arg(i + 5),
+                           tonumber(arg(i + 2)), tonumber(arg(i + 3)))
     i = i + 6
   elseif op == '6' then                   -- release the resets up to a watermark
     release(arg(i + 1))

@@ -1,11 +1,13 @@
--- One timeline's visible ids (fanout.timelines.TimelineStore.timeline).
--- KEYS[1]: the timeline. ARGV[1]: the cap.
--- Returns {horizon, version, ids newest first, as decimal strings}, or false if missing
--- or dropped (an idle user's tombstone).
+-- One user's visible ids (fanout.timelines.TimelineStore.timeline), the pulled
+-- authors' lists merged in (fanout/lua/merged.lua).
+-- Arguments (after the prefixes): generation, user id, cap.
+-- Returns {floor, version, ids newest first, as decimal strings}, or false if the
+-- timeline is missing or dropped (an idle user's tombstone).
 
-local s = redis.call('GET', KEYS[1])
+local gen, uid, cap = arg(1), arg(2), tonumber(arg(3))
+local s = redis.call('GET', P.timeline .. gen .. ':' .. uid)
 if not s or #s < HEADER then return false end
-local h, ids = decode(s)
-local out, cap = {num(h.horizon), num(h.version)}, tonumber(ARGV[1])
-for i = #ids, math.max(1, #ids - cap + 1), -1 do out[#out + 1] = num(ids[i]) end
+local sources, floor, version = view(gen, uid, s)
+local out = {num(floor), num(version)}
+for _, id in ipairs(take(sources, math.huge, cap)) do out[#out + 1] = num(id) end
 return out

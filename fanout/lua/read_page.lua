@@ -1,5 +1,6 @@
 -- One home-timeline page in one call (fanout.timelines.TimelineStore.read_page):
--- active generation, token revocation, cursors, the bodies, the watermark.
+-- active generation, token revocation, cursors, the pulled authors' lists
+-- (fanout/lua/merged.lua), the bodies, the watermark.
 -- Arguments (after the prefixes): user_id, count, max_id (0: none), since_id (0: none),
 -- cap, token issued-at (Unix seconds), today (days since the epoch), seen TTL (seconds).
 -- Returns {status, generation, watermark, applied_at, event_time, page JSON, version,
@@ -37,46 +38,36 @@ local regen = redis.call('GET', P.regeneration .. gen .. ':' .. uid)
 if not s or #s < HEADER or (regen and tonumber(head[2]) < tonumber(regen)) then
   return {'cold', head[1], head[2], head[3], head[4], '', '0', '0', first}
 end
-local h = read_header(s)
-local version = num(h.version)
-local n = count(s)
-local lo, hi = math.max(1, n - cap + 1), n   -- only the newest cap entries are visible
-local older = n > cap or h.horizon > 0       -- the join has entries below the visible ones
-local function first_above(x)               -- first index whose id > x
-  local a, b = 1, n
-  while a <= b do
-    local mid = math.floor((a + b) / 2)
-    if id_at(s, mid) <= x then a = mid + 1 else b = mid - 1 end
-  end
-  return a
-end
-if max_id > 0 then
-  hi = math.min(hi, first_above(max_id) - 1)
-  if hi < lo and older and (n == 0 or max_id < id_at(s, lo)) then
-    return {'beyond', head[1], head[2], head[3], head[4], '', version, '0', first}
-  end
+local sources, floor, version = view(head[1], uid, s)
+local n = count_above(sources, -1)
+local visible = math.min(n, cap)             -- the newest cap entries are visible
+local older = n > cap or floor > 0           -- the join has entries below the visible ones
+local skip = max_id > 0 and count_above(sources, max_id) or 0
+if max_id > 0 and skip >= visible and older then
+  return {'beyond', head[1], head[2], head[3], head[4], '', num(version), '0', first}
 end
 -- The join may have entries between since_id (or the start) and the oldest
 -- visible one that Redis does not show: pages continue into the database.
-local below = older and (n == 0 or since_id < id_at(s, lo))
-if since_id > 0 then lo = math.max(lo, first_above(since_id)) end
-local keys, last = {}, nil
-local stop = math.max(lo, hi - count_wanted + 1)
-for i = hi, stop, -1 do
-  last = id_at(s, i)
-  keys[#keys + 1] = P.tweet .. num(last)
-end
+local above_since = since_id > 0 and count_above(sources, since_id) or n
+local below = older and (n == 0 or above_since >= visible)
+local window = math.min(visible, above_since)  -- the page's entries: ranks skip..window-1
+local ids = take(sources, max_id > 0 and max_id or math.huge,
+                 math.max(0, math.min(count_wanted, window - skip)))
+local keys = {}
+for i = 1, #ids do keys[i] = P.tweet .. num(ids[i]) end
 local parts = {}
 if #keys > 0 then
   for _, body in ipairs(redis.call('MGET', unpack(keys))) do
     if body then parts[#parts + 1] = body end  -- a body gone = a tweet deleted
   end
 end
+local last = ids[#ids]
+local more = skip + #ids < window
 local nxt = 'null'
-if last and (stop > lo or below) then nxt = num(last - 1) end
-local partial = (below and #keys < count_wanted and stop == lo) and '1' or '0'
+if last and (more or below) then nxt = num(last - 1) end
+local partial = (below and #ids < count_wanted and not more) and '1' or '0'
 -- An empty page of a timeline with older entries: continue from the top.
 if partial == '1' and not last then nxt = num(max_id > 0 and max_id or 2 ^ 53 - 1) end
 return {'ok', head[1], head[2], head[3], head[4],
         '{"tweets":[' .. table.concat(parts, ',') .. '],"next_max_id":' .. nxt .. '}',
-        version, partial, first}
+        num(version), partial, first}

@@ -3,18 +3,27 @@
 -- event_time, offsets (JSON), then counter name/increment pairs. Nothing moves for a
 -- batch not newer than the last one recorded, so a replayed batch counts once; `seq`
 -- (the highest applied) and `contiguous` (every seq up to it applied) never go back.
+-- One write (HSET) per batch: replicas and the AOF see one command, not one per counter.
 
-local last = tonumber(redis.call('HGET', KEYS[1], 'batch_id') or '-1')
+local names = {'batch_id', 'seq', 'contiguous'}
+for i = 8, #ARGV, 2 do names[#names + 1] = ARGV[i] end
+local now = redis.call('HMGET', KEYS[1], unpack(names))
 local batch = tonumber(ARGV[1])
-if batch <= last then return 0 end
-for _, field in ipairs({{'seq', 2}, {'contiguous', 3}}) do
-  local name, value = field[1], tonumber(ARGV[field[2]])
-  if value > tonumber(redis.call('HGET', KEYS[1], name) or '0') then
-    redis.call('HSET', KEYS[1], name, ARGV[field[2]])
+if batch <= tonumber(now[1] or '-1') then return 0 end
+local out = {'batch_id', ARGV[1], 'marks', ARGV[4], 'applied_at', ARGV[5], 'offsets', ARGV[7]}
+for i, field in ipairs({{'seq', 2}, {'contiguous', 3}}) do
+  if tonumber(ARGV[field[2]]) > tonumber(now[i + 1] or '0') then
+    out[#out + 1] = field[1]
+    out[#out + 1] = ARGV[field[2]]
   end
 end
-redis.call('HSET', KEYS[1], 'batch_id', ARGV[1], 'marks', ARGV[4], 'applied_at', ARGV[5],
-           'offsets', ARGV[7])
-if tonumber(ARGV[6]) > 0 then redis.call('HSET', KEYS[1], 'event_time', ARGV[6]) end
-for i = 8, #ARGV, 2 do redis.call('HINCRBY', KEYS[1], ARGV[i], ARGV[i + 1]) end
+if tonumber(ARGV[6]) > 0 then
+  out[#out + 1] = 'event_time'
+  out[#out + 1] = ARGV[6]
+end
+for i = 8, #ARGV, 2 do
+  out[#out + 1] = ARGV[i]
+  out[#out + 1] = string.format('%d', tonumber(now[3 + (i - 6) / 2] or '0') + tonumber(ARGV[i + 1]))
+end
+redis.call('HSET', KEYS[1], unpack(out))
 return 1

@@ -12,8 +12,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import requests
 
+from fanout import keys
 from fanout.config import DEFAULT_ACTIVE_DAYS
-from tests.stack import Stack
+from tests.stack import PULL_THRESHOLD, Stack
 
 pytestmark = pytest.mark.spark
 
@@ -134,9 +135,10 @@ def check_against_oracle(stack: Stack, usernames: list[str]) -> dict[str, int]:
 
 
 def test_random_workload_matches_the_sql_join(stack: Stack) -> None:
-    """Tweets, deletes, follows and unfollows at random, past the cap; a fifth
-    of the users go idle half-way (their timelines dropped: no fan-out), and
-    half of those come back while the writes go on."""
+    """Tweets, deletes, follows and unfollows at random, past the cap; the most
+    followed authors are pulled at read time, some crossing the threshold both
+    ways; a fifth of the users go idle half-way (their timelines dropped: no
+    fan-out), and half of those come back while the writes go on."""
     work = Workload(stack, random.Random(2026), prefix="w")
     work.register(200)
     work.run(1500)
@@ -152,6 +154,7 @@ def test_random_workload_matches_the_sql_join(stack: Stack) -> None:
 
     work.run(1500, on_write=reads)
     assert sum(work.counts.values()) >= 2900 and min(work.counts.values()) > 100
+    pushed_back = push_back(stack, work)
     stack.settle()
     active = sorted(set(work.users) - set(away))
     stats = check_against_oracle(stack, active)
@@ -165,7 +168,42 @@ def test_random_workload_matches_the_sql_join(stack: Stack) -> None:
     skipped = watermark.counters.get("skipped", 0) if watermark else 0
     assert skipped > 0  # writes the idle users' timelines did not get
     come_back(stack, {name: work.users[name] for name in away})  # after the writes, too
-    print(f"\noracle check: {stats}, writes {work.counts}, {len(idle)} idle, {skipped} skipped")
+    listed, pulled = pulled_authors(stack)
+    assert pulled and pushed_back in listed - pulled  # pulled, and one went back to push
+    print(
+        f"\noracle check: {stats}, writes {work.counts}, {len(idle)} idle, {skipped} skipped, "
+        f"{len(pulled)} authors pulled, {len(listed - pulled)} pulled then pushed again"
+    )
+
+
+def push_back(stack: Stack, work: Workload) -> int:
+    """The least followed pulled author loses followers until it is pushed
+    again (below nine tenths of the threshold); returns its id."""
+    _, pulled = pulled_authors(stack)
+    ids = dict(stack.sql("SELECT username, id FROM feed_user"))
+    audience: dict[str, list[str]] = {}
+    for follower, followee in sorted(work.follows):
+        if ids[followee] in pulled:
+            audience.setdefault(followee, []).append(follower)
+    name = min(audience, key=lambda n: len(audience[n]))
+    for follower in audience[name][: len(audience[name]) - (PULL_THRESHOLD * 9 - 1) // 10]:
+        work.follows.discard((follower, name))
+        work.call("DELETE", f"/users/{name}/follow", follower)
+    return ids[name]
+
+
+def pulled_authors(stack: Stack) -> tuple[set[int], set[int]]:
+    """(authors with a list: pulled at some point, authors pulled now: in
+    someone's set of pulls)."""
+    store = stack.store
+    generation = store.active_generation()
+    assert generation is not None
+    lists = store.redis.keys(keys.list_prefix(generation) + "*")
+    listed = {int(k.rsplit(b":", 1)[1]) for k in lists}
+    pulled: set[int] = set()
+    for key in store.redis.keys(keys.pulls_prefix(generation) + "*"):
+        pulled |= {int(a) for a in store.redis.smembers(key)}
+    return listed, pulled
 
 
 def go_idle(stack: Stack, names: list[str]) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 
+import orjson
 import pytest
 import redis
 from hypothesis import given, settings
@@ -232,17 +233,21 @@ def test_generations(store: TimelineStore, redis_client: redis.Redis) -> None:
     cap=st.integers(2, 6),
     slack=st.integers(1, 3),
     jitter=st.sampled_from([0, 25]),
+    threshold=st.sampled_from([0, 2]),
 )
 def test_the_lua_store_does_what_the_model_does(
-    redis_url: str, seed: int, cap: int, slack: int, jitter: int
+    redis_url: str, seed: int, cap: int, slack: int, jitter: int, threshold: int
 ) -> None:
+    """Any workload, pulled authors crossing the threshold or not: the same
+    timelines, lists, pulls and merged views as the model."""
     client = redis.Redis.from_url(redis_url)
     client.flushdb()
     store = TimelineStore(client, cap=cap, slack=slack)
     store.create_generation(GEN)
+    store.activate(GEN)
     model = TimelineModel(cap=cap, slack=slack)
     rnd = random.Random(seed)
-    _, envs = random_workload(rnd, 6, steps=80, jitter=jitter, resets=0.2)
+    _, envs = random_workload(rnd, 6, steps=80, jitter=jitter, resets=0.2, pull_threshold=threshold)
     states: dict[int, AuthorState] = {}
     applied: set[int] = set()
     written = {e.seq for e in envs}
@@ -264,7 +269,12 @@ def test_the_lua_store_does_what_the_model_does(
         mutations: list[Mutation] = []
         for author, group in by_key.items():
             result = join_events(
-                author, states.get(author, AuthorState()), group, cap=cap, slack=slack
+                author,
+                states.get(author, AuthorState()),
+                group,
+                cap=cap,
+                slack=slack,
+                pull_threshold=threshold,
             )
             states[author] = result.state
             bodies.update(result.bodies)
@@ -294,6 +304,20 @@ def test_the_lua_store_does_what_the_model_does(
             expected.version,
         ), f"user {user}"
         assert timeline_ids(packed) == expected.ids
+        assert store.pulled_authors(user) == tuple(sorted(model.pulls.get(user, ())))
+        view, merged = model.view(user), store.timeline(GEN, user)
+        assert view is not None and merged is not None
+        assert (merged.horizon, merged.ids, merged.version) == (*view, model.version(user))
+    for author, expected in model.lists.items():
+        packed = client.get(keys.author_list(GEN, author))
+        assert isinstance(packed, bytes)
+        header = read_header(packed)
+        assert (header.horizon, header.top, header.version) == (
+            expected.horizon,
+            expected.top,
+            expected.version,
+        ), f"author {author}"
+        assert timeline_ids(packed) == expected.ids
     assert {int(k[3:]) for k in client.keys("tw:*")} == set(model.bodies)
     assert set(store.take_refills(100)) == model.refill
 
@@ -311,3 +335,74 @@ def test_a_script_error_names_the_lua_file_and_line(store: TimelineStore) -> Non
     line = int(message.split("fanout/lua/apply.lua:")[1].split(":")[0])
     in_file = resources.files("fanout").joinpath("lua", "apply.lua").read_text().splitlines()
     assert "if hm > h.horizon then" in in_file[line - 1]  # where the bad horizon is compared
+
+
+def reference_page(
+    visible: list[int], older: bool, count: int, max_id: int, since_id: int
+) -> tuple[str, list[int], int | None, bool]:
+    """What a page is, from the visible entries (newest first) and whether the
+    join has older ones: (status, ids, next_max_id, partial)."""
+    window = [i for i in visible if not max_id or i <= max_id]
+    if max_id and not window and older:
+        return "beyond", [], None, False
+    below = older and (not visible or since_id < visible[-1])
+    after = [i for i in window if i > since_id]
+    page = after[:count]
+    more = len(after) > count
+    nxt = page[-1] - 1 if page and (more or below) else None
+    partial = below and len(page) < count and not more
+    if partial and not page:
+        nxt = max_id or 2**53 - 1
+    return "ok", page, nxt, partial
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    seed=st.integers(0, 2**32),
+    lists=st.integers(0, 4),
+    cap=st.integers(1, 12),
+)
+def test_a_merged_read_pages_like_the_merged_view(
+    redis_url: str, seed: int, lists: int, cap: int
+) -> None:
+    """A timeline and the lists of the pulled authors its owner follows, each
+    with its own horizon: every page (any count, max_id, since_id) is the one
+    the merged view gives, in one script call."""
+    client = redis.Redis.from_url(redis_url)
+    client.flushdb()
+    store = TimelineStore(client, cap=cap, slack=2)
+    store.create_generation(GEN)
+    store.activate(GEN)
+    rnd = random.Random(seed)
+    pool = rnd.sample(range(1000, 1400), 120)
+    owner, sources = 7, []
+    for i in range(lists + 1):
+        ids = sorted(pool[i :: lists + 1][: rnd.randint(0, 20)])
+        horizon = rnd.choice([0, *ids[:3]]) if ids else 0
+        ids = [t for t in ids if t >= horizon]
+        sources.append((horizon, ids))
+        packed = pack_timeline(horizon, ids, Header(version=i * 10 + 1))
+        if i == 0:
+            client.set(timeline_key(GEN, owner), packed)
+        else:
+            client.set(keys.author_list(GEN, 100 + i), packed)
+            client.sadd(keys.pulls(GEN, owner), 100 + i)
+    client.mset({keys.tweet(t): b'{"id":%d}' % t for t in pool})
+    floor = max(h for h, _ in sources)
+    entries = sorted((t for _, ids in sources for t in ids if t >= floor), reverse=True)
+    visible, older = entries[:cap], len(entries) > cap or floor > 0
+    merged = store.timeline(GEN, owner)
+    assert merged is not None and (merged.horizon, merged.ids) == (floor, visible)
+    assert merged.version == sum(i * 10 + 1 for i in range(lists + 1))
+    for _ in range(25):
+        count = rnd.randint(1, 6)
+        max_id = rnd.choice([0, rnd.randint(990, 1410), *visible[:3]])
+        since_id = rnd.choice([0, rnd.randint(990, 1410), *visible[-3:]])
+        page = store.read_page(owner, count=count, max_id=max_id, since_id=since_id)
+        status, ids, nxt, partial = reference_page(visible, older, count, max_id, since_id)
+        assert page.status == status, (count, max_id, since_id)
+        if status == "ok":
+            body = orjson.loads(page.body)
+            assert [t["id"] for t in body["tweets"]] == ids, (count, max_id, since_id)
+            assert (body["next_max_id"], page.partial) == (nxt, partial), (count, max_id, since_id)
+        assert page.version == merged.version

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import random
+from collections import Counter
 from dataclasses import dataclass, field
 
 import pytest
@@ -15,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fanout import events
-from fanout.join import AuthorState, Mutation, Op, coalesce, join_events, newest
+from fanout.join import AuthorState, Mutation, Op, coalesce, join_events, newest, pulled_at
 from fanout.timeline_ops import group_by_timeline
 from tests.timeline_model import TimelineModel, oracle
 
@@ -58,15 +59,21 @@ class Log:
         return events.Envelope(next(self.seq), events.Unfollowed(follower, followee))
 
     def reset(
-        self, owner: int, joined: list[int], keep: int, as_of: int | None = None
+        self,
+        owner: int,
+        joined: list[int],
+        keep: int,
+        as_of: int | None = None,
+        pulled: tuple[int, ...] = (),
     ) -> events.Envelope:
         """What services.timeline_reset appends: the database's newest ``keep``,
-        read when every seq up to ``as_of`` was committed (default: all before it)."""
+        read when every seq up to ``as_of`` was committed (default: all before
+        it), leaving out the ``pulled`` authors (``joined`` already does)."""
         kept = joined[:keep]
         horizon = kept[-1] if len(joined) > keep else 0
         seq = next(self.seq)
         reset = events.TimelineReset(
-            owner, tuple(sorted(kept)), horizon, seq - 1 if as_of is None else as_of
+            owner, tuple(sorted(kept)), horizon, seq - 1 if as_of is None else as_of, pulled
         )
         return events.Envelope(seq, reset)
 
@@ -77,7 +84,12 @@ class System:
 
     cap: int = 800
     slack: int = 64
+    pull_threshold: int = 0
     states: dict[int, AuthorState] = field(default_factory=dict)
+    #: Every tweet's author, as the database knows it (for the resets).
+    author_of: dict[int, int] = field(default_factory=dict)
+    #: The mutations of the last batch.
+    last_mutations: list[Mutation] = field(default_factory=list)
     model: TimelineModel = field(init=False)
     #: Every seq written so far, and the ones applied: the contiguous watermark.
     written: set[int] = field(default_factory=set)
@@ -94,10 +106,21 @@ class System:
         mutations: list[Mutation] = []
         for key, group in by_key.items():
             state = AuthorState.decode(self.states[key].encode()) if key in self.states else None
-            result = join_events(key, state or AuthorState(), group, cap=self.cap, slack=self.slack)
+            result = join_events(
+                key,
+                state or AuthorState(),
+                group,
+                cap=self.cap,
+                slack=self.slack,
+                pull_threshold=self.pull_threshold,
+            )
+            for env in group:
+                if isinstance(env.event, events.TweetPosted):
+                    self.author_of[env.event.tweet_id] = key
             self.states[key] = result.state
             bodies |= result.bodies
             mutations += result.mutations
+        self.last_mutations = mutations
         self.model.apply(bodies, mutations)
         self.written |= {e.seq for e in envs}
         self.applied |= {e.seq for e in envs}
@@ -115,7 +138,8 @@ class System:
 
     def settle(self, log: Log, joined: dict[int, list[int]], rounds: int = 20) -> int:
         """What the refill task does until no timeline is short: a reset per
-        short timeline, computed from the database (``joined``). Returns resets."""
+        short timeline, computed from the database (``joined``) without the
+        authors the timeline pulls (read from the store). Returns resets."""
         done = 0
         for _ in range(rounds):
             short = sorted(self.model.refill)
@@ -123,7 +147,12 @@ class System:
             if not short:
                 return done
             keep = self.cap + self.slack
-            self.run([[log.reset(u, joined.get(u, []), keep) for u in short]])
+            resets = []
+            for u in short:
+                pulled = self.model.pulls.get(u, set())
+                ids = [t for t in joined.get(u, []) if self.author_of.get(t) not in pulled]
+                resets.append(log.reset(u, ids, keep, pulled=tuple(sorted(pulled))))
+            self.run([resets])
             done += len(short)
         raise AssertionError(f"still short after {rounds} rounds: {sorted(self.model.refill)}")
 
@@ -469,10 +498,19 @@ def tables_seen(
 
 
 def random_workload(
-    rnd: random.Random, users: int, steps: int, *, jitter: int = 0, resets: float = 0.0
+    rnd: random.Random,
+    users: int,
+    steps: int,
+    *,
+    jitter: int = 0,
+    resets: float = 0.0,
+    pull_threshold: int = 0,
 ) -> tuple[World, list[events.Envelope]]:
     """A workload over ``users``; with ``resets``, that share of steps also asks
-    the database for a reset of a random timeline (see :func:`tables_seen`)."""
+    the database for a reset of a random timeline (see :func:`tables_seen`),
+    leaving out the followees it guesses are pulled (those with
+    ``pull_threshold`` followers: right or wrong, as a read of the store racing
+    the job can be)."""
     world = World(Log(rnd=rnd, jitter=jitter))
     envs = world.register(*range(1, users + 1))
     for _ in range(steps):
@@ -490,8 +528,13 @@ def random_workload(
             owner = rnd.randint(1, users)
             as_of = max(0, envs[-1].seq - rnd.randint(0, 4))
             live, follows = tables_seen(rnd, envs, owner, as_of)
+            audience = Counter(followee for _, followee in follows)
+            pulled = {b for a, b in follows if a == owner and 0 < pull_threshold <= audience[b]}
+            live = {t: a for t, a in live.items() if a not in pulled}
             joined = oracle(live, follows, world.users)[owner]
-            envs.append(world.log.reset(owner, joined, rnd.randint(2, 12), as_of))
+            envs.append(
+                world.log.reset(owner, joined, rnd.randint(2, 12), as_of, tuple(sorted(pulled)))
+            )
     return world, envs
 
 
@@ -536,6 +579,110 @@ def test_any_interleaving_equals_the_oracle_once_refills_are_done(
         assert system.model.view(user) is not None
         assert system.view(user) == full[user][:cap], f"user {user}"
     assert set(system.model.bodies) == set(world.live)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    seed=st.integers(0, 2**32),
+    cap=st.integers(2, 8),
+    slack=st.integers(1, 4),
+    threshold=st.integers(1, 3),
+    resets=st.sampled_from([0.0, 0.3]),
+)
+def test_pulled_authors_crossing_the_threshold_both_ways_keep_every_view_exact(
+    seed: int, cap: int, slack: int, threshold: int, resets: float
+) -> None:
+    """Authors move between push and pull as follows and unfollows cross the
+    threshold; reads merge the pulled ones' lists. After every batch the
+    version readers get has not gone down; once refills are done, every view
+    is the join's newest ``cap``."""
+    rnd = random.Random(seed)
+    users = 6
+    world, envs = random_workload(rnd, users, steps=150, resets=resets, pull_threshold=threshold)
+    system = System(cap, slack, pull_threshold=threshold)
+    batches = interleave(rnd, envs)
+    system.written |= {e.seq for b in batches for e in b}
+    seen: dict[int, int] = {}
+    crossings = 0
+    for b in batches:
+        system.batch(b)
+        crossings += sum(
+            len(m.owners) > 0
+            for m in system.last_mutations
+            if m.op in (Op.PULL, Op.UNPULL) and len(m.tweets) > 0
+        )
+        for user in system.model.timelines:
+            version = system.model.version(user)
+            assert version >= seen.get(user, 0), f"user {user}: the version went down"
+            seen[user] = version
+    system.settle(world.log, world.joined())
+    full = world.joined()
+    for user in range(1, users + 1):
+        assert system.view(user) == full[user][:cap], f"user {user}"
+    pulled = {a for a, state in system.states.items() if state.pulled}
+    assert all(
+        (len(state.followers) >= threshold) == state.pulled
+        for state in system.states.values()
+        if not threshold * 9 <= len(state.followers) * 10 < threshold * 10
+    ), pulled
+
+
+def test_a_crossing_moves_every_follower_between_the_timeline_and_the_list() -> None:
+    """Pulled at the third follower, pushed again below it, pulled again: every
+    view stays the join's, and the followers' timelines hold the author's
+    tweets only while it is pushed."""
+    world = World(Log())
+    system = System(cap=4, slack=2, pull_threshold=3)
+    f1, f2, f3 = 5, 6, 7
+    system.batch(world.register(A, f1, f2, f3))
+    system.batch(world.post(A, 3) + world.post(f1, 2))
+    system.batch([world.follow(f1, A), world.follow(f2, A)])
+    assert not system.states[A].pulled
+    assert set(world.joined()[f1][:4]) <= set(system.model.timelines[f1].ids)
+    system.batch([world.follow(f3, A)])  # the third follower: pulled
+    assert system.states[A].pulled
+    exact(system, world)
+    a_tweets = {t for t, author in world.live.items() if author == A}
+    for f in (f1, f2, f3):
+        assert not a_tweets & set(system.model.timelines[f].ids), f
+        assert system.model.pulls[f] == {A}
+    system.batch(world.post(A, 2))  # one list write, no timeline write but A's own
+    assert [(m.op, m.owners) for m in system.last_mutations] == [(Op.LIST, (A,)), (Op.ADD, (A,))]
+    exact(system, world)
+    system.batch([world.unfollow(f3, A)])  # 2 of 3 followers: pushed again
+    assert not system.states[A].pulled and not any(system.model.pulls.values())
+    system.settle(world.log, world.joined())
+    exact(system, world)
+    a_tweets = {t for t, author in world.live.items() if author == A}
+    assert a_tweets & set(system.model.timelines[f1].ids)
+    system.batch([world.follow(f3, A), *world.post(A, 1), world.delete(max(a_tweets))])
+    assert system.states[A].pulled
+    system.settle(world.log, world.joined())
+    exact(system, world)
+
+
+def test_pulled_authors_go_back_to_push_below_nine_tenths_of_the_threshold() -> None:
+    assert not pulled_at(9_999, 10_000, False) and pulled_at(10_000, 10_000, False)
+    assert pulled_at(9_000, 10_000, True) and not pulled_at(8_999, 10_000, True)
+    assert not pulled_at(10**6, 0, True)  # a threshold of 0: nobody is pulled
+
+
+def test_a_reset_read_with_other_pulled_authors_than_at_its_release_is_dropped() -> None:
+    """A refill's read left out the authors the timeline pulled then; if those
+    changed before the job applies it, it is dropped (here it would claim F
+    holds all of A's tweets: horizon 0)."""
+    world = World(Log())
+    system = System(cap=2, slack=1, pull_threshold=2)
+    system.batch(world.register(A, F))
+    system.batch(world.post(A, 6))
+    system.batch([world.follow(F, A)])  # A is pushed: F holds A's newest 3
+    before = repr(system.model.timelines[F])
+    assert system.model.timelines[F].horizon > 0
+    system.batch([world.log.reset(F, [], 3, pulled=(A,))])  # read while A seemed pulled
+    assert repr(system.model.timelines[F]) == before
+    system.batch([world.log.reset(F, world.joined()[F], 3)])  # the same read, right
+    assert system.model.timelines[F].horizon > 0 and system.model.timelines[F].fence > 0
+    exact(system, world)
 
 
 @settings(max_examples=60, deadline=None)
@@ -611,7 +758,7 @@ def test_a_returning_user_gets_the_join_through_the_placeholder() -> None:
     exact(system, world)
 
 
-def test_a_stale_regeneration_drops_the_placeholder_so_the_next_read_asks_again() -> None:
+def test_a_stale_regeneration_is_asked_for_again_and_completes() -> None:
     world = World(Log())
     system = System(cap=3, slack=2)
     system.run([world.register(A, F), world.post(A, 4), [world.follow(F, A)]])
@@ -619,7 +766,10 @@ def test_a_stale_regeneration_drops_the_placeholder_so_the_next_read_asks_again(
     system.model.regenerating.add(F)
     reset = world.log.reset(F, world.joined()[F], 5)  # read before the unfollow below
     system.run([[world.unfollow(F, A)], [reset]])  # the unfollow fences it: stale
-    assert system.model.view(F) is None and F not in system.model.regenerating
+    assert F in system.model.regenerating and F in system.model.refill  # cold, asked again
+    system.settle(world.log, world.joined())
+    assert F not in system.model.regenerating
+    exact(system, world)
 
 
 @settings(max_examples=200, deadline=None)
