@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import random
+import struct
+from array import array
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -36,16 +38,29 @@ def test_author_state_leaves_out_the_self_edge_and_keeps_every_tweet() -> None:
     assert AuthorState.decode(state.encode()) == state
 
 
+def test_a_state_written_before_pulls_existed_decodes_as_pushed() -> None:
+    """A checkpoint from before hybrid fan-out (state version 2, no flags)."""
+    blob = struct.pack("<BII", 2, 1, 2) + array("q", [5, 10, 20]).tobytes()
+    assert AuthorState.decode(blob) == AuthorState(followers={5}, tweets=[10, 20], pulled=False)
+    pulled = AuthorState(followers={5}, tweets=[10], pulled=True)
+    assert AuthorState.decode(pulled.encode()) == pulled
+
+
 @given(
     ops=st.lists(
         st.tuples(st.sampled_from(["post", "delete", "follow", "unfollow"]), st.integers(1, 6)),
         max_size=60,
     ),
     seed=st.integers(0, 1000),
+    threshold=st.sampled_from([0, 3]),
 )
-def test_the_incremental_state_is_the_rebuilt_one(ops: list[tuple[str, int]], seed: int) -> None:
+def test_the_incremental_state_is_the_rebuilt_one(
+    ops: list[tuple[str, int]], seed: int, threshold: int
+) -> None:
     """Replaying an author's history through join_events gives the state the
-    rebuild computes from the final tables, exactly, deletes at the cap included."""
+    rebuild computes from the final tables, exactly, deletes at the cap
+    included, and pulled or not alike (no follower count is in the hysteresis
+    band of a threshold of 3)."""
     rnd = random.Random(seed)
     author, next_id, seq = 100, 1, 0
     live: set[int] = set()
@@ -68,5 +83,7 @@ def test_the_incremental_state_is_the_rebuilt_one(ops: list[tuple[str, int]], se
             followers.discard(who)
         else:
             continue
-        state = join_events(author, state, [events.Envelope(seq, ev)], cap=CAP, slack=SLACK).state
-    assert state == rebuilt_author_state(author, followers, live)
+        state = join_events(
+            author, state, [events.Envelope(seq, ev)], cap=CAP, slack=SLACK, pull_threshold=threshold
+        ).state
+    assert state == rebuilt_author_state(author, followers, live, pull_threshold=threshold)
