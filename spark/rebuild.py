@@ -288,6 +288,9 @@ class Rebuild:
                 F.flatten(F.collect_list(F.when(~pull, F.coalesce("kept", empty)))).alias("ids"),
                 F.max(F.when(~pull, F.coalesce("horizon", F.lit(0)))).alias("floor"),
                 F.collect_list(F.when(pull, F.col("author"))).alias("pulls"),
+                # What readers see, the lists merged in (for the dry run's comparison).
+                F.flatten(F.collect_list(F.coalesce("kept", empty))).alias("seen"),
+                F.max(F.coalesce("horizon", F.lit(0))).alias("seen_floor"),
             )
         )
         self.summary.authors = states.count()
@@ -381,7 +384,7 @@ class Rebuild:
             self.summary.live_missing = -1
             self.progress.done("no live generation: every timeline would be new")
             return
-        newest = int(_first(inputs.select(F.max(F.array_max("ids"))))[0] or 0)
+        newest = int(_first(inputs.select(F.max(F.array_max("seen"))))[0] or 0)
         config = self.config
         rows = inputs.mapInArrow(lambda it: diff_partition(it, config, live, newest), DIFF)
         rows = rows.withColumn("delta", F.col("missing") + F.col("extra"))

@@ -15,7 +15,7 @@ import pyarrow as pa
 from fanout import events
 from fanout.config import StarlingConfig
 from fanout.join import newest, rebuilt_author_state, rebuilt_timeline
-from fanout.timeline_ops import pack_timeline, unpack_timeline, visible
+from fanout.timeline_ops import pack_timeline, visible
 from fanout.timelines import store_for
 from spark import arrow
 
@@ -117,12 +117,15 @@ def write_lists_partition(
         yield arrow.batch({"n": [n]}, COUNT)
 
 
-def _timelines(batch: pa.RecordBatch, cap: int, slack: int) -> Iterator[tuple[int, int, list[int]]]:
+def _timelines(
+    batch: pa.RecordBatch, cap: int, slack: int, *, ids: str = "ids", floor: str = "floor"
+) -> Iterator[tuple[int, int, list[int]]]:
+    """(owner, horizon, ids) of each timeline, from the columns ``ids`` and ``floor``."""
     for row in batch.to_pylist():
-        horizon, ids = rebuilt_timeline(
-            row["ids"] or (), cap=cap, slack=slack, floor=row["floor"] or 0
+        horizon, kept = rebuilt_timeline(
+            row[ids] or (), cap=cap, slack=slack, floor=row[floor] or 0
         )
-        yield row["owner"], horizon, ids
+        yield row["owner"], horizon, kept
 
 
 def write_timelines_partition(
@@ -151,23 +154,20 @@ def write_timelines_partition(
 def diff_partition(
     batches: Iterator[pa.RecordBatch], config: StarlingConfig, live: int, newest_tweet: int
 ) -> Iterator[pa.RecordBatch]:
-    """Compare rebuilt timelines with the live generation's (what readers see);
-    tweets newer than the snapshot are left out of the live side."""
+    """Compare what readers see of the rebuilt timelines (the pulled authors'
+    lists merged in) with what they see of the live generation's; tweets newer
+    than the snapshot are left out of the live side."""
     store = store_for(config, timeout=120)
     cap = config.timeline_size
     for batch in batches:
-        rows = list(_timelines(batch, cap, config.timeline_slack))
-        packed = store.packed_timelines(live, [o for o, _, _ in rows])
+        rows = list(_timelines(batch, cap, config.timeline_slack, ids="seen", floor="seen_floor"))
+        views = store.timelines(live, [o for o, _, _ in rows])
         out: dict[str, list[Any]] = arrow.columns(DIFF)
-        for (owner, _, ids), raw in zip(rows, packed, strict=True):
+        for (owner, _, ids), view in zip(rows, views, strict=True):
             want = set(visible(ids, cap))
-            have = (
-                {i for i in visible(unpack_timeline(raw)[1], cap) if i <= newest_tweet}
-                if raw
-                else set()
-            )
+            have = {i for i in view.ids if i <= newest_tweet} if view else set()
             out["owner"].append(owner)
-            out["live_missing"].append(raw is None)
+            out["live_missing"].append(view is None)
             out["missing"].append(len(want - have))
             out["extra"].append(len(have - want))
         yield arrow.batch(out, DIFF)

@@ -84,6 +84,11 @@ def test_the_incremental_state_is_the_rebuilt_one(
         else:
             continue
         state = join_events(
-            author, state, [events.Envelope(seq, ev)], cap=CAP, slack=SLACK, pull_threshold=threshold
+            author,
+            state,
+            [events.Envelope(seq, ev)],
+            cap=CAP,
+            slack=SLACK,
+            pull_threshold=threshold,
         ).state
     assert state == rebuilt_author_state(author, followers, live, pull_threshold=threshold)
