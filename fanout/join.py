@@ -59,7 +59,7 @@ from __future__ import annotations
 import bisect
 import struct
 from array import array
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 
@@ -111,21 +111,113 @@ class Mutation:
         return len(self.owners) * len(self.tweets)
 
 
-@dataclass
+_PULLED = 1  # flags: the author is pulled
+_APART = 2  # flags: the follower ids are not in this value (AuthorState.encode_split)
+
+
 class AuthorState:
-    followers: set[int] = field(default_factory=set)
-    tweets: list[int] = field(default_factory=list)  # ascending: every live tweet
-    #: Followers read the author's list instead of receiving its tweets.
-    pulled: bool = False
+    """An author's join state: its followers and every live tweet.
+
+    The followers are decoded on first use, and a pulled author's are stored
+    apart (:meth:`encode_split`): its posts, the common case, need only the
+    tweets, and a million followers are 8 MB to move and decode.
+    """
+
+    __slots__ = ("_count", "_followers", "_load", "pulled", "tweets")
+
+    def __init__(
+        self,
+        followers: Iterable[int] = (),
+        tweets: Iterable[int] = (),
+        pulled: bool = False,
+        *,
+        load: Callable[[], bytes] | None = None,
+        count: int = 0,
+    ) -> None:
+        self.tweets: list[int] = list(tweets)  # ascending
+        #: Followers read the author's list instead of receiving its tweets.
+        self.pulled = pulled
+        self._followers: set[int] | None = None if load is not None else set(followers)
+        self._load = load  # the packed follower ids, until they are needed
+        self._count = count
+
+    @property
+    def followers(self) -> set[int]:
+        if self._followers is None:
+            assert self._load is not None
+            numbers = array("q")
+            numbers.frombytes(self._load())
+            if len(numbers) != self._count:
+                raise ValueError("author state's followers are truncated")
+            self._followers, self._load = set(numbers), None
+        return self._followers
+
+    @property
+    def follower_count(self) -> int:
+        return self._count if self._followers is None else len(self._followers)
+
+    @property
+    def followers_loaded(self) -> bool:
+        return self._followers is not None
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, AuthorState):
+            return NotImplemented
+        return (self.followers, self.tweets, self.pulled) == (
+            other.followers,
+            other.tweets,
+            other.pulled,
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        followers = sorted(self.followers) if self.followers_loaded else f"<{self._count} apart>"
+        return f"AuthorState(followers={followers}, tweets={self.tweets}, pulled={self.pulled})"
+
+    def replaced(self, tweets: Iterable[int], pulled: bool) -> AuthorState:
+        """The same followers (still undecoded if they were) with these tweets."""
+        out = AuthorState(tweets=tweets, pulled=pulled)
+        out._followers, out._load, out._count = self._followers, self._load, self._count
+        return out
 
     def encode(self) -> bytes:
-        followers = array("q", sorted(self.followers))
+        """The whole state as one value."""
+        return self._pack(self._followers_packed(), _PULLED if self.pulled else 0)
+
+    def encode_split(self) -> tuple[bytes, bytes | None]:
+        """(the state without the follower ids, the follower ids packed or None
+        when they were not loaded, so are unchanged) for a pulled author; a
+        pushed author's whole state and None."""
+        if not self.pulled:
+            return self.encode(), None
+        main = self._pack(b"", _PULLED | _APART, count=self.follower_count)
+        return main, (self._followers_packed() if self.followers_loaded else None)
+
+    def _followers_packed(self) -> bytes:
+        """The follower ids, packed ascending (undecoded ones passed through)."""
+        if self._followers is None:
+            assert self._load is not None
+            return self._load()
+        return array("q", sorted(self._followers)).tobytes()
+
+    def _pack(self, followers: bytes, flags: int, count: int | None = None) -> bytes:
         tweets = array("q", self.tweets)
-        header = _HEADER.pack(_STATE_VERSION, len(followers), len(tweets), int(self.pulled))
-        return header + followers.tobytes() + tweets.tobytes()
+        n = len(followers) // 8 if count is None else count
+        header = _HEADER.pack(_STATE_VERSION, n, len(tweets), flags)
+        return header + followers + tweets.tobytes()
+
+    @staticmethod
+    def apart(blob: bytes | None) -> bool:
+        """Whether a value from :meth:`encode_split` left the follower ids out."""
+        return bool(blob) and blob[0] == _STATE_VERSION and bool(blob[_HEADER.size - 1] & _APART)
 
     @classmethod
-    def decode(cls, blob: bytes | None) -> AuthorState:
+    def decode(
+        cls, blob: bytes | None, followers: Callable[[], bytes] | None = None
+    ) -> AuthorState:
+        """The state in ``blob``; ``followers`` gives the packed follower ids when
+        they were stored apart (called only if they are needed)."""
         if not blob:
             return cls()
         version, flags = blob[0], 0
@@ -140,14 +232,20 @@ class AuthorState:
             body = blob[_HEADER_V1.size :]
         else:
             raise ValueError(f"unknown author-state version {version}")
-        numbers = array("q")
-        numbers.frombytes(body)
-        if len(numbers) != n_followers + n_tweets:
+        inline = 0 if flags & _APART else n_followers
+        if len(body) != 8 * (inline + n_tweets):
             raise ValueError("author state is truncated")
+        tweets = array("q")
+        tweets.frombytes(body[8 * inline :])
+        if flags & _APART:
+            if followers is None:
+                raise ValueError("author state's followers are stored apart")
+            return cls(tweets=tweets, pulled=True, load=followers, count=n_followers)
         return cls(
-            followers=set(numbers[:n_followers]),
-            tweets=list(numbers[n_followers:]),
-            pulled=bool(flags & 1),
+            tweets=tweets,
+            pulled=bool(flags & _PULLED),
+            load=lambda: body[: 8 * inline],
+            count=inline,
         )
 
 
@@ -191,7 +289,8 @@ def join_events(
     slack: int = SLACK,
     pull_threshold: int = 0,
 ) -> JoinResult:
-    """Apply one key's events (in ``seq`` order) to its state.
+    """Apply one key's events (in ``seq`` order) to its state (whose follower
+    set it may change: pass a state of your own).
 
     An author with ``pull_threshold`` followers or more is *pulled*
     (:func:`pulled_at`): its tweets go to its own timeline and to one list
@@ -200,7 +299,8 @@ def join_events(
     tweets between the timeline and the list (``Op.PULL`` / ``Op.UNPULL``).
     """
     keep = cap + slack
-    followers, tweets, pulled = set(state.followers), list(state.tweets), state.pulled
+    # The followers are decoded only if needed: a pulled author's posts do not need them.
+    tweets, pulled = list(state.tweets), state.pulled
     bodies: dict[int, bytes] = {}
     out: list[Mutation] = []
     ignored = 0
@@ -215,18 +315,18 @@ def join_events(
         if pulled:
             return (author_id,)
         if not cached:
-            cached.append(tuple(sorted(followers | {author_id})))
+            cached.append(tuple(sorted(state.followers | {author_id})))
         return cached[0]
 
     def cross(seq: int) -> None:
         """Move between push and pull when the follower count says so."""
         nonlocal pulled, listed, changed
-        now = pulled_at(len(followers), pull_threshold, pulled)
+        now = pulled_at(state.follower_count, pull_threshold, pulled)
         if now == pulled:
             return
         pulled, changed = now, True
         cached.clear()
-        owners = tuple(sorted(followers))
+        owners = tuple(sorted(state.followers))
         merged, horizon = newest(tweets, keep)
         if pulled:
             listed = True
@@ -259,8 +359,8 @@ def join_events(
             out.append(Mutation(Op.REMOVE, audience(), (ev.tweet_id,)))
         elif isinstance(ev, events.Followed):
             follower = ev.follower_id
-            if follower != author_id and follower not in followers:
-                followers.add(follower)
+            if follower != author_id and follower not in state.followers:
+                state.followers.add(follower)
                 changed = True
                 cached.clear()
             # Also for a known follower (a relay re-send): merging again is harmless.
@@ -270,10 +370,10 @@ def join_events(
                 merged, horizon = newest(tweets, keep)
                 out.append(Mutation(Op.ADD, (follower,), merged, horizon, seq))
         elif isinstance(ev, events.Unfollowed):
-            if ev.follower_id == author_id or ev.follower_id not in followers:
+            if ev.follower_id == author_id or ev.follower_id not in state.followers:
                 ignored += 1
                 continue
-            followers.discard(ev.follower_id)
+            state.followers.discard(ev.follower_id)
             changed = True
             cached.clear()
             if pulled:  # nothing of the author is in the timeline: only the fence moves
@@ -293,7 +393,7 @@ def join_events(
         merged, horizon = newest(tweets, keep)
         out.insert(0, Mutation(Op.LIST, (author_id,), merged, horizon))
     return JoinResult(
-        state=AuthorState(followers, tweets, pulled),
+        state=state.replaced(tweets, pulled),
         bodies=bodies,
         mutations=coalesce(out),
         changed=changed,

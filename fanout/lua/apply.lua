@@ -237,12 +237,6 @@ local function remove(owner, key, blob, seq)
   return gone
 end
 
--- A refill from the database: its entries whose bodies exist (a body gone is a
--- tweet deleted since) merged in, the horizon lowered to what it covers. A
--- refill older than the timeline's last unfollow may still hold that author:
--- it is dropped and asked for again. Onto a placeholder (a regeneration is
--- pending) the horizon is the higher one, and the regeneration is over; a
--- stale one is asked for again (the refill task names the new reset's seq).
 -- Whether the owner reads exactly these pulled authors' lists (packed ids).
 local function same_pulls(owner, blob)
   local have = redis.call('SMEMBERS', pulls(owner))
@@ -255,6 +249,12 @@ local function same_pulls(owner, blob)
   return true
 end
 
+-- A refill from the database: its entries whose bodies exist (a body gone is a
+-- tweet deleted since) merged in, the horizon lowered to what it covers. A
+-- refill older than the timeline's last unfollow may still hold that author:
+-- it is dropped and asked for again. Onto a placeholder (a regeneration is
+-- pending) the horizon is the higher one, and the regeneration is over; a
+-- stale one is asked for again (the refill task names the new reset's seq).
 local function reset(owner, key, blob, hr, seq, as_of, pulled)
   local s = redis.call('GET', key)
   local regen = regeneration(owner)
