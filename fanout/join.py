@@ -60,7 +60,7 @@ import bisect
 import struct
 from array import array
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import IntEnum
 
 from fanout import events
@@ -112,15 +112,14 @@ class Mutation:
 
 
 _PULLED = 1  # flags: the author is pulled
-_APART = 2  # flags: the follower ids are not in this value (AuthorState.encode_split)
 
 
 class AuthorState:
     """An author's join state: its followers and every live tweet.
 
-    The followers are decoded on first use, and a pulled author's are stored
-    apart (:meth:`encode_split`): its posts, the common case, need only the
-    tweets, and a million followers are 8 MB to move and decode.
+    The followers are decoded on first use and written back as they were
+    read when unchanged: a pulled author's posts, the common case, need only
+    the tweets, and a million followers are 8 MB to decode and sort.
     """
 
     __slots__ = ("_count", "_followers", "_load", "pulled", "tweets")
@@ -172,7 +171,7 @@ class AuthorState:
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
-        followers = sorted(self.followers) if self.followers_loaded else f"<{self._count} apart>"
+        followers = sorted(self.followers) if self.followers_loaded else f"<{self._count}>"
         return f"AuthorState(followers={followers}, tweets={self.tweets}, pulled={self.pulled})"
 
     def replaced(self, tweets: Iterable[int], pulled: bool) -> AuthorState:
@@ -185,15 +184,6 @@ class AuthorState:
         """The whole state as one value."""
         return self._pack(self._followers_packed(), _PULLED if self.pulled else 0)
 
-    def encode_split(self) -> tuple[bytes, bytes | None]:
-        """(the state without the follower ids, the follower ids packed or None
-        when they were not loaded, so are unchanged) for a pulled author; a
-        pushed author's whole state and None."""
-        if not self.pulled:
-            return self.encode(), None
-        main = self._pack(b"", _PULLED | _APART, count=self.follower_count)
-        return main, (self._followers_packed() if self.followers_loaded else None)
-
     def _followers_packed(self) -> bytes:
         """The follower ids, packed ascending (undecoded ones passed through)."""
         if self._followers is None:
@@ -201,23 +191,14 @@ class AuthorState:
             return self._load()
         return array("q", sorted(self._followers)).tobytes()
 
-    def _pack(self, followers: bytes, flags: int, count: int | None = None) -> bytes:
+    def _pack(self, followers: bytes, flags: int) -> bytes:
         tweets = array("q", self.tweets)
-        n = len(followers) // 8 if count is None else count
-        header = _HEADER.pack(_STATE_VERSION, n, len(tweets), flags)
+        header = _HEADER.pack(_STATE_VERSION, len(followers) // 8, len(tweets), flags)
         return header + followers + tweets.tobytes()
 
-    @staticmethod
-    def apart(blob: bytes | None) -> bool:
-        """Whether a value from :meth:`encode_split` left the follower ids out."""
-        return bool(blob) and blob[0] == _STATE_VERSION and bool(blob[_HEADER.size - 1] & _APART)
-
     @classmethod
-    def decode(
-        cls, blob: bytes | None, followers: Callable[[], bytes] | None = None
-    ) -> AuthorState:
-        """The state in ``blob``; ``followers`` gives the packed follower ids when
-        they were stored apart (called only if they are needed)."""
+    def decode(cls, blob: bytes | None) -> AuthorState:
+        """The state in ``blob`` (any version), its followers left undecoded."""
         if not blob:
             return cls()
         version, flags = blob[0], 0
@@ -232,20 +213,15 @@ class AuthorState:
             body = blob[_HEADER_V1.size :]
         else:
             raise ValueError(f"unknown author-state version {version}")
-        inline = 0 if flags & _APART else n_followers
-        if len(body) != 8 * (inline + n_tweets):
+        if len(body) != 8 * (n_followers + n_tweets):
             raise ValueError("author state is truncated")
         tweets = array("q")
-        tweets.frombytes(body[8 * inline :])
-        if flags & _APART:
-            if followers is None:
-                raise ValueError("author state's followers are stored apart")
-            return cls(tweets=tweets, pulled=True, load=followers, count=n_followers)
+        tweets.frombytes(body[8 * n_followers :])
         return cls(
             tweets=tweets,
             pulled=bool(flags & _PULLED),
-            load=lambda: body[: 8 * inline],
-            count=inline,
+            load=lambda: body[: 8 * n_followers],
+            count=n_followers,
         )
 
 
