@@ -1,10 +1,21 @@
-"""The SparkSession every Starling job uses, tuned for small fast micro-batches."""
+"""The SparkSession every Starling job uses, tuned for small fast micro-batches.
+
+Starling's settings (:data:`TUNING`) are defaults: a setting given to Spark
+the usual ways (``spark-defaults.conf`` in ``SPARK_CONF_DIR`` or
+``$SPARK_HOME/conf``, ``--conf`` to ``spark-submit``, or ``--conf`` in
+``PYSPARK_SUBMIT_ARGS`` for ``python -m spark.job``) wins over them, so an
+operator can, for one, turn the web UI on (``spark.ui.enabled=true``, port
+``spark.ui.port``, 4040 by default).
+"""
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
+import shlex
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -54,18 +65,54 @@ def shuffle_partitions(master: str) -> int:
     return int(os.environ.get("STARLING_SHUFFLE_PARTITIONS", str(os.cpu_count() or 2)))
 
 
+def given_settings(env: Mapping[str, str] | None = None) -> set[str]:
+    """The Spark settings given outside Starling's code: in ``spark-defaults.conf``
+    and as ``--conf`` in ``PYSPARK_SUBMIT_ARGS`` (a process started by
+    ``spark-submit`` itself also has them in its JVM: see :func:`build_session`)."""
+    env = os.environ if env is None else env
+    given: set[str] = set()
+    conf_dir = env.get("SPARK_CONF_DIR") or (
+        str(Path(env["SPARK_HOME"]) / "conf") if env.get("SPARK_HOME") else None
+    )
+    defaults = Path(conf_dir) / "spark-defaults.conf" if conf_dir else None
+    if defaults is not None and defaults.is_file():
+        for line in defaults.read_text().splitlines():
+            words = line.split(None, 1)
+            if words and not words[0].startswith("#"):
+                given.add(words[0])
+    args = shlex.split(env.get("PYSPARK_SUBMIT_ARGS", ""))
+    for flag, value in itertools.pairwise(args):
+        if flag in ("--conf", "-c") and "=" in value:
+            given.add(value.split("=", 1)[0])
+    return given
+
+
+def session_settings(master: str, conf: Mapping[str, Any], given: set[str]) -> dict[str, str]:
+    """What the builder sets: Starling's defaults except those ``given`` by the
+    operator, then ``conf`` (the caller's, which always applies)."""
+    defaults = {
+        **TUNING,
+        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{LOG4J}",
+        "spark.sql.shuffle.partitions": str(shuffle_partitions(master)),
+    }
+    return {
+        **{k: v for k, v in defaults.items() if k not in given},
+        **{k: str(v) for k, v in conf.items()},
+    }
+
+
 def build_session(master: str, app_name: str, **conf: Any) -> SparkSession:
     # Workers must run this interpreter (the virtualenv's), not the system Python.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    given = given_settings()
+    if os.environ.get("PYSPARK_GATEWAY_PORT"):  # started by spark-submit: its JVM has them all
+        from pyspark import SparkConf, SparkContext
+
+        SparkContext._ensure_initialized()
+        given |= {key for key, _ in SparkConf().getAll()}
     builder = SparkSession.builder.master(master).appName(app_name)
-    settings = {
-        **TUNING,
-        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{LOG4J}",
-        "spark.sql.shuffle.partitions": str(shuffle_partitions(master)),
-        **{k: str(v) for k, v in conf.items()},
-    }
-    for key, value in settings.items():
+    for key, value in session_settings(master, conf, given).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("SPARK_LOG_LEVEL", "WARN"))

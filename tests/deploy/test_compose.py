@@ -69,7 +69,7 @@ ALLOWED_EMPTY = {"STARLING_TOPIC_PREFIX"}
 #: Set by the image (Dockerfile ENV).
 IMAGE_ENV = {"STATIC_ROOT", "DJANGO_SETTINGS_MODULE", "STARLING_VAR_DIR"}
 #: Set for one service only.
-PER_SERVICE = {"STARLING_SHUFFLE_PARTITIONS": "fanout"}
+PER_SERVICE = {"STARLING_SHUFFLE_PARTITIONS": "fanout", "PYSPARK_SUBMIT_ARGS": "fanout"}
 #: The code's default suits production; an operator may set them in .env, which every
 #: app service loads (env_file), so .env.example must name them.
 OPTIONAL = {
@@ -103,6 +103,8 @@ OPTIONAL = {
     "STARLING_RATE_LOGIN_USER",
     "STARLING_NUM_PROXIES",
     "STARLING_METRICS_TOKEN",
+    "SPARK_CONF_DIR",
+    "SPARK_HOME",
 }
 #: Read by the code, deliberately not part of the production deployment.
 NOT_FOR_PRODUCTION = {
@@ -118,6 +120,7 @@ NOT_FOR_PRODUCTION = {
     # spark.session sets them to sys.executable: the image's Python, on every node.
     "PYSPARK_PYTHON": "defaults to the running interpreter",
     "PYSPARK_DRIVER_PYTHON": "defaults to the running interpreter",
+    "PYSPARK_GATEWAY_PORT": "set by spark-submit for the Python driver it starts",
 }
 #: Runs the app image without the application's settings: the Spark master runs no
 #: Starling code, so it gets no secrets.

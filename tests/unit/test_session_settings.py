@@ -1,0 +1,46 @@
+"""Starling's Spark settings are defaults: what an operator gives Spark wins."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from spark.session import TUNING, given_settings, session_settings
+
+
+def test_spark_defaults_conf_and_submit_args_are_given_settings(tmp_path: Path) -> None:
+    (tmp_path / "spark-defaults.conf").write_text(
+        "# a comment\nspark.ui.enabled   true\n\nspark.ui.port 4050\n"
+    )
+    env = {
+        "SPARK_CONF_DIR": str(tmp_path),
+        "PYSPARK_SUBMIT_ARGS": "--conf spark.cores.max=2 -c spark.sql.shuffle.partitions=8 "
+        "--name x pyspark-shell",
+    }
+    assert given_settings(env) == {
+        "spark.ui.enabled",
+        "spark.ui.port",
+        "spark.cores.max",
+        "spark.sql.shuffle.partitions",
+    }
+    assert given_settings({"SPARK_HOME": str(tmp_path / "nowhere")}) == set()
+
+
+def test_given_settings_are_not_overridden_and_the_callers_are() -> None:
+    settings = session_settings(
+        "local[2]",
+        {"spark.sql.session.timeZone": "UTC"},
+        {"spark.ui.enabled", "spark.sql.shuffle.partitions"},
+    )
+    assert "spark.ui.enabled" not in settings and "spark.sql.shuffle.partitions" not in settings
+    assert (
+        settings["spark.sql.streaming.stateStore.providerClass"]
+        == TUNING["spark.sql.streaming.stateStore.providerClass"]
+    )
+    assert session_settings("local[2]", {}, set())["spark.sql.shuffle.partitions"] == "2"
+    # The caller's own settings (the tests', say) always apply.
+    assert (
+        session_settings("local[2]", {"spark.ui.enabled": "false"}, {"spark.ui.enabled"})[
+            "spark.ui.enabled"
+        ]
+        == "false"
+    )
