@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib.auth import authenticate
+from django.contrib.auth import authenticate, password_validation
+from django.core.validators import RegexValidator
 from django.http import HttpResponse
 from drf_spectacular.utils import extend_schema, extend_schema_serializer, inline_serializer
 from rest_framework import exceptions, serializers, status
@@ -111,6 +112,16 @@ def current_user(request: Request) -> User:
 # --- auth ---------------------------------------------------------------------
 
 
+def _password_min_length() -> int:
+    """The minimum length Django's password validators enforce (0 if none does)."""
+    lengths = [
+        getattr(v, "min_length", 0)
+        for v in password_validation.get_default_password_validators()
+        if isinstance(v, password_validation.MinimumLengthValidator)
+    ]
+    return max(lengths, default=0)
+
+
 class RegisterApi(View):
     permission_classes = [AllowAny]
     throttle_classes = [LoginIPThrottle]
@@ -118,7 +129,15 @@ class RegisterApi(View):
 
     class InputSerializer(serializers.Serializer):
         username = StrictCharField(max_length=150)
-        password = StrictCharField(max_length=128, trim_whitespace=False)
+        #: The rules the schema can state (length, not all digits) are stated: a
+        #: client can follow them; Django's other validators (common passwords,
+        #: likeness to the username) still refuse some passwords with a 400.
+        password = StrictCharField(
+            min_length=_password_min_length(),
+            max_length=128,
+            trim_whitespace=False,
+            validators=[RegexValidator(r"\D", message="the password cannot be entirely numeric")],
+        )
 
     class OutputSerializer(serializers.Serializer):
         id = serializers.IntegerField()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -302,3 +303,18 @@ def test_schema_and_docs_are_served() -> None:
     paths = schema.json()["paths"]
     assert "/api/v1/tweets" in paths and "/api/v1/users/{username}/follow" in paths
     assert APIClient().get("/api/docs/").status_code == 200
+
+
+def test_the_schema_states_the_password_rules_it_can() -> None:
+    """Length and not-all-digits are in the schema, so a schema-valid request is
+    not refused for them (Django's other password validators cannot be stated)."""
+    schema = APIClient().get("/api/schema/?format=json").json()
+    password = schema["components"]["schemas"]["RegisterInputRequest"]["properties"]["password"]
+    assert password["minLength"] == 8 and password["maxLength"] == 128
+    assert re.search(password["pattern"], "abcdefgh1") and not re.search(
+        password["pattern"], "12345678901"
+    )
+    query = {
+        p["name"]: p["schema"] for p in schema["paths"]["/api/v1/timeline"]["get"]["parameters"]
+    }
+    assert query["min_seq"]["maximum"] == 2**63 - 1 and query["count"]["maximum"] == 200
