@@ -697,3 +697,14 @@ def test_production_settings_refuse_to_start_in_a_process_without_a_key() -> Non
     )
     assert result.returncode != 0
     assert "DJANGO_SECRET_KEY must be set in production" in result.stderr
+
+
+def test_the_readme_configuration_table_names_every_variable_the_code_reads() -> None:
+    """One complete table for adopters: every variable read by feed/, fanout/
+    or spark/ is in README.md's Configuration section, except those that are
+    not part of a deployment (NOT_FOR_PRODUCTION says why)."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## Configuration") : readme.index("## Operations")]
+    documented = set(re.findall(r"`([A-Z][A-Z0-9_]+)`", section))
+    missing = set(code_env_reads()) - documented - set(NOT_FOR_PRODUCTION)
+    assert not missing, f"add them to README.md's Configuration table: {sorted(missing)}"
