@@ -25,12 +25,12 @@ RUN mkdir -p /usr/share/man/man1 \
     && apt-get install -y --no-install-recommends openjdk-17-jre-headless procps \
     && rm -rf /var/lib/apt/lists/*
 
-# The dependencies first, read from pyproject.toml, so that a code change does not
-# reinstall them (pyspark alone is ~450 MB).
-COPY pyproject.toml /tmp/build/pyproject.toml
+# The dependencies first, read from pyproject.toml at the versions requirements.lock
+# pins, so that a code change does not reinstall them (pyspark alone is ~450 MB).
+COPY pyproject.toml requirements.lock /tmp/build/
 RUN python -c "import tomllib; p = tomllib.load(open('/tmp/build/pyproject.toml', 'rb')); print('\n'.join(p['project']['dependencies']))" \
         > /tmp/build/requirements.txt \
-    && pip install -r /tmp/build/requirements.txt
+    && pip install -c /tmp/build/requirements.lock -r /tmp/build/requirements.txt
 
 # Then the project itself, from pyproject.toml (`pip install .`). Only the packages are
 # copied: nothing else from the build context (.env, var/, .venv) can reach the image.

@@ -9,18 +9,27 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help setup run test test-quick test-unit lint lint-code bench clean check-java check-redis check-postgres check-luacheck check-wrk
+.PHONY: help setup lock run test test-quick test-unit lint lint-code bench clean check-java check-redis check-postgres check-luacheck check-wrk
 
 help: ## Show the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml requirements.lock
 	@command -v $(PYTHON) >/dev/null || { echo "Python 3.11 is needed ($(PYTHON) not found); set PYTHON=/path/to/python3.11"; exit 1; }
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' || { echo "$(PYTHON) is not Python 3.11"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -c requirements.lock -e '.[dev]'
 	touch $(STAMP)
+
+lock: ## Re-resolve pyproject.toml's dependencies in a fresh environment into requirements.lock
+	rm -rf $(VENV)-lock
+	$(PYTHON) -m venv $(VENV)-lock
+	$(VENV)-lock/bin/pip install --quiet --upgrade pip
+	$(VENV)-lock/bin/pip install --quiet -e '.[dev]'
+	{ sed -n '/^#/p' requirements.lock; $(VENV)-lock/bin/pip freeze --exclude-editable; } > requirements.lock.new
+	mv requirements.lock.new requirements.lock
+	rm -rf $(VENV)-lock
 
 setup: $(STAMP) check-java check-redis ## Create .venv and install everything (run and test do this)
 

@@ -708,3 +708,21 @@ def test_the_readme_configuration_table_names_every_variable_the_code_reads() ->
     documented = set(re.findall(r"`([A-Z][A-Z0-9_]+)`", section))
     missing = set(code_env_reads()) - documented - set(NOT_FOR_PRODUCTION)
     assert not missing, f"add them to README.md's Configuration table: {sorted(missing)}"
+
+
+def test_every_install_uses_the_lock_file() -> None:
+    """make (the virtual environment, so CI) and the image install the versions
+    requirements.lock pins, and it pins every dependency pyproject.toml names."""
+    import tomllib
+
+    lock = (ROOT / "requirements.lock").read_text().splitlines()
+    pins = dict(line.split("==", 1) for line in lock if line.strip() and not line.startswith("#"))
+    assert all(re.fullmatch(r"[0-9][0-9A-Za-z.+!-]*", v) for v in pins.values()), "exact pins"
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    wanted = [*project["dependencies"], *project["optional-dependencies"]["dev"]]
+    names = {re.split(r"[\[<>=!~;\s]", d, maxsplit=1)[0].lower().replace("_", "-") for d in wanted}
+    locked = {n.lower().replace("_", "-") for n in pins}
+    assert names <= locked, f"not in requirements.lock (make lock): {sorted(names - locked)}"
+    makefile = (ROOT / "Makefile").read_text()
+    assert "pip install --quiet -c requirements.lock -e '.[dev]'" in makefile
+    assert "-c /tmp/build/requirements.lock" in DOCKERFILE.read_text()
