@@ -112,14 +112,16 @@ class Mutation:
 
 
 _PULLED = 1  # flags: the author is pulled
+_APART = 2  # flags: the follower ids are kept in a value of their own (encode_split)
 
 
 class AuthorState:
     """An author's join state: its followers and every live tweet.
 
     The followers are decoded on first use and written back as they were
-    read when unchanged: a pulled author's posts, the common case, need only
-    the tweets, and a million followers are 8 MB to decode and sort.
+    read when unchanged; a pulled author's are stored apart
+    (:meth:`encode_split`): its posts, the common case, need only the
+    tweets, and a million followers are 8 MB to move, decode and sort.
     """
 
     __slots__ = ("_count", "_followers", "_load", "pulled", "tweets")
@@ -171,7 +173,7 @@ class AuthorState:
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
-        followers = sorted(self.followers) if self.followers_loaded else f"<{self._count}>"
+        followers = sorted(self.followers) if self.followers_loaded else f"<{self._count} ids>"
         return f"AuthorState(followers={followers}, tweets={self.tweets}, pulled={self.pulled})"
 
     def replaced(self, tweets: Iterable[int], pulled: bool) -> AuthorState:
@@ -183,6 +185,24 @@ class AuthorState:
     def encode(self) -> bytes:
         """The whole state as one value."""
         return self._pack(self._followers_packed(), _PULLED if self.pulled else 0)
+
+    def encode_split(self) -> tuple[bytes, bytes | None]:
+        """A pulled author's state without its follower ids, and the ids packed
+        (None if they were not decoded, so are unchanged); a pushed author's
+        whole state, and None."""
+        if not self.pulled:
+            return self.encode(), None
+        tweets = array("q", self.tweets)
+        header = _HEADER.pack(_STATE_VERSION, self.follower_count, len(tweets), _PULLED | _APART)
+        apart = self._followers_packed() if self.followers_loaded else None
+        return header + tweets.tobytes(), apart
+
+    @staticmethod
+    def apart(blob: bytes | None) -> bool:
+        """Whether a value from :meth:`encode_split` left the follower ids out."""
+        if not blob or blob[0] != _STATE_VERSION:
+            return False
+        return bool(blob[_HEADER.size - 1] & _APART)
 
     def _followers_packed(self) -> bytes:
         """The follower ids, packed ascending (undecoded ones passed through)."""
@@ -197,8 +217,11 @@ class AuthorState:
         return header + followers + tweets.tobytes()
 
     @classmethod
-    def decode(cls, blob: bytes | None) -> AuthorState:
-        """The state in ``blob`` (any version), its followers left undecoded."""
+    def decode(
+        cls, blob: bytes | None, followers: Callable[[], bytes | None] | None = None
+    ) -> AuthorState:
+        """The state in ``blob`` (any version), its followers left undecoded;
+        ``followers`` gives them (packed) when they were stored apart."""
         if not blob:
             return cls()
         version, flags = blob[0], 0
@@ -213,10 +236,16 @@ class AuthorState:
             body = blob[_HEADER_V1.size :]
         else:
             raise ValueError(f"unknown author-state version {version}")
-        if len(body) != 8 * (n_followers + n_tweets):
+        inline = 0 if flags & _APART else n_followers
+        if len(body) != 8 * (inline + n_tweets):
             raise ValueError("author state is truncated")
         tweets = array("q")
-        tweets.frombytes(body[8 * n_followers :])
+        tweets.frombytes(body[8 * inline :])
+        if flags & _APART:
+            if followers is None:
+                raise ValueError("the author state's followers are stored apart")
+            load = followers
+            return cls(tweets=tweets, pulled=True, load=lambda: load() or b"", count=n_followers)
         return cls(
             tweets=tweets,
             pulled=bool(flags & _PULLED),

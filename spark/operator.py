@@ -93,6 +93,9 @@ class JoinProcessor(StatefulProcessor):
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.state = handle.getValueState("author", STATE_SCHEMA)
+        #: A pulled author's follower ids (AuthorState.encode_split): read only when
+        #: a batch needs them, so its posts do not move megabytes of followers.
+        self.audience = handle.getValueState("audience", STATE_SCHEMA)
 
     def handleInitialState(self, key: Any, initialState: Row, timerValues: Any) -> None:
         """A rebuild's author state (spark.rebuild), loaded in the first batch."""
@@ -122,20 +125,30 @@ class JoinProcessor(StatefulProcessor):
             out.seq = max(out.seq, envelope.seq)
         if envelopes:
             stored = self.state.get()
+            blob = bytes(stored[0]) if stored else None
             result = join_events(
                 author_id,
-                AuthorState.decode(stored[0] if stored else None),
+                AuthorState.decode(blob, self._audience),
                 envelopes,
                 cap=self.cap,
                 slack=self.slack,
                 pull_threshold=self.pull_threshold,
             )
             if result.changed:
-                self.state.update((result.state.encode(),))
+                main, apart = result.state.encode_split()
+                self.state.update((main,))
+                if apart is not None:
+                    self.audience.update((apart,))
+                elif not result.state.pulled and AuthorState.apart(blob):
+                    self.audience.clear()  # pushed again: the followers are back inline
             out.ignored = result.ignored
             out.bodies = result.bodies
             out.mutations = result.mutations
         yield Row(bundle=encode_bundle(out))
+
+    def _audience(self) -> bytes | None:
+        stored = self.audience.get()
+        return bytes(stored[0]) if stored else None
 
     def close(self) -> None:
         pass

@@ -26,6 +26,9 @@ class FakeValueState:
     def update(self, value: tuple[Any, ...]) -> None:
         self.value = value
 
+    def clear(self) -> None:
+        self.value = None
+
 
 class FakeHandle:
     def __init__(self) -> None:
@@ -71,6 +74,22 @@ def test_processor_applies_the_rules_with_the_configured_cap_and_slack() -> None
     assert bundle.mutations[-1] == Mutation(Op.ADD, (7, 8), (100, 101, 102, 103, 104), 0, 6)
     follow = run(processor, 7, [row(events.Followed(9, 7), 7)])
     assert follow.mutations == [Mutation(Op.ADD, (9,), (102, 103, 104), 102, 7)]  # cap 2 + slack 1
+
+
+def test_a_pulled_authors_followers_live_apart_until_it_is_pushed_again() -> None:
+    processor = JoinProcessor(TOPICS, cap=2, slack=1, pull_threshold=2)
+    handle = FakeHandle()
+    processor.init(handle)
+    run(processor, 7, [row(events.Followed(8, 7), 1), row(events.Followed(9, 7), 2)])
+    main, audience = handle.states["author"], handle.states["audience"]
+    assert AuthorState.apart(main.value[0]) and audience.value is not None  # type: ignore[index]
+    size = len(main.value[0])  # type: ignore[index]
+    post = run(processor, 7, [row(events.TweetPosted(100, 7, "ann", "hi"), 3)])
+    assert [m.op for m in post.mutations] == [Op.LIST, Op.ADD]
+    assert len(main.value[0]) == size + 8  # type: ignore[index]  # one tweet more, no followers
+    run(processor, 7, [row(events.Unfollowed(9, 7), 4)])  # 1 < 9/10 of 2: pushed again
+    state = AuthorState.decode(main.value[0])  # type: ignore[index]
+    assert not state.pulled and state.followers == {8} and audience.value is None
 
 
 def test_bad_records_become_dead_letters_with_their_position() -> None:

@@ -92,3 +92,33 @@ def test_the_incremental_state_is_the_rebuilt_one(
             pull_threshold=threshold,
         ).state
     assert state == rebuilt_author_state(author, followers, live, pull_threshold=threshold)
+
+
+def test_a_pulled_authors_followers_are_stored_apart_and_read_only_when_needed() -> None:
+    state = AuthorState(followers={5, 6, 7}, tweets=[10, 20], pulled=True)
+    main, apart = state.encode_split()
+    assert AuthorState.apart(main) and apart is not None and len(main) < len(state.encode())
+    reads: list[int] = []
+
+    def followers() -> bytes:
+        reads.append(1)
+        return apart
+
+    posted = join_events(
+        1,
+        AuthorState.decode(main, followers),
+        [events.Envelope(3, events.TweetPosted(30, 1, "a", "t"))],
+        cap=CAP,
+        slack=SLACK,
+        pull_threshold=2,
+    ).state
+    assert not reads and posted.encode_split() == (
+        AuthorState(followers={5, 6, 7}, tweets=[10, 20, 30], pulled=True).encode_split()[0],
+        None,  # the followers were not read, so they are not written
+    )
+    assert posted == AuthorState(followers={5, 6, 7}, tweets=[10, 20, 30], pulled=True)
+    assert reads == [1]  # the comparison above needed them
+    pushed = AuthorState(followers={5}, tweets=[10])
+    assert pushed.encode_split() == (pushed.encode(), None) and not AuthorState.apart(
+        pushed.encode()
+    )
