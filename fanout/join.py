@@ -124,7 +124,7 @@ class AuthorState:
     tweets, and a million followers are 8 MB to move, decode and sort.
     """
 
-    __slots__ = ("_count", "_followers", "_load", "pulled", "tweets")
+    __slots__ = ("_apart", "_count", "_followers", "_load", "pulled", "tweets")
 
     def __init__(
         self,
@@ -141,6 +141,7 @@ class AuthorState:
         self._followers: set[int] | None = None if load is not None else set(followers)
         self._load = load  # the packed follower ids, until they are needed
         self._count = count
+        self._apart = False  # read from a value of their own (encode_split)
 
     @property
     def followers(self) -> set[int]:
@@ -180,6 +181,7 @@ class AuthorState:
         """The same followers (still undecoded if they were) with these tweets."""
         out = AuthorState(tweets=tweets, pulled=pulled)
         out._followers, out._load, out._count = self._followers, self._load, self._count
+        out._apart = self._apart
         return out
 
     def encode(self) -> bytes:
@@ -188,14 +190,14 @@ class AuthorState:
 
     def encode_split(self) -> tuple[bytes, bytes | None]:
         """A pulled author's state without its follower ids, and the ids packed
-        (None if they were not decoded, so are unchanged); a pushed author's
-        whole state, and None."""
+        (None if they were read apart and not decoded since: unchanged); a
+        pushed author's whole state, and None."""
         if not self.pulled:
             return self.encode(), None
         tweets = array("q", self.tweets)
         header = _HEADER.pack(_STATE_VERSION, self.follower_count, len(tweets), _PULLED | _APART)
-        apart = self._followers_packed() if self.followers_loaded else None
-        return header + tweets.tobytes(), apart
+        unchanged = self._apart and not self.followers_loaded
+        return header + tweets.tobytes(), None if unchanged else self._followers_packed()
 
     @staticmethod
     def apart(blob: bytes | None) -> bool:
@@ -245,7 +247,9 @@ class AuthorState:
             if followers is None:
                 raise ValueError("the author state's followers are stored apart")
             load = followers
-            return cls(tweets=tweets, pulled=True, load=lambda: load() or b"", count=n_followers)
+            state = cls(tweets=tweets, pulled=True, load=lambda: load() or b"", count=n_followers)
+            state._apart = True
+            return state
         return cls(
             tweets=tweets,
             pulled=bool(flags & _PULLED),

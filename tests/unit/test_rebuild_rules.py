@@ -122,3 +122,13 @@ def test_a_pulled_authors_followers_are_stored_apart_and_read_only_when_needed()
     assert pushed.encode_split() == (pushed.encode(), None) and not AuthorState.apart(
         pushed.encode()
     )
+
+
+def test_a_pulled_state_written_whole_moves_its_followers_apart_at_its_next_write() -> None:
+    """A rebuild hands over whole values; the job's first write of a pulled
+    author must store the followers apart, or they would be lost."""
+    whole = AuthorState(followers={5, 6}, tweets=[10], pulled=True).encode()
+    state = AuthorState.decode(whole)
+    main, apart = state.replaced([10, 20], True).encode_split()
+    assert AuthorState.apart(main) and apart is not None
+    assert AuthorState.decode(main, lambda: apart) == AuthorState({5, 6}, [10, 20], True)
