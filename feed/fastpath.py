@@ -20,7 +20,9 @@ from django.core import signals
 from django.db import connections
 from django.http.request import split_domain_port, validate_host
 
+from fanout.logs import request_scope
 from feed import timeline
+from feed.middleware import HEADER
 
 log = logging.getLogger(__name__)
 
@@ -52,33 +54,37 @@ class TimelineFastPath:
             return self.app(environ, start_response)
         from feed.readpath import timeline_reader
 
-        host = environ.get("HTTP_HOST") or environ.get("SERVER_NAME", "")
-        if host not in self._good_hosts and not self._host_ok(host):
-            response = timeline.error(400, "bad_request", f"invalid Host header: {host[:100]!r}")
-        else:
-            try:
-                response = timeline.handle(
-                    environ.get("REQUEST_METHOD", "GET"),
-                    environ.get("HTTP_AUTHORIZATION", ""),
-                    environ.get("QUERY_STRING", ""),
-                    timeline_reader(),
-                )
-            except Exception:
-                log.exception("timeline read failed")
-                response = timeline.error(500, "server_error", "internal server error")
-            finally:
-                # Some reads query the database (cold timelines, deep pages):
-                # Django then recycles the connection as after its own views.
-                if any(c.connection is not None for c in connections.all(initialized_only=True)):
-                    signals.request_finished.send(sender=self.__class__)
+        with request_scope(environ.get("HTTP_X_REQUEST_ID")) as rid:
+            response = self._answer(environ, timeline_reader)
         headers = [
             ("Content-Type", "application/json"),
             ("Content-Length", str(len(response.body))),
+            (HEADER, rid),
             *self.security_headers,
             *response.headers.items(),
         ]
         start_response(f"{response.status} {HTTPStatus(response.status).phrase}", headers)
         return [b"" if environ.get("REQUEST_METHOD") == "HEAD" else response.body]
+
+    def _answer(self, environ: dict[str, Any], reader: Callable[[], Any]) -> timeline.Response:
+        host = environ.get("HTTP_HOST") or environ.get("SERVER_NAME", "")
+        if host not in self._good_hosts and not self._host_ok(host):
+            return timeline.error(400, "bad_request", f"invalid Host header: {host[:100]!r}")
+        try:
+            return timeline.handle(
+                environ.get("REQUEST_METHOD", "GET"),
+                environ.get("HTTP_AUTHORIZATION", ""),
+                environ.get("QUERY_STRING", ""),
+                reader(),
+            )
+        except Exception:
+            log.exception("timeline read failed")
+            return timeline.error(500, "server_error", "internal server error")
+        finally:
+            # Some reads query the database (cold timelines, deep pages):
+            # Django then recycles the connection as after its own views.
+            if any(c.connection is not None for c in connections.all(initialized_only=True)):
+                signals.request_finished.send(sender=self.__class__)
 
     def _host_ok(self, host: str) -> bool:
         domain, _ = split_domain_port(host)

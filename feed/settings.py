@@ -13,6 +13,7 @@ from pathlib import Path
 
 import dj_database_url
 
+from fanout import logs
 from fanout.config import StarlingConfig
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -61,6 +62,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "feed.middleware.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -175,6 +177,8 @@ SPECTACULAR_SETTINGS = {
 # Celery: Redis is its broker; results are not kept (tasks return nothing useful).
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL") or STARLING.redis_url
 CELERY_TASK_IGNORE_RESULT = True
+# The worker logs through LOGGING below (its format, LOG_FORMAT=json included).
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_connect_timeout": 2, "socket_timeout": 5}
@@ -194,11 +198,12 @@ CELERY_BEAT_SCHEDULE = {
     },
 }
 
+# LOG_FORMAT=json: one JSON object per line, with the request id (fanout.logs).
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "formatters": {"plain": {"format": logs.PLAIN}, "json": {"()": "fanout.logs.JsonFormatter"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": logs.log_format()}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
     "loggers": {
         "django.db.backends": {"level": "WARNING"},

@@ -30,6 +30,7 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
+from fanout import logs
 from fanout.config import StarlingConfig
 from fanout.kafka import ensure_topics
 from fanout.timelines import store_for
@@ -161,9 +162,7 @@ def default_checkpoint() -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    logs.configure()  # LOG_FORMAT: plain lines or JSON
     log.setLevel(os.environ.get("STARLING_LOG_LEVEL", "INFO"))
     args = _parse(argv)
     config = StarlingConfig.from_env()

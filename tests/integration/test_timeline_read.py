@@ -411,6 +411,23 @@ def test_the_wsgi_fast_path_answers_like_the_django_view(fanout: Fanout) -> None
     assert wsgi_get("/api/v1/users/ann")[0] == "200 OK"
 
 
+def test_every_response_names_its_request_id(fanout: Fanout) -> None:
+    """The fast path and Django both: the client's X-Request-ID if it looks like
+    one, else a new one (log records made meanwhile carry it: fanout.logs)."""
+    ann = UserFactory(username="ann")
+    fanout.apply(events.Followed(ann.pk, ann.pk), seq=1)
+    token = issue_token(ann)
+    _, headers, _ = wsgi_get(
+        "/api/v1/timeline", "", HTTP_AUTHORIZATION=f"Bearer {token}", HTTP_X_REQUEST_ID="r-1"
+    )
+    assert headers["X-Request-ID"] == "r-1"
+    _, headers, _ = wsgi_get("/api/v1/timeline", "", HTTP_X_REQUEST_ID="not an id")
+    assert len(headers["X-Request-ID"]) == 32
+    django = client_for(ann).get("/api/v1/users/ann", HTTP_X_REQUEST_ID="r-2")
+    assert django["X-Request-ID"] == "r-2"
+    assert len(client_for(ann).get("/api/v1/users/ann")["X-Request-ID"]) == 32
+
+
 def test_store_read_page_reports_cold_and_nogen(
     starling: StarlingConfig, redis_client: redis.Redis
 ) -> None:
