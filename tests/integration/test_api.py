@@ -318,3 +318,12 @@ def test_the_schema_states_the_password_rules_it_can() -> None:
         p["name"]: p["schema"] for p in schema["paths"]["/api/v1/timeline"]["get"]["parameters"]
     }
     assert query["min_seq"]["maximum"] == 2**63 - 1 and query["count"]["maximum"] == 200
+
+
+def test_the_api_docs_load_their_assets_from_this_server() -> None:
+    """Swagger UI's scripts and styles come from Starling's static files, not a
+    CDN: the docs work offline and behind a strict firewall."""
+    html = APIClient().get("/api/docs/").content.decode()
+    assets = re.findall(r'(?:src|href)="([^"]+\.(?:js|css|png))"', html)
+    assert assets and all(a.startswith("/static/drf_spectacular_sidecar/") for a in assets), assets
+    assert "cdn." not in html and "unpkg" not in html
