@@ -113,7 +113,8 @@ def chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
 
 
 class Progress:
-    """Prints done/total, percent and rows/s at most every ``every`` seconds."""
+    """Prints done/total, percent, rows/s and the time left at most every
+    ``every`` seconds."""
 
     def __init__(self, total: int, every: float = 2.0) -> None:
         self.total = total
@@ -127,9 +128,11 @@ class Progress:
         if now - self.last >= self.every or self.done >= self.total:
             self.last = now
             rate = self.done / max(now - self.started, 1e-9)
+            left = max(self.total - self.done, 0) / max(rate, 1e-9)
             print(
                 f"  {what:<8} {self.done:>11,}/{self.total:,} rows "
-                f"{100 * self.done / max(self.total, 1):5.1f}%  {rate:,.0f} rows/s",
+                f"{100 * self.done / max(self.total, 1):5.1f}%  {rate:,.0f} rows/s  "
+                f"ETA {left:,.0f}s",
                 flush=True,
             )
 

@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-from load_tests.seed import Network, chunks, generate, username
+from load_tests.seed import Network, Progress, chunks, generate, username
 
 USERS = 2000
 
@@ -88,3 +88,12 @@ def test_tiny_networks_are_refused() -> None:
 def test_chunks_cover_everything_in_order() -> None:
     assert [list(c) for c in chunks(list(range(7)), 3)] == [[0, 1, 2], [3, 4, 5], [6]]
     assert list(chunks([], 3)) == []
+
+
+def test_progress_prints_percent_rate_and_time_left(capsys: pytest.CaptureFixture[str]) -> None:
+    progress = Progress(total=400, every=0.0)
+    progress.add(100, "users")
+    progress.add(300, "tweets")
+    first, last = capsys.readouterr().out.splitlines()
+    assert "100/400 rows" in first and " 25.0%" in first and "ETA" in first
+    assert "400/400 rows" in last and "100.0%" in last and last.endswith("ETA 0s")
