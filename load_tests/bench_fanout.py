@@ -61,8 +61,9 @@ from typing import Any
 import redis
 
 from fanout import embedded, events, ids
+from fanout.author_state import AuthorState
 from fanout.config import DEFAULT_PULL_THRESHOLD, StarlingConfig, TopicNames
-from fanout.join import AuthorState, Mutation, join_events
+from fanout.join import Mutation, join_events
 from fanout.kafka import ensure_topics, make_producer
 from fanout.keys import timeline as timeline_key
 from fanout.partitioning import partition_for

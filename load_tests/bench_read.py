@@ -159,8 +159,9 @@ def main(argv: list[str] | None = None) -> int:
     import django
 
     from fanout import embedded, events, ids
+    from fanout.author_state import AuthorState
     from fanout.config import StarlingConfig
-    from fanout.join import AuthorState, Mutation, Op, join_events, newest
+    from fanout.join import Mutation, Op, join_events, newest
     from load_tests import network
     from load_tests.harness import Report, ratio
 

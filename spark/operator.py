@@ -26,8 +26,9 @@ from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.types import BinaryType, StructField, StructType
 
 from fanout import events
+from fanout.author_state import AuthorState
 from fanout.config import StarlingConfig, TopicNames
-from fanout.join import AuthorState, Mutation, Op, join_events
+from fanout.join import Mutation, Op, join_events
 from fanout.watermark import mark_name
 from spark.changelog import MARKS
 

@@ -22,8 +22,9 @@ from django.db import close_old_connections
 from rest_framework.test import APIClient
 
 from fanout import events
+from fanout.author_state import AuthorState
 from fanout.config import StarlingConfig
-from fanout.join import AuthorState, Mutation, Op, join_events
+from fanout.join import Mutation, Op, join_events
 from fanout.timelines import TimelineStore, store_for
 from feed.auth import issue_token
 from feed.models import OutboxEvent, User

@@ -13,7 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fanout import keys
-from fanout.join import AuthorState, Mutation, Op, join_events
+from fanout.author_state import AuthorState
+from fanout.join import Mutation, Op, join_events
 from fanout.keys import timeline as timeline_key
 from fanout.timeline_ops import (
     IDLE,

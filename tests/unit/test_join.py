@@ -16,7 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fanout import events
-from fanout.join import AuthorState, Mutation, Op, coalesce, join_events, newest, pulled_at
+from fanout.author_state import AuthorState
+from fanout.join import Mutation, Op, coalesce, join_events, newest, pulled_at
 from fanout.timeline_ops import group_by_timeline
 from tests.timeline_model import TimelineModel, oracle
 

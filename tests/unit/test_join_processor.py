@@ -8,8 +8,9 @@ from typing import Any
 from pyspark.sql import Row
 
 from fanout import events
+from fanout.author_state import AuthorState
 from fanout.config import TopicNames
-from fanout.join import AuthorState, Mutation, Op
+from fanout.join import Mutation, Op
 from spark.changelog import MARKS
 from spark.operator import Bundle, JoinProcessor, decode_bundle, encode_bundle
 

@@ -10,7 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fanout import events
-from fanout.join import AuthorState, join_events, rebuilt_author_state, rebuilt_timeline
+from fanout.author_state import AuthorState
+from fanout.join import join_events, rebuilt_author_state, rebuilt_timeline
 
 CAP, SLACK = 5, 2
 
