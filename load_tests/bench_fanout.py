@@ -699,7 +699,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.celebrity:
         return celebrity(args)
 
-    workdir, config, services = start_services("fanout")
+    workdir, config, services = start_services("fanout", args.pull_threshold)
     params = {k: v for k, v in vars(args).items() if not k.startswith("celebrity")}
     report = Report("bench_fanout", params=params | {"partitions": 2, "timeline_size": 800})
     job: Job | None = None
