@@ -32,7 +32,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from fanout.cli import interruptible, machine_output
 from fanout.config import StarlingConfig
 from fanout.timelines import store_for
-from spark.rebuild import Oracle, Progress, Rebuild, RebuildFailed, Settled, Summary
+from spark.rebuild import Oracle, Rebuild, RebuildFailed, Settled
+from spark.rebuild_report import Progress, Summary
 from spark.session import build_session
 
 log = logging.getLogger("starling.rebuild")
