@@ -3,8 +3,9 @@
 Key names come from :mod:`fanout.keys`, the Lua from ``fanout/lua/`` (loaded
 by :mod:`fanout.scripts`), the packed format and the batching of writes from
 :mod:`fanout.timeline_ops`. Timelines belong to a *generation* (a rebuild
-writes a new one and switches readers to it at once); tweet bodies are
-shared by all generations.
+writes a new one and switches readers to it at once; their lifecycle is
+:mod:`fanout.generations`, part of this store); tweet bodies are shared by
+all generations.
 
 Every write is idempotent, so replaying a micro-batch changes nothing.
 The scripts reach keys they do not declare (timelines are chosen inside the
@@ -21,8 +22,9 @@ from typing import Any
 import orjson
 import redis
 
-from fanout import ids, keys
+from fanout import keys
 from fanout.config import StarlingConfig
+from fanout.generations import GenerationMissing, GenerationStore
 from fanout.join import SLACK, Mutation
 from fanout.redis_conn import HotScript, client
 from fanout.scripts import Script, explain
@@ -35,10 +37,6 @@ from fanout.timeline_ops import (
     is_timeline,
 )
 from fanout.watermark import Watermark
-
-
-class GenerationMissing(RuntimeError):
-    """The generation being written is not in Redis: Redis lost its data."""
 
 
 @dataclass(frozen=True)
@@ -102,7 +100,7 @@ def store_for(config: StarlingConfig, *, timeout: float = 5.0) -> TimelineStore:
     )
 
 
-class TimelineStore:
+class TimelineStore(GenerationStore):
     """Reads and idempotent bulk writes of timelines, bodies and bookkeeping."""
 
     #: Units of work per script call (ids, body bytes, ops: timeline_ops.encode_ops):
@@ -123,158 +121,10 @@ class TimelineStore:
         self._drop_idle = Script(client, "drop_idle")
         self._watermark = Script(client, "watermark")
 
-    # --- generations ---------------------------------------------------------
-
-    def active_generation(self) -> int | None:
-        raw = self.redis.get(keys.ACTIVE_GENERATION)
-        return int(raw) if raw is not None else None
-
-    def generation_exists(self, generation: int) -> bool:
-        return bool(self.redis.exists(keys.generation(generation)))
-
-    def create_generation(self, generation: int, **meta: str | float) -> None:
-        self.redis.hset(keys.generation(generation), "created_at", time.time())
-        for name, value in meta.items():
-            self.redis.hset(keys.generation(generation), name, value)
-
-    def activate(self, generation: int) -> None:
-        if not self.generation_exists(generation):
-            raise GenerationMissing(f"generation {generation} does not exist")
-        self.redis.set(keys.ACTIVE_GENERATION, generation)
-
-    def ensure_active_generation(self) -> int:
-        """The active generation, creating generation 1 on a Redis that has none."""
-        active = self.active_generation()
-        if active is None:
-            self.create_generation(1, state="active")
-            self.redis.set(keys.ACTIVE_GENERATION, 1, nx=True)
-            active = self.active_generation()
-        assert active is not None
-        return active
-
-    def new_generation(self, **meta: str | float) -> int:
-        """A fresh generation number (above every one in use), created with ``meta``."""
-        number = int(self.redis.incr(keys.GENERATION_COUNTER))
-        floor = self.active_generation() or 0
-        if number <= floor:  # the counter was lost (FLUSHALL) or predates it
-            self.redis.set(keys.GENERATION_COUNTER, floor + 1)
-            number = floor + 1
-        self.create_generation(number, **meta)
-        return number
-
-    def generation_meta(self, generation: int) -> dict[str, str]:
-        raw = self.redis.hgetall(keys.generation(generation))
-        return {_text(k): _text(v) for k, v in raw.items()}
-
-    def set_generation_meta(self, generation: int, **meta: str | float) -> None:
-        self.redis.hset(keys.generation(generation), mapping=meta)  # type: ignore[arg-type]
-
-    def claim_regeneration(self, generation: int, user_id: int, *, window: int) -> bool:
-        """Claim the regeneration of one timeline for ``window`` seconds (False if
-        already claimed). Until :meth:`regenerating_until` names its seq, reads of
-        the timeline stay cold."""
-        key = keys.regeneration(generation, user_id)
-        return bool(self.redis.set(key, ids.MAX_ID, nx=True, ex=window))
-
-    def regenerating_until(self, generation: int, user_id: int, seq: int, *, window: int) -> None:
-        """Reads of the timeline stay cold until the watermark reaches ``seq``."""
-        self.redis.set(keys.regeneration(generation, user_id), seq, ex=window)
-
-    def continue_regeneration(self, generation: int, user_id: int, seq: int) -> bool:
-        """A regeneration asked for again (its reset was stale) now waits for the
-        reset at ``seq``; False if the timeline is not being regenerated."""
-        key = keys.regeneration(generation, user_id)
-        return bool(self.redis.set(key, seq, xx=True, keepttl=True))
-
-    def release_regeneration(self, generation: int, user_id: int) -> None:
-        self.redis.delete(keys.regeneration(generation, user_id))
-
     def revoke_tokens(self, user_id: int, valid_after: int, ttl: int) -> None:
         """Refuse the user's tokens issued before ``valid_after`` (Unix seconds) on
         the read path; kept ``ttl`` seconds, after which those tokens expired anyway."""
         self.redis.set(keys.tokens(user_id), valid_after, ex=max(1, ttl))
-
-    def publish_rebuild_status(self, **fields: Any) -> None:
-        """Record the running rebuild's state, stage or summary (the admin shows it)."""
-        mapping = {**fields, "updated_at": time.time()}
-        self.redis.hset(keys.REBUILD_STATUS, mapping=mapping)  # type: ignore[arg-type]
-
-    def clear_rebuild_status(self) -> None:
-        self.redis.delete(keys.REBUILD_STATUS)
-
-    def rebuild_status(self) -> dict[str, str]:
-        """The last rebuild's state, stage and summary (what spark.rebuild publishes)."""
-        return {_text(k): _text(v) for k, v in self.redis.hgetall(keys.REBUILD_STATUS).items()}
-
-    def request_handover(self, generation: int) -> None:
-        """Ask the fanout job to carry on in ``generation`` (see spark.job)."""
-        self.set_generation_meta(generation, state="ready")
-        self.redis.set(keys.HANDOVER, generation)
-
-    def pending_handover(self) -> int | None:
-        raw = self.redis.get(keys.HANDOVER)
-        if raw is None:
-            return None
-        generation = int(raw)
-        return generation if self.generation_exists(generation) else None
-
-    def switch(self, new: int, old: int | None) -> None:
-        """Make ``new`` the active generation: one atomic step for readers."""
-        pipe = self.redis.pipeline(transaction=True)
-        pipe.set(keys.ACTIVE_GENERATION, new)
-        pipe.hset(keys.generation(new), mapping={"state": "active", "activated_at": time.time()})
-        if old is not None and old != new:
-            pipe.hset(keys.generation(old), mapping={"state": "retired", "retired_at": time.time()})
-        pipe.delete(keys.HANDOVER)
-        pipe.execute()
-
-    def drop_generation(self, generation: int, *, batch: int = 2000) -> int:
-        """Delete a generation's timelines and bookkeeping; returns keys deleted.
-        UNLINK in batches: Redis frees the memory in the background."""
-        deleted = 0
-        deleted += int(self.redis.unlink(keys.resets(generation)))
-        prefixes = (
-            keys.timeline_prefix(generation),
-            keys.regeneration_prefix(generation),
-            keys.list_prefix(generation),
-            keys.pulls_prefix(generation),
-        )
-        for prefix in prefixes:
-            found: list[bytes] = []
-            for key in self.redis.scan_iter(match=prefix + "*", count=batch):
-                found.append(key)
-                if len(found) >= batch:
-                    deleted += int(self.redis.unlink(*found))
-                    found = []
-            if found:
-                deleted += int(self.redis.unlink(*found))
-        deleted += int(self.redis.unlink(keys.generation(generation), keys.watermark(generation)))
-        return deleted
-
-    def seed_watermark(
-        self,
-        generation: int,
-        *,
-        seq: int,
-        marks: Mapping[str, int],
-        contiguous: int,
-        offsets: Mapping[str, Any],
-    ) -> None:
-        """A rebuilt generation's starting watermark: the snapshot (batch -1, so the
-        fanout job's first micro-batch counts as newer)."""
-        now = time.time()
-        self.redis.hset(
-            keys.watermark(generation),
-            mapping={
-                "batch_id": -1,
-                "seq": seq,
-                "contiguous": contiguous,
-                "marks": orjson.dumps(dict(marks)),
-                "applied_at": now,
-                "event_time": now,
-                "offsets": orjson.dumps(offsets),
-            },
-        )
 
     def write_timelines(self, generation: int, timelines: Iterable[tuple[int, bytes]]) -> int:
         """Set packed timelines (a rebuild's output), pipelined; returns how many."""
@@ -546,7 +396,3 @@ def _today() -> tuple[int, int]:
 def _position(record: Mapping[str, Any]) -> str:
     """A dead letter's field: where the record was, ``topic/partition/offset``."""
     return f"{record['topic']}/{record['partition']}/{record['offset']}"
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
