@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help setup lock run test test-quick test-unit lint lint-code bench clean check-java check-redis check-postgres check-luacheck check-wrk
+.PHONY: help setup lock run test test-quick test-unit lint lint-code bench clean check-java check-redis check-postgres check-luacheck check-wrk check-promtool
 
 help: ## Show the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -57,6 +57,13 @@ check-luacheck: ## Install luacheck (the Lua linter) with apt-get if it is missi
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq lua-check >/dev/null || { \
 	    echo "could not install luacheck: install it yourself (apt-get install lua-check / luarocks install luacheck)"; exit 1; }; }
 
+check-promtool: ## Install promtool (checks and tests the alert rules) with apt-get if it is missing
+	@command -v promtool >/dev/null || { \
+	  echo "promtool not found: installing prometheus (which carries it) with apt-get"; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null || { \
+	    echo "could not install promtool: install it yourself (apt-get install prometheus / brew install prometheus)"; exit 1; }; }
+
 check-redis: ## Install redis-server with apt-get if it is missing
 	@command -v redis-server >/dev/null || { \
 	  echo "redis-server not found: installing it with apt-get"; \
@@ -67,10 +74,10 @@ check-redis: ## Install redis-server with apt-get if it is missing
 run: setup ## Run the whole embedded stack (API on PORT, default 8000); Ctrl-C stops it
 	$(BIN)/python manage.py runstack
 
-test: setup check-postgres lint-code ## Lint, type-check and run the whole test suite against real services
+test: setup check-postgres check-promtool lint-code ## Lint, type-check and run the whole test suite against real services
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-test-quick: setup check-postgres ## The suite without the slow tests (no Spark, no whole stack): under a minute
+test-quick: setup check-postgres check-promtool ## The suite without the slow tests (no Spark, no whole stack): under a minute
 	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
 
 test-unit: setup ## Only the unit tests (no services)
@@ -94,6 +101,10 @@ lint-code: setup check-luacheck
 	$(BIN)/mypy feed fanout spark load_tests
 	$(BIN)/lint-imports --no-cache
 	luacheck --no-color -q fanout/lua
+
+.PHONY: spark-package
+spark-package: setup ## Pack Starling for a Spark cluster's executors into build/spark (docs/deploy.md)
+	$(BIN)/python deploy/spark/package.py --output build/spark
 
 clean: ## Remove the virtual environment and local state
 	rm -rf $(VENV) var staticfiles .pytest_cache .mypy_cache .ruff_cache

@@ -21,10 +21,11 @@
 | ``starling:relay:*`` | various | the outbox relay's lock, flags, back-off, statistics |
 | ``starling:ids:node`` | string | the id generators' node counter |
 | ``starling:rl:{scope}:{who}`` | string | a rate-limit window's count |
+| ``starling:metrics:db`` | hash | the database figures ``/metrics`` shows, refreshed by a task |
 
 The timeline store (:mod:`fanout.timelines`) owns the first sixteen; the
 relay coordinator (:mod:`fanout.relay`), the id generator and the rate
-limiter (``feed.idgen``, ``feed.ratelimit``) the others.
+limiter (``feed.idgen``, ``feed.ratelimit``) and the metrics (``feed.metrics``) the others.
 
 The Lua scripts receive the prefixes they need as arguments (see
 :data:`SCRIPT_PREFIXES`), so no key format is written twice.
@@ -54,6 +55,7 @@ RELAY_DIRTY = "starling:relay:dirty"
 RELAY_BACKOFF = "starling:relay:backoff"
 RELAY_FAILURES = "starling:relay:failures"
 RELAY_STATS = "starling:relay:stats"
+DB_GAUGES = "starling:metrics:db"
 #: Set while a relay task is queued and not yet started: triggers coalesce.
 RELAY_QUEUED = "starling:relay:queued"
 

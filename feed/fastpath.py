@@ -1,16 +1,19 @@
-"""The WSGI fast path for ``GET /api/v1/timeline``.
+"""The WSGI fast path for ``GET /api/v1/timeline`` (and the door for ``/metrics``).
 
 The hottest endpoint skips Django's middleware and URL resolving: this
 wrapper answers that one path with :func:`feed.timeline.handle` (the code
 the Django view runs too) and hands every other request to Django. What the
 skipped middleware would have done for this path is done here: the ``Host``
 header is checked against ``ALLOWED_HOSTS`` and the security headers of
-``SecurityMiddleware`` are set. Measured on this machine: docs/performance.md.
+``SecurityMiddleware`` are set. ``/metrics`` is answered here too, before
+Django's host check and TLS redirect (feed.metrics.answer says why).
+Measured on this machine: docs/performance.md.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable
 from http import HTTPStatus
 from typing import Any
@@ -21,7 +24,7 @@ from django.db import connections
 from django.http.request import split_domain_port, validate_host
 
 from fanout.logs import request_scope
-from feed import timeline
+from feed import metrics, timeline
 from feed.middleware import HEADER
 
 log = logging.getLogger(__name__)
@@ -50,10 +53,13 @@ class TimelineFastPath:
         self._good_hosts: set[str] = set()  # Host values already validated
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        if environ.get("PATH_INFO") == metrics.PATH:
+            return self._metrics(environ, start_response)
         if environ.get("PATH_INFO") != PATH:
             return self.app(environ, start_response)
         from feed.readpath import timeline_reader
 
+        started = time.perf_counter()
         with request_scope(environ.get("HTTP_X_REQUEST_ID")) as rid:
             response = self._answer(environ, timeline_reader)
         headers = [
@@ -64,7 +70,17 @@ class TimelineFastPath:
             *response.headers.items(),
         ]
         start_response(f"{response.status} {HTTPStatus(response.status).phrase}", headers)
-        return [b"" if environ.get("REQUEST_METHOD") == "HEAD" else response.body]
+        method = environ.get("REQUEST_METHOD", "GET")
+        metrics.observe_request(PATH, method, response.status, time.perf_counter() - started)
+        return [b"" if method == "HEAD" else response.body]
+
+    def _metrics(self, environ: dict[str, Any], start_response: StartResponse) -> list[bytes]:
+        status, content_type, body = metrics.answer(
+            environ.get("HTTP_AUTHORIZATION", ""), environ.get("HTTP_ACCEPT", "")
+        )
+        headers = [("Content-Type", content_type), ("Content-Length", str(len(body)))]
+        start_response(f"{status} {HTTPStatus(status).phrase}", headers)
+        return [body]
 
     def _answer(self, environ: dict[str, Any], reader: Callable[[], Any]) -> timeline.Response:
         host = environ.get("HTTP_HOST") or environ.get("SERVER_NAME", "")

@@ -1,134 +1,318 @@
-"""``GET /metrics``: Prometheus text exposition of what operators watch.
+"""``GET /metrics``: what operators watch, in Prometheus' text format.
 
 | metric | from |
 | --- | --- |
-| ``starling_outbox_backlog`` | outbox rows not yet on Kafka (database) |
+| ``starling_http_request_duration_seconds`` | web requests by route, method, status |
+| ``starling_task_duration_seconds`` | Celery task runs by task and outcome (a histogram) |
+| ``starling_outbox_backlog`` | outbox rows not yet on Kafka |
 | ``starling_relay_lag_seconds`` | age of the oldest unpublished outbox row |
+| ``starling_relay_published_total`` | outbox rows the relay has put on Kafka |
+| ``starling_relay_failures`` | relay runs failed in a row (0 when the last one worked) |
 | ``starling_fanout_watermark_seq`` | every write ``seq`` up to it is in the timelines |
 | ``starling_fanout_highest_seq`` | the highest write ``seq`` applied (not all below it may be) |
-| ``starling_refills_pending`` | short timelines waiting for a refill from the database |
 | ``starling_fanout_lag_seconds`` | Kafka → Redis for the newest applied record |
 | ``starling_fanout_watermark_age_seconds`` | since the job last applied a micro-batch |
-| ``starling_freshness_seconds`` | post-to-visible of the newest applied write |
+| ``starling_freshness_seconds`` | commit-to-visible of the newest applied write |
 | ``starling_fanout_batch_seconds`` | histogram of micro-batch durations (the sink's view) |
 | ``starling_fanout_deliveries_total`` etc. | counters kept with the watermark |
+| ``starling_refills_pending`` | short timelines waiting for a refill from the database |
 | ``starling_dead_letters`` | changelog records set aside |
+| ``starling_database_gauges_age_seconds`` | since the database figures were last refreshed |
 
-Served by Django at the root (not under the API); expose it to the
-monitoring network only, or set ``STARLING_METRICS_TOKEN`` to require
-``Authorization: Bearer <that token>``.
+**No SQL on a scrape.** The figures that need the database (the outbox
+backlog and age, the freshness of the newest applied write) are computed by
+the ``refresh_metrics`` beat task every ``STARLING_METRICS_REFRESH_SECONDS``
+and kept in Redis (:data:`fanout.keys.DB_GAUGES`); a scrape reads Redis
+only, so a busy Prometheus cannot load the database, and a scrape while the
+database is down still answers.
+
+**Processes.** With ``PROMETHEUS_MULTIPROC_DIR`` set (``make run`` and the
+compose file set it), every granian worker and Celery pool process records
+into its own files there and a scrape sums them (prometheus_client's
+multiprocess mode); without it a scrape sees the answering process only.
+The directory must be emptied when the server starts (a tmpfs in compose).
+
+**Access.** At the root, not under the API, answered before Django's host
+check and TLS redirect (:func:`answer`). With
+``STARLING_METRICS_TOKEN`` set, a scrape needs ``Authorization: Bearer
+<token>``; the production settings refuse to serve it without a token.
 """
 
 from __future__ import annotations
 
 import hmac
+import logging
 import os
 import time
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError
 from django.db.models import Min
 from django.http import HttpRequest, HttpResponse
+from prometheus_client import CollectorRegistry, Histogram, multiprocess
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
-from fanout.timelines import store_for
-from fanout.watermark import BATCH_BUCKETS
-from feed.models import OutboxEvent
+from fanout import keys
+from fanout.timelines import TimelineStore, store_for
+from fanout.watermark import BATCH_BUCKETS, Watermark
 
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+log = logging.getLogger(__name__)
+
+if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+    os.makedirs(os.environ["PROMETHEUS_MULTIPROC_DIR"], exist_ok=True)
+
+#: Request latency buckets: a timeline read is ~1-3 ms, a write ~10 ms.
+REQUEST_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+REQUESTS = Histogram(
+    "starling_http_request_duration_seconds",
+    "Web requests by route (the URL pattern), method and status.",
+    ["route", "method", "status"],
+    buckets=REQUEST_BUCKETS,
+)
+TASKS = Histogram(
+    "starling_task_duration_seconds",
+    "Celery task runs by task name and outcome.",
+    ["task", "outcome"],
+    buckets=(0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0, 120.0, 600.0, 3600.0),
+)
+
+#: Where scrapes come (the WSGI front and the URL conf).
+PATH = "/metrics"
+
+#: The route label of a request no URL pattern matched (bounded cardinality).
+UNMATCHED = "<unmatched>"
 
 
-def _line(name: str, value: float, help_text: str, kind: str = "gauge") -> list[str]:
-    return [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", f"{name} {value:g}"]
+#: Method label values; any other method a client sends counts as OTHER.
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
 
-def collect(now: float | None = None) -> list[str]:
+def observe_request(route: str, method: str, status: int, seconds: float) -> None:
+    REQUESTS.labels(route, method if method in METHODS else "OTHER", str(status)).observe(seconds)
+
+
+def observe_task(task: str, outcome: str, seconds: float) -> None:
+    TASKS.labels(task, outcome).observe(seconds)
+
+
+# --- the database figures, refreshed by a beat task --------------------------
+
+
+def refresh_database_gauges(now: float | None = None) -> dict[str, float]:
+    """Compute the figures that need SQL and keep them in Redis for scrapes.
+
+    Run by the ``refresh_metrics`` task; what it stores is what the scrapes
+    show until the next run. If the database does not answer, it says so
+    (``database_up`` 0) and keeps the last figures."""
+    from feed.models import OutboxEvent
+
     now = time.time() if now is None else now
-    out: list[str] = []
-    up = {"database": 1, "redis": 1}
+    store = store_for(settings.STARLING)
+    figures: dict[str, float] = {"refreshed_at": now, "database_up": 1}
     try:
         pending = OutboxEvent.objects.filter(published_at__isnull=True)
         oldest = pending.aggregate(t=Min("created_at"))["t"]
-        out += _line("starling_outbox_backlog", pending.count(), "Outbox rows not yet on Kafka.")
-        lag = max(0.0, now - oldest.timestamp()) if oldest else 0.0
-        out += _line("starling_relay_lag_seconds", lag, "Age of the oldest unpublished outbox row.")
+        figures["outbox_backlog"] = pending.count()
+        figures["oldest_pending_at"] = oldest.timestamp() if oldest else 0
+        _, wm = _active_watermark(store)
+        if wm is not None and wm.seq:
+            created = (
+                OutboxEvent.objects.filter(pk=wm.seq).values_list("created_at", flat=True).first()
+            )
+            if created is not None:
+                figures["freshness"] = max(0.0, wm.applied_at - created.timestamp())
     except DatabaseError:
-        up["database"] = 0
-    wm: Any = None
-    try:
-        store = store_for(settings.STARLING)
-        generation = store.active_generation()
-        wm = store.watermark(generation) if generation is not None else None
-        out += _line(
-            "starling_dead_letters", store.dead_letter_count(), "Changelog records set aside."
-        )
-        out += _line(
-            "starling_refills_pending",
-            store.pending_refills(),
-            "Short timelines waiting for a refill from the database.",
-        )
-        out += _line("starling_generation", generation or 0, "The active timeline generation.")
-    except Exception:
-        up["redis"] = 0
-    if wm is not None:
-        out += _line(
-            "starling_fanout_watermark_seq",
-            wm.contiguous,
-            "Every write seq up to this one is applied to the timelines.",
-        )
-        out += _line(
-            "starling_fanout_highest_seq", wm.seq, "The highest write seq applied to timelines."
-        )
-        if wm.event_time:
-            out += _line(
-                "starling_fanout_lag_seconds",
-                max(0.0, wm.applied_at - wm.event_time),
-                "Kafka to Redis for the newest applied record.",
-            )
-        out += _line(
-            "starling_fanout_watermark_age_seconds",
-            max(0.0, now - wm.applied_at),
-            "Seconds since the fanout job last applied a micro-batch.",
-        )
+        log.warning("metrics refresh: the database did not answer", exc_info=True)
+        figures = {"refreshed_at": now, "database_up": 0}
+    stored: Mapping[Any, float] = figures  # redis-py's key type is a union
+    store.redis.hset(keys.DB_GAUGES, mapping=stored)
+    return figures
+
+
+def _active_watermark(store: TimelineStore) -> tuple[int | None, Watermark | None]:
+    """The active generation and its watermark (either may be missing)."""
+    generation = store.active_generation()
+    return generation, store.watermark(generation) if generation is not None else None
+
+
+#: What :func:`refresh_database_gauges` stores.
+DB_FIGURES = ("refreshed_at", "database_up", "outbox_backlog", "oldest_pending_at", "freshness")
+
+
+# --- the scrape ---------------------------------------------------------------
+
+
+def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, value=value)
+
+
+def _floats(raw: Mapping[Any, Any], *names: str) -> dict[str, float]:
+    """The fields ``names`` of a Redis hash, as numbers."""
+    text = {(k.decode() if isinstance(k, bytes) else k): v for k, v in raw.items()}
+    return {name: float(text[name]) for name in names if name in text}
+
+
+class StarlingCollector(Collector):
+    """The pipeline's figures, read from Redis at each scrape (no SQL)."""
+
+    def collect(self) -> Iterator[Metric]:
+        now = time.time()
         try:
-            row = OutboxEvent.objects.filter(pk=wm.seq).values_list("created_at", flat=True).first()
-            if row is not None:
-                out += _line(
-                    "starling_freshness_seconds",
-                    max(0.0, wm.applied_at - row.timestamp()),
-                    "Post-to-visible of the newest applied write.",
-                )
-        except DatabaseError:
-            up["database"] = 0
-        counters = wm.counters
-        for name in ("batches", "deliveries", "added", "removed", "skipped", "dead_letters"):
-            out += _line(
-                f"starling_fanout_{name}_total",
-                counters.get(name, 0),
-                f"Fanout counter '{name}' of the active generation.",
-                "counter",
-            )
-        out += [
-            "# HELP starling_fanout_batch_seconds Micro-batch durations (the sink's view).",
-            "# TYPE starling_fanout_batch_seconds histogram",
-        ]
-        for bound in BATCH_BUCKETS:
-            count = counters.get(f"batch_le_{bound:g}", 0)
-            out.append(f'starling_fanout_batch_seconds_bucket{{le="{bound:g}"}} {count}')
-        out.append(
-            f'starling_fanout_batch_seconds_bucket{{le="+Inf"}} {counters.get("batches", 0)}'
+            yield from self._from_redis(now)
+            redis_up = 1
+        except Exception:
+            log.warning("metrics: Redis did not answer", exc_info=True)
+            redis_up = 0
+        yield _gauge("starling_redis_up", "1 if Redis answered this scrape.", redis_up)
+
+    def _from_redis(self, now: float) -> Iterator[Metric]:
+        store = store_for(settings.STARLING)
+        r = store.redis
+        generation, wm = _active_watermark(store)
+        db = _floats(r.hgetall(keys.DB_GAUGES), *DB_FIGURES)
+        relay = _floats(r.hgetall(keys.RELAY_STATS), "published")
+        yield _gauge("starling_generation", "The active timeline generation.", generation or 0)
+        yield _gauge(
+            "starling_dead_letters", "Changelog records set aside.", store.dead_letter_count()
         )
-        out.append(f"starling_fanout_batch_seconds_sum {counters.get('batch_ms', 0) / 1000:g}")
-        out.append(f"starling_fanout_batch_seconds_count {counters.get('batches', 0)}")
-    for part, value in up.items():
-        out += _line(f"starling_{part}_up", value, f"1 if the {part} answered this scrape.")
-    return out
+        yield _gauge(
+            "starling_refills_pending",
+            "Short timelines waiting for a refill from the database.",
+            store.pending_refills(),
+        )
+        yield CounterMetricFamily(
+            "starling_relay_published",
+            "Outbox rows the relay has put on Kafka.",
+            value=relay.get("published", 0),
+        )
+        yield _gauge(
+            "starling_relay_failures",
+            "Relay runs failed in a row (0 when the last one worked).",
+            float(r.get(keys.RELAY_FAILURES) or 0),
+        )
+        yield from _database_figures(db, now)
+        if wm is not None:
+            yield from _watermark_figures(wm, now)
+
+
+def _database_figures(db: dict[str, float], now: float) -> Iterator[Metric]:
+    if "refreshed_at" not in db:
+        return  # never refreshed: no beat running yet
+    yield _gauge(
+        "starling_database_gauges_age_seconds",
+        "Seconds since the database figures were refreshed (the refresh_metrics task).",
+        max(0.0, now - db["refreshed_at"]),
+    )
+    yield _gauge(
+        "starling_database_up", "1 if the database answered the last refresh.", db["database_up"]
+    )
+    if "outbox_backlog" in db:
+        backlog = db["outbox_backlog"]
+        yield _gauge("starling_outbox_backlog", "Outbox rows not yet on Kafka.", backlog)
+        # As of the refresh, not now: with beat stopped, a lag growing from a stale
+        # figure would page about the relay (StarlingMetricsStale says it instead).
+        oldest = db.get("oldest_pending_at", 0)
+        yield _gauge(
+            "starling_relay_lag_seconds",
+            "Age of the oldest unpublished outbox row (as of the last refresh).",
+            max(0.0, db["refreshed_at"] - oldest) if oldest else 0.0,
+        )
+    if "freshness" in db:
+        yield _gauge(
+            "starling_freshness_seconds",
+            "Commit-to-visible of the newest applied write (as of the last refresh).",
+            db["freshness"],
+        )
+
+
+def _watermark_figures(wm: Watermark, now: float) -> Iterator[Metric]:
+    yield _gauge(
+        "starling_fanout_watermark_seq",
+        "Every write seq up to this one is applied to the timelines.",
+        wm.contiguous,
+    )
+    yield _gauge("starling_fanout_highest_seq", "The highest write seq applied.", wm.seq)
+    if wm.event_time:
+        yield _gauge(
+            "starling_fanout_lag_seconds",
+            "Kafka to Redis for the newest applied record.",
+            max(0.0, wm.applied_at - wm.event_time),
+        )
+    yield _gauge(
+        "starling_fanout_watermark_age_seconds",
+        "Seconds since the fanout job last applied a micro-batch.",
+        max(0.0, now - wm.applied_at),
+    )
+    counters = wm.counters
+    for name in ("batches", "deliveries", "added", "removed", "skipped", "dead_letters"):
+        yield CounterMetricFamily(
+            f"starling_fanout_{name}",
+            f"Fanout counter '{name}' of the active generation.",
+            value=counters.get(name, 0),
+        )
+    buckets = [(floatToGoString(b), counters.get(f"batch_le_{b:g}", 0)) for b in BATCH_BUCKETS]
+    yield HistogramMetricFamily(
+        "starling_fanout_batch_seconds",
+        "Micro-batch durations (the sink's view).",
+        buckets=[*buckets, ("+Inf", counters.get("batches", 0))],
+        sum_value=counters.get("batch_ms", 0) / 1000,
+    )
+
+
+def registry() -> CollectorRegistry:
+    """What a scrape shows: this process's (or, in multiprocess mode, every
+    process's) recorded metrics and the pipeline's figures."""
+    scrape = CollectorRegistry()
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        multiprocess.MultiProcessCollector(scrape)
+    else:
+        scrape.register(_Recorded())
+    scrape.register(StarlingCollector())
+    return scrape
+
+
+class _Recorded(Collector):
+    """This process's request and task histograms (single-process mode)."""
+
+    def collect(self) -> Iterator[Metric]:
+        for metric in (REQUESTS, TASKS):
+            yield from metric.collect()
+
+
+def answer(authorization: str, accept: str) -> tuple[int, str, bytes]:
+    """A scrape: ``(status, content type, body)`` for these request headers.
+
+    Served twice over the same code: by the WSGI front (feed.fastpath), which
+    answers ``/metrics`` before Django so that Prometheus can scrape a web
+    container by its internal name (not one of ALLOWED_HOSTS) over plain HTTP
+    (no TLS redirect); and by Django's URL conf under ``runserver``."""
+    token = settings.STARLING_METRICS_TOKEN
+    if not token and settings.STARLING_METRICS_REQUIRE_TOKEN:
+        return 403, TEXT, b"/metrics is off: set STARLING_METRICS_TOKEN to serve it\n"
+    if token:
+        given = authorization.removeprefix("Bearer ").strip()
+        if not hmac.compare_digest(given.encode(), token.encode()):
+            return 401, TEXT, b"unauthorized: send Authorization: Bearer <the metrics token>\n"
+    encode, content_type = choose_encoder(accept)
+    return 200, content_type, encode(registry())
+
+
+TEXT = "text/plain; charset=utf-8"
 
 
 def metrics_view(request: HttpRequest) -> HttpResponse:
-    token = os.environ.get("STARLING_METRICS_TOKEN", "")
-    if token:
-        given = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
-        if not hmac.compare_digest(given, token):
-            return HttpResponse("unauthorized\n", status=401, content_type=CONTENT_TYPE)
-    return HttpResponse("\n".join(collect()) + "\n", content_type=CONTENT_TYPE)
+    status, content_type, body = answer(
+        request.headers.get("Authorization", ""), request.headers.get("Accept", "")
+    )
+    return HttpResponse(body, status=status, content_type=content_type)

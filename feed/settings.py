@@ -48,6 +48,12 @@ STARLING_OUTBOX_SWEEP_SECONDS = float(os.environ.get("STARLING_OUTBOX_SWEEP_SECO
 STARLING_OUTBOX_RETENTION_DAYS = int(os.environ.get("STARLING_OUTBOX_RETENTION_DAYS", "7"))
 #: How often Celery beat refills the timelines the fanout job found short (seconds).
 STARLING_REFILL_SECONDS = float(os.environ.get("STARLING_REFILL_SECONDS", "1"))
+# GET /metrics (feed.metrics): with a token set, a scrape needs "Authorization: Bearer
+# <token>"; the production settings refuse to serve it without one. The figures that need
+# SQL are refreshed by beat every STARLING_METRICS_REFRESH_SECONDS, never by a scrape.
+STARLING_METRICS_TOKEN = os.environ.get("STARLING_METRICS_TOKEN", "")
+STARLING_METRICS_REQUIRE_TOKEN = False
+STARLING_METRICS_REFRESH_SECONDS = float(os.environ.get("STARLING_METRICS_REFRESH_SECONDS", "10"))
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -63,6 +69,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "feed.middleware.RequestMetricsMiddleware",
     "feed.middleware.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -187,7 +194,6 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_connect_timeout": 2, "socket_timeout": 5}
-CELERY_WORKER_HIJACK_ROOT_LOGGER = False  # use LOGGING below
 CELERY_BEAT_SCHEDULE = {
     "sweep-outbox": {
         "task": "feed.tasks.relay_outbox",
@@ -200,6 +206,11 @@ CELERY_BEAT_SCHEDULE = {
         "task": "feed.tasks.refill_timelines",
         "schedule": STARLING_REFILL_SECONDS,
         "options": {"expires": STARLING_REFILL_SECONDS * 5},
+    },
+    "refresh-metrics": {
+        "task": "feed.tasks.refresh_metrics",
+        "schedule": STARLING_METRICS_REFRESH_SECONDS,
+        "options": {"expires": STARLING_METRICS_REFRESH_SECONDS * 3},
     },
 }
 

@@ -71,6 +71,9 @@ SECURE_HSTS_PRELOAD = _bool("DJANGO_SECURE_HSTS_PRELOAD", False)
 SESSION_COOKIE_SECURE = True
 CSRF_COOKIE_SECURE = True
 
+# /metrics tells a lot about the service: served only to who has STARLING_METRICS_TOKEN.
+STARLING_METRICS_REQUIRE_TOKEN = True
+
 SILENCED_SYSTEM_CHECKS = [
     # HSTS preload puts the domain into browsers' built-in lists, which takes months to
     # undo: the domain owner's decision (DJANGO_SECURE_HSTS_PRELOAD=true), not a default.

@@ -137,6 +137,15 @@ def drop_idle_timelines() -> int:
 
 
 @shared_task(ignore_result=True)
+def refresh_metrics() -> None:
+    """Refresh the figures of ``/metrics`` that need SQL (feed.metrics): a
+    scrape reads them from Redis. Run by beat every STARLING_METRICS_REFRESH_SECONDS."""
+    from feed.metrics import refresh_database_gauges
+
+    refresh_database_gauges()
+
+
+@shared_task(ignore_result=True)
 def prune_outbox() -> None:
     """Delete published outbox rows older than the retention period."""
     cutoff = timezone.now() - timedelta(days=settings.STARLING_OUTBOX_RETENTION_DAYS)

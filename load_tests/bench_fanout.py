@@ -69,7 +69,7 @@ from fanout.keys import timeline as timeline_key
 from fanout.partitioning import partition_for
 from fanout.timeline_ops import entries, timeline_ids
 from fanout.timelines import TimelineStore, store_for
-from load_tests import network
+from load_tests import charts, network
 from load_tests.harness import Report, percentile, ratio, summary
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -477,6 +477,22 @@ def phase(
     return job.batches(since=t + warm_up)
 
 
+#: Spark's phases of a trigger (StreamingQueryProgress.durationMs) that are
+#: parts of triggerExecution; the sink's Redis time is part of addBatch.
+PHASES = ("latestOffset", "getBatch", "queryPlanning", "walCommit", "addBatch", "commitOffsets")
+
+
+def mean_phases(batches: list[dict[str, Any]]) -> dict[str, float]:
+    """Mean seconds per phase of a micro-batch (the rest of triggerExecution as
+    ``other``) and the executors' Redis time within addBatch."""
+    n = max(1, len(batches))
+    out = {name: sum(b.get("phases", {}).get(name, 0) for b in batches) / n for name in PHASES}
+    total = sum(b["duration"] for b in batches) / n
+    out["other"] = max(0.0, total - sum(out.values()))
+    out["of addBatch: Redis"] = sum(b.get("redis_ms", 0) for b in batches) / n / 1000
+    return out
+
+
 def report_batches(report: Report, label: str, key: str, batches: list[dict[str, Any]]) -> float:
     """Add a phase's micro-batch figures; returns its p99."""
     s = summary([b["duration"] for b in batches])
@@ -674,6 +690,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=int, default=60, help="length of the latency phase")
     parser.add_argument("--max-records", type=int, default=20_000, help="maxRecordsPerTrigger")
     parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--chart", type=Path, help="the chart's PNG (default: beside the report)")
     parser.add_argument(
         "--authors",
         choices=["zipf", "uniform"],
@@ -790,6 +807,10 @@ def main(argv: list[str] | None = None) -> int:
             f"{percentile(lags, 50):.2f}s / {percentile(lags, 99):.2f}s",
             "newest record's age when its batch finished",
         )
+        phases = mean_phases(steady)
+        report.add("where a micro-batch's time goes (mean):", "")
+        for name, seconds in phases.items():
+            report.add(f"  {name}", round(seconds, 3), "seconds", key=f"phase_{name}_s")
         job.stop()
         job = None
 
@@ -860,6 +881,31 @@ def main(argv: list[str] | None = None) -> int:
         report.check("<= 21 bytes per timeline entry", mem["packed"] <= 21)
         report.print()
         print(f"report: {report.save()}\njob log: {workdir / 'fanout.log'}")
+        chart = charts.draw(
+            args.chart or report.path("png"),
+            f"Fanout job at {args.rate} tweets/s, {args.users:,} users (same run)",
+            charts.cdf(
+                {"event-time lag": lags, "micro-batch duration": durations},
+                "seconds",
+                "Freshness: each micro-batch's newest record, and its duration",
+            ),
+            charts.bars(
+                {
+                    "end-to-end\n(Kafka, Spark, Redis)": {"deliveries/s": e2e_rate},
+                    "the store's script\n(no Spark)": {"deliveries/s": base_rate},
+                    "raw pipelined\nAPPEND": {"deliveries/s": raw},
+                    "sorted sets\nZADD + trim": {"deliveries/s": naive},
+                },
+                "deliveries/s",
+                "Throughput on the same mutations",
+            ),
+            charts.bars(
+                {name.replace(": ", ":\n"): {"s": v} for name, v in phases.items() if v >= 0.001},
+                "seconds (mean per micro-batch)",
+                "Where a micro-batch's time goes",
+            ),
+        )
+        print(f"chart: {chart}")
         return 0
     finally:
         if job is not None:

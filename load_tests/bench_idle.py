@@ -28,6 +28,7 @@ import random
 import subprocess
 from collections import Counter, defaultdict
 from collections.abc import Iterator
+from pathlib import Path
 
 import redis
 
@@ -35,7 +36,7 @@ from fanout import embedded, ids
 from fanout.config import DEFAULT_TIMELINE_SIZE, DEFAULT_TIMELINE_SLACK, StarlingConfig
 from fanout.timeline_ops import pack_timeline
 from fanout.timelines import store_for
-from load_tests import network
+from load_tests import charts, network
 from load_tests.harness import Report, ratio
 
 GENERATION = 1
@@ -53,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tweets", type=int, default=400_000)
     parser.add_argument("--active", type=float, default=0.2, help="share of users active")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--chart", type=Path, help="the chart's PNG (default: beside the report)")
     args = parser.parse_args(argv)
     rnd = random.Random(args.seed)
     keep = DEFAULT_TIMELINE_SIZE + DEFAULT_TIMELINE_SLACK
@@ -127,6 +129,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     report.print()
     print(f"saved {report.save()}")
+    chart = charts.draw(
+        args.chart or report.path("png"),
+        f"Redis memory, {args.users:,} users, {args.active:.0%} active (same run)",
+        charts.bars(
+            {
+                "every timeline kept": {"timelines, MB": timelines_push / 1e6},
+                "idle users' dropped": {"timelines, MB": timelines_idle / 1e6},
+            },
+            "MB",
+            "Timelines in Redis (tweet bodies excluded)",
+        ),
+    )
+    print(f"chart: {chart}")
     return 0
 
 

@@ -145,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=int, default=15)
     parser.add_argument("--workers", type=int, default=2, help="granian worker processes")
     parser.add_argument("--backpressure", type=int, default=16, help="granian --backpressure")
+    parser.add_argument("--chart", type=Path, help="the chart's PNG (default: beside the report)")
     parser.add_argument(
         "--hold", action="store_true", help="set up, print the URL and token, serve until Ctrl-C"
     )
@@ -162,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     from fanout.author_state import AuthorState
     from fanout.config import StarlingConfig
     from fanout.join import Mutation, Op, join_events, newest
-    from load_tests import network
+    from load_tests import charts, network
     from load_tests.harness import Report, ratio
 
     workdir = ROOT / "var" / "bench" / f"read-{uuid.uuid4().hex[:6]}"
@@ -355,6 +356,30 @@ def main(argv: list[str] | None = None) -> int:
         report.check("no errors", errors == 0)
         report.print()
         print(f"report: {report.save()}")
+        chart = charts.draw(
+            args.chart or report.path("png"),
+            "Home-timeline reads: the endpoint beside the Redis script it calls (same run)",
+            charts.bars(
+                {
+                    labels[kind]: {
+                        "script alone (redis-benchmark)": run["raw"]["rps"],
+                        "HTTP endpoint (wrk)": run["peak"]["rps"],
+                    }
+                    for kind, run in runs.items()
+                },
+                "requests/s",
+                "Throughput at full load",
+            ),
+            charts.bars(
+                {
+                    labels[kind]: {"p50": run["half"]["p50"], "p99": run["half"]["p99"]}
+                    for kind, run in runs.items()
+                },
+                "ms",
+                "Endpoint latency at half of its peak",
+            ),
+        )
+        print(f"chart: {chart}")
         return 0
     finally:
         if server is not None:

@@ -66,6 +66,11 @@ class Report:
     rows: list[tuple[str, str, str]] = field(default_factory=list)
     figures: dict[str, Any] = field(default_factory=dict)
     checks: list[tuple[str, bool]] = field(default_factory=list)
+    stamp: str = field(default_factory=lambda: time.strftime("%Y%m%d-%H%M%S"))
+
+    def path(self, suffix: str) -> Path:
+        """Where this run's files go: ``load_tests/reports/<name>-<time>.<suffix>``."""
+        return REPORTS / f"{self.name}-{self.stamp}.{suffix}"
 
     def add(self, what: str, value: Any, note: str = "", *, key: str | None = None) -> None:
         shown = (
@@ -98,7 +103,7 @@ class Report:
 
     def save(self) -> Path:
         REPORTS.mkdir(parents=True, exist_ok=True)
-        path = REPORTS / f"{self.name}-{time.strftime('%Y%m%d-%H%M%S')}.json"
+        path = self.path("json")
         path.write_text(
             json.dumps(
                 {

@@ -54,12 +54,14 @@ def read_changelogs(
     ending: Offsets | None = None,
     max_records: int | None = None,
     fail_on_data_loss: bool = True,
+    min_partitions: int | None = None,
 ) -> DataFrame:
     """Both changelogs, from ``starting`` (default: the start of the log).
 
     A stream reads on, at most ``max_records`` records per micro-batch
     (``starting`` then only applies to a checkpoint that has not committed a
-    batch); a batch read stops at ``ending`` (default: the end of the log).
+    batch); a batch read stops at ``ending`` (default: the end of the log), in
+    at least ``min_partitions`` tasks (offset ranges cut evenly).
     """
     reader = (spark.readStream if stream else spark.read).format(SOURCE)
     options = {
@@ -73,6 +75,8 @@ def read_changelogs(
         options["endingOffsets"] = json.dumps(ending)
     if max_records:
         options["maxRecordsPerTrigger"] = str(max_records)
+    if min_partitions:
+        options["minPartitions"] = str(min_partitions)
     return (
         reader.options(**options)
         .load()

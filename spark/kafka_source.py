@@ -18,6 +18,7 @@ Options (``spark.readStream.format("starling-kafka").option(...)``):
 | ``startingOffsets`` | JSON ``{topic: {partition: offset}}`` to start from (default: 0); a
   streaming query uses it only when it has no checkpoint yet (a rebuild's snapshot) |
 | ``endingOffsets`` | batch reads: JSON ``{topic: {partition: offset}}`` (default: the end) |
+| ``minPartitions`` | batch reads: at least this many tasks, offset ranges cut evenly |
 
 **End offsets.** Apache Kafka's ListOffsets answers the end of the log; the
 embedded Tansu broker answers the base offset of the last record batch + 1
@@ -91,6 +92,7 @@ class SourceOptions:
     fail_on_data_loss: bool = True
     read_timeout: float = 60.0
     starting: Offsets | None = None
+    min_partitions: int = 0
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -110,6 +112,7 @@ class SourceOptions:
             max_records=int(max_records) if max_records else None,
             fail_on_data_loss=options.get("failOnDataLoss", "true").lower() != "false",
             read_timeout=float(options.get("readTimeoutSeconds", "60")),
+            min_partitions=int(options.get("minPartitions", "0")),
             starting=json.loads(options["startingOffsets"])
             if options.get("startingOffsets")
             else None,
@@ -188,6 +191,23 @@ def ranges(start: Offsets, end: Offsets) -> list[OffsetRange]:
             if stop > begin:
                 out.append(OffsetRange(topic, int(p), begin, stop))
     return out
+
+
+def split_ranges(parts: list[OffsetRange], pieces: int) -> list[OffsetRange]:
+    """``parts`` cut into ranges of at most ``ceil(records / pieces)`` offsets,
+    so that a batch read runs in about ``pieces`` tasks of similar size (more
+    read tasks than topic-partitions; one big topic no longer makes one long
+    task). A compacted range holds fewer records than offsets: the cut is by
+    offsets, which is what a task reads through."""
+    total = sum(r.end - r.start for r in parts)
+    if pieces <= len(parts) or total == 0:
+        return parts
+    size = -(-total // pieces)
+    return [
+        OffsetRange(r.topic, r.partition, begin, min(begin + size, r.end))
+        for r in parts
+        for begin in range(r.start, r.end, size)
+    ]
 
 
 # --- Kafka I/O -------------------------------------------------------------------------
@@ -399,7 +419,7 @@ class KafkaBatchReader(DataSourceReader):
         self.start: Offsets = options.starting or {}
 
     def partitions(self) -> list[OffsetRange]:
-        return ranges(self.start, self.end)
+        return split_ranges(ranges(self.start, self.end), self.options.min_partitions)
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         assert isinstance(partition, OffsetRange)

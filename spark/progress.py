@@ -52,6 +52,9 @@ class ProgressLogger(StreamingQueryListener):
                 "duration": duration,
                 "behind": behind,
                 "lag": lag,
+                # Where the trigger's time went, as Spark measured it (seconds):
+                # addBatch (the join and the sink), walCommit, commitOffsets, ...
+                "phases": {k: v / 1000 for k, v in p.durationMs.items()},
                 **stats,
             }
             with self.progress_file.open("a") as out:

@@ -7,7 +7,7 @@ brings Redis back after it lost its data. This module holds the stages
 (the driver); :mod:`spark.rebuild_tasks` what they run on the executors;
 :mod:`spark.rebuild_command` the command line around them.
 
-1. **snapshot**: the end offsets of both changelogs;
+1. **snapshot**: the end offsets of the topics (both changelogs and the refills);
 2. **read** the compacted changelogs from offset 0 to the snapshot as a
    Spark batch job, keeping the newest record per key (a tombstone removes
    the row): the current ``tweets`` and ``follows`` tables;
@@ -68,6 +68,9 @@ from spark.rebuild_tasks import (
     write_timelines_partition,
 )
 
+#: Records per read task of the rebuild (offset ranges cut to about this size).
+READ_CHUNK = 100_000
+
 #: Oracle(user_ids, cap) -> {user: visible timeline ids, newest first} from the
 #: database, and Settled(user_ids, seq) -> the users no write after ``seq`` touched.
 Oracle = Callable[[Sequence[int], int], dict[int, list[int]]]
@@ -120,8 +123,15 @@ class Rebuild:
         return ends
 
     def read(self, ends: Offsets) -> DataFrame:
-        self.progress.stage("reading the changelogs (newest record per key)")
-        raw = read_changelogs(self.spark, self.config, stream=False, ending=ends)
+        records = self.summary.records
+        self.progress.stage("reading the changelogs (newest record per key)", records=records)
+        # Equal offset ranges, ~100k records each: the read is spread evenly over
+        # the cores whatever the topics' sizes, and its progress is counted in
+        # finished ranges.
+        pieces = max(self.spark.sparkContext.defaultParallelism * 2, -(-records // READ_CHUNK))
+        raw = read_changelogs(
+            self.spark, self.config, stream=False, ending=ends, min_partitions=pieces
+        )
         newest = (
             raw.groupBy("topic", "key")
             .agg(
@@ -382,6 +392,16 @@ class Rebuild:
     def run(self, *, dry_run: bool, wait: float) -> Summary:
         self.summary.dry_run = dry_run
         started = time.monotonic()
+        self.progress.watch(self.spark)
+        try:
+            self._run(dry_run=dry_run, wait=wait)
+        finally:
+            self.progress.close()
+        self.summary.seconds = time.monotonic() - started
+        self.summary.stages = dict(self.progress.durations)
+        return self.summary
+
+    def _run(self, *, dry_run: bool, wait: float) -> None:
         ends = self.snapshot()
         decoded = self.read(ends)
         states, inputs = self.join(decoded)
@@ -405,11 +425,9 @@ class Rebuild:
                 self.store.drop_generation(generation)
                 raise
             if self.release is not None:
+                self.progress.close()  # no Spark from here on
                 self.release()
             self.hand_over(generation, wait)
-        self.summary.seconds = time.monotonic() - started
-        self.summary.stages = dict(self.progress.durations)
-        return self.summary
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,9 +15,104 @@ from fanout.timelines import TimelineStore
 log = logging.getLogger("starling.rebuild")
 
 
+def estimate(done: int, total: int, elapsed: float, records: int = 0) -> str | None:
+    """A stage's progress line from its Spark tasks: ``done`` of ``total``
+    finished after ``elapsed`` seconds; with ``records`` (the read stage: the
+    snapshot's size, cut into equal offset ranges) in records read. The time
+    left assumes the remaining tasks go at the pace of the finished ones."""
+    if total <= 0:
+        return None
+    share = min(done, total) / total
+    what = f"{share:4.0%} of {total:,} tasks"
+    if records:
+        what = f"{share:4.0%}: about {int(records * share):,} of {records:,} records read"
+    if done <= 0:
+        return f"{what}, time left unknown yet"
+    left = elapsed * (total - done) / done
+    return f"{what}, about {left:.0f}s left"
+
+
+class TaskWatcher:
+    """Polls Spark's status tracker while a stage runs (each stage's actions
+    run in a job group of its own) and prints :func:`estimate` every
+    ``every`` seconds: the read, join and write stages are long Spark jobs
+    that would otherwise print nothing until they end.
+
+    What it counts, so that the share only grows:
+
+    * the read stage (``records`` given): the tasks of its first Spark stage,
+      the one reading the offset ranges, in records; after that, the rest;
+    * otherwise, and after the read: the Spark stages running now (a job's
+      stages that are skipped, their input already computed, never run and
+      are not counted), their time left measured from when they were first
+      seen running.
+    """
+
+    def __init__(self, progress: Progress, spark: Any, every: float) -> None:
+        self.progress = progress
+        self.context = spark.sparkContext
+        self.every = every
+        self.group = ""
+        self.group_started = 0.0
+        self.records = 0
+        self.seen: dict[int, float] = {}  # Spark stage -> when first seen running
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="rebuild-progress", daemon=True)
+        self._thread.start()
+
+    def begin(self, group: str, records: int = 0) -> None:
+        """Called on the thread that runs the stage's actions (job groups are per thread)."""
+        self.context.setJobGroup(group, f"starling rebuild: {group}")
+        self.group, self.records, self.group_started = group, records, time.monotonic()
+
+    def line(self) -> str | None:
+        tracker = self.context.statusTracker()
+        jobs = sorted(tracker.getJobIdsForGroup(self.group))
+        if not jobs:
+            return None
+        now = time.monotonic()
+        if self.records:
+            first = tracker.getJobInfo(jobs[0])
+            scan = tracker.getStageInfo(min(first.stageIds)) if first and first.stageIds else None
+            if scan is not None and scan.numCompletedTasks < scan.numTasks:
+                return estimate(
+                    scan.numCompletedTasks, scan.numTasks, now - self.group_started, self.records
+                )
+        ours = {s for job in jobs if (info := tracker.getJobInfo(job)) for s in info.stageIds}
+        running = [
+            info
+            for stage in tracker.getActiveStageIds()
+            if stage in ours and (info := tracker.getStageInfo(stage)) is not None
+        ]
+        if not running:
+            return None
+        for info in running:
+            self.seen.setdefault(info.stageId, now)
+        since = min(self.seen[info.stageId] for info in running)
+        done = sum(info.numCompletedTasks for info in running)
+        line = estimate(done, sum(info.numTasks for info in running), now - since)
+        prefix = f"all {self.records:,} records read; " if self.records else ""
+        return f"{prefix}Spark stage {', '.join(str(i.stageId) for i in running)}: {line}"
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            try:
+                line = self.line() if self.group else None
+            except Exception:  # the display must never fail the rebuild
+                log.debug("could not read Spark's progress", exc_info=True)
+                continue
+            if line is not None:
+                self.progress.note(line)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
 @dataclass
 class Progress:
-    """Stages on the terminal (with elapsed time) and in Redis for the admin."""
+    """Stages on the terminal (with elapsed time and, while Spark works, the
+    share of tasks done and the time left) and in Redis for the admin."""
 
     store: TimelineStore | None
     out: Any = sys.stdout
@@ -24,12 +120,25 @@ class Progress:
     stage_started: float = 0.0
     current: str = ""
     durations: dict[str, float] = field(default_factory=dict)
+    watcher: TaskWatcher | None = None
 
-    def stage(self, name: str) -> None:
+    def watch(self, spark: Any, every: float = 10.0) -> None:
+        """Report the Spark tasks of each stage from now on (:class:`TaskWatcher`)."""
+        self.watcher = TaskWatcher(self, spark, every)
+
+    def stage(self, name: str, records: int = 0) -> None:
+        """A stage begins; ``records``: how many records it reads (for its progress)."""
         self.stage_started = time.monotonic()
         self.current = name
         self._print(f"{name} ...")
         self.publish(stage=name)
+        if self.watcher is not None:
+            self.watcher.begin(name, records)
+
+    def close(self) -> None:
+        if self.watcher is not None:
+            self.watcher.close()
+            self.watcher = None
 
     def done(self, what: str) -> None:
         took = time.monotonic() - self.stage_started

@@ -101,17 +101,31 @@ def session_settings(master: str, conf: Mapping[str, Any], given: set[str]) -> d
     }
 
 
+def submitted_settings() -> dict[str, str]:
+    """The settings of the JVM this process was started by, when ``spark-submit``
+    started it (its ``--master``, ``--conf``, ``--archives``, ...); else none."""
+    if not os.environ.get("PYSPARK_GATEWAY_PORT"):
+        return {}
+    from pyspark import SparkConf, SparkContext
+
+    SparkContext._ensure_initialized()
+    return dict(SparkConf().getAll())
+
+
 def build_session(master: str, app_name: str, **conf: Any) -> SparkSession:
-    # Workers must run this interpreter (the virtualenv's), not the system Python.
+    """The session on ``master``; under ``spark-submit`` on spark-submit's master
+    instead (its ``--master``, like every setting it was given, wins)."""
+    # Workers run this interpreter (the virtualenv's), not the system Python,
+    # unless told otherwise (spark.pyspark.python, PYSPARK_PYTHON: a packed
+    # environment, docs/deploy.md).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    given = given_settings()
-    if os.environ.get("PYSPARK_GATEWAY_PORT"):  # started by spark-submit: its JVM has them all
-        from pyspark import SparkConf, SparkContext
-
-        SparkContext._ensure_initialized()
-        given |= {key for key, _ in SparkConf().getAll()}
-    builder = SparkSession.builder.master(master).appName(app_name)
+    submitted = submitted_settings()
+    given = given_settings() | set(submitted)
+    master = submitted.get("spark.master", master)
+    builder = SparkSession.builder.appName(app_name)
+    if "spark.master" not in submitted:
+        builder = builder.master(master)
     for key, value in session_settings(master, conf, given).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,12 +45,19 @@ class Stack:
     logs: Path
     redis_url: str
     timeline_size: int
+    #: A ``spark-submit`` command line up to its application file (the recipe
+    #: of docs/deploy.md): the fanout job is started through it instead of
+    #: ``python -m spark.job``.
+    submit: tuple[str, ...] = ()
+    #: Where ``submit`` runs: the relative interpreter path it gives Spark is
+    #: resolved there on the driver.
+    submit_dir: Path = ROOT
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
-    def start(self, name: str, *command: str) -> subprocess.Popen[bytes]:
+    def start(self, name: str, *command: str, cwd: Path = ROOT) -> subprocess.Popen[bytes]:
         log = open(self.logs / f"{name}.log", "ab")  # noqa: SIM115 - lives with the process
         proc = subprocess.Popen(
-            command, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT
+            command, cwd=cwd, env=self.env, stdout=log, stderr=subprocess.STDOUT
         )
         self.procs[name] = proc
         return proc
@@ -71,16 +78,16 @@ class Stack:
         )
 
     def start_fanout(self, *options: str) -> subprocess.Popen[bytes]:
+        job = (*self.submit, "job") if self.submit else (str(BIN / "python"), "-m", "spark.job")
         return self.start(
             "fanout",
-            str(BIN / "python"),
-            "-m",
-            "spark.job",
+            *job,
             "--checkpoint",
             str(self.logs / "checkpoint"),
             "--trigger",
             "200 milliseconds",
             *options,
+            cwd=self.submit_dir if self.submit else ROOT,
         )
 
     def kill(self, name: str) -> None:
@@ -167,9 +174,19 @@ PULL_THRESHOLD = 12
 
 @contextmanager
 def running_stack(
-    kafka_bootstrap: str, redis_url: str, logs: Path, database_url: str, redis_db: int
+    kafka_bootstrap: str,
+    redis_url: str,
+    logs: Path,
+    database_url: str,
+    redis_db: int,
+    *,
+    submit: Sequence[str] = (),
+    submit_dir: Path = ROOT,
+    extra_env: Mapping[str, str] | None = None,
 ) -> Iterator[Stack]:
-    """Start the stack's processes on ``database_url``; stop them afterwards."""
+    """Start the stack's processes on ``database_url``; stop them afterwards.
+    With ``submit`` the fanout job is started by that ``spark-submit`` command
+    in ``submit_dir`` (:attr:`Stack.submit`); ``extra_env`` goes to every process."""
     port = embedded.free_port()
     stack_redis = redis_url.rsplit("/", 1)[0] + f"/{redis_db}"
     redis.Redis.from_url(stack_redis).flushdb()
@@ -193,8 +210,18 @@ def running_stack(
         # Two cores shared with pytest and the other tests' processes: a
         # min_seq read may wait longer here than the 2 s production default.
         "STARLING_READ_YOUR_WRITES_WAIT": str(READ_YOUR_WRITES_WAIT),
+        **(extra_env or {}),
     }
-    s = Stack(f"http://127.0.0.1:{port}", env, database_url, logs, stack_redis, timeline_size)
+    s = Stack(
+        f"http://127.0.0.1:{port}",
+        env,
+        database_url,
+        logs,
+        stack_redis,
+        timeline_size,
+        submit=tuple(submit),
+        submit_dir=submit_dir,
+    )
     for command in (["migrate", "--noinput"], ["ensure_topics"]):
         subprocess.run(
             [str(BIN / "python"), "manage.py", *command],

@@ -69,7 +69,13 @@ ALLOWED_EMPTY = {"STARLING_TOPIC_PREFIX"}
 #: Set by the image (Dockerfile ENV).
 IMAGE_ENV = {"STATIC_ROOT", "DJANGO_SETTINGS_MODULE", "STARLING_VAR_DIR"}
 #: Set for one service only.
-PER_SERVICE = {"STARLING_SHUFFLE_PARTITIONS": "fanout", "PYSPARK_SUBMIT_ARGS": "fanout"}
+PER_SERVICE = {
+    "STARLING_SHUFFLE_PARTITIONS": ("fanout",),
+    "PYSPARK_SUBMIT_ARGS": ("fanout",),
+    # Metrics of several processes (granian workers, Celery's pool), summed per scrape.
+    "PROMETHEUS_MULTIPROC_DIR": ("web", "worker"),
+    "STARLING_WORKER_METRICS_PORT": ("worker",),
+}
 #: The code's default suits production; an operator may set them in .env, which every
 #: app service loads (env_file), so .env.example must name them.
 OPTIONAL = {
@@ -104,6 +110,7 @@ OPTIONAL = {
     "STARLING_RATE_LOGIN_USER",
     "STARLING_NUM_PROXIES",
     "STARLING_METRICS_TOKEN",
+    "STARLING_METRICS_REFRESH_SECONDS",
     "SPARK_CONF_DIR",
     "SPARK_HOME",
 }
@@ -330,8 +337,8 @@ def test_app_service_gets_the_settings_it_needs(service: str) -> None:
     assert not missing, f"{service}: no value for {missing}"
     assert env["DJANGO_SETTINGS_MODULE"] == "feed.settings_production"
     assert ".env" in env_files(svc), f"{service}: the optional settings come from .env"
-    for name, owner in PER_SERVICE.items():
-        if service == owner:
+    for name, owners in PER_SERVICE.items():
+        if service in owners:
             assert env.get(name), f"{service}: no value for {name}"
 
 

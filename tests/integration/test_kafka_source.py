@@ -39,16 +39,21 @@ def test_end_offsets_are_the_real_end_of_the_log(config: StarlingConfig) -> None
     assert ends[config.topics.follows] == {"0": 0, "1": 0}
 
 
+@pytest.mark.parametrize("min_partitions", [0, 13])
 def test_batch_read_returns_every_record_with_tombstones_as_null(
-    spark, config: StarlingConfig
+    spark, config: StarlingConfig, min_partitions: int
 ) -> None:
+    """Also cut into more read tasks than topic-partitions (offset ranges that
+    start and end inside the broker's record batches): the same records, once."""
     fill(config, 40)
     df = (
         spark.read.format(NAME)
         .option("bootstrap.servers", config.kafka_bootstrap_servers)
         .option("topics", ",".join(config.topics.all()))
+        .option("minPartitions", str(min_partitions))
         .load()
     )
+    assert df.rdd.getNumPartitions() >= (10 if min_partitions else 2)  # ranges of <= 4 offsets
     rows = df.collect()
     assert len(rows) == 41
     tombstones = [r for r in rows if r.value is None]

@@ -1,3 +1,5 @@
+import itertools
+
 from spark.kafka_source import OffsetRange, clamp_to_log, data_loss, limit_offsets, ranges
 
 START = {"t": {"0": 10, "1": 0}, "f": {"0": 5}}
@@ -31,3 +33,21 @@ def test_data_loss_is_reported_per_partition() -> None:
     assert clamp_to_log({"t": {"0": 50, "1": 3}}, {"t": {"0": 20, "1": 3}}) == {
         "t": {"0": 20, "1": 3}
     }
+
+
+def test_split_ranges_cuts_evenly_and_covers_every_offset_once() -> None:
+    from spark.kafka_source import split_ranges
+
+    parts = [OffsetRange("t", 0, 0, 1000), OffsetRange("t", 1, 500, 520), OffsetRange("f", 0, 7, 8)]
+    for pieces in (0, 1, 3, 4, 10, 97, 5000):
+        cut = split_ranges(parts, pieces)
+        for original in parts:  # each range's pieces tile it exactly, in order
+            own = [r for r in cut if (r.topic, r.partition) == (original.topic, original.partition)]
+            assert own[0].start == original.start and own[-1].end == original.end
+            assert all(a.end == b.start for a, b in itertools.pairwise(own))
+            assert all(r.end > r.start for r in own)
+        if pieces > len(parts):  # no piece longer than an even share of the 1,021 offsets
+            assert max(r.end - r.start for r in cut) <= -(-1021 // pieces) < 1000
+            assert len(cut) > len(parts)
+        else:
+            assert cut == parts

@@ -40,6 +40,9 @@ class Command(BaseCommand):
             return
         env = self.environment()
         settings.VAR_DIR.mkdir(parents=True, exist_ok=True)
+        # Web and worker processes record their metrics here (feed.metrics); what a
+        # previous run left would be summed into this one's.
+        shutil.rmtree(env["PROMETHEUS_MULTIPROC_DIR"], ignore_errors=True)
         self.stdout.write("migrating the database...")
         call_command("migrate", interactive=False, verbosity=0)
         call_command("collectstatic", interactive=False, verbosity=0)
@@ -72,6 +75,7 @@ class Command(BaseCommand):
             WEB_HOST=host,
             WEB_WORKERS=env.get("WEB_WORKERS", "2"),
             STARLING_VAR_DIR=str(settings.VAR_DIR),
+            PROMETHEUS_MULTIPROC_DIR=str(settings.VAR_DIR / "metrics"),
             PYTHONUNBUFFERED="1",
             PATH=os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", ""),
         )

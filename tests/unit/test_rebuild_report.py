@@ -1,0 +1,12 @@
+"""The rebuild's progress lines (spark.rebuild_report.estimate)."""
+
+from spark.rebuild_report import estimate
+
+
+def test_progress_counts_records_and_projects_the_time_left() -> None:
+    assert estimate(0, 0, 5.0) is None  # no Spark job yet: nothing to say
+    assert estimate(0, 30, 5.0) == "  0% of 30 tasks, time left unknown yet"
+    assert estimate(10, 40, 20.0) == " 25% of 40 tasks, about 60s left"
+    line = estimate(15, 30, 12.0, records=3_000_000)
+    assert line == " 50%: about 1,500,000 of 3,000,000 records read, about 12s left"
+    assert estimate(30, 30, 9.0, records=10) == "100%: about 10 of 10 records read, about 0s left"
