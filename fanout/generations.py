@@ -36,7 +36,8 @@ class GenerationStore:
         return bool(self.redis.exists(keys.generation(generation)))
 
     def create_generation(self, generation: int, **meta: str | float) -> None:
-        self.redis.hset(keys.generation(generation), "created_at", time.time())
+        # Set once: the job's checkpoint directory is named by it (spark.supervisor).
+        self.redis.hsetnx(keys.generation(generation), "created_at", time.time())
         for name, value in meta.items():
             self.redis.hset(keys.generation(generation), name, value)
 

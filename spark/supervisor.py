@@ -75,9 +75,37 @@ class Target:
 StartQuery = Callable[[Target], Any]
 
 
-def checkpoint_for(root: Path, generation: int) -> Path:
-    """Each generation has a checkpoint of its own: a rebuild starts a fresh one."""
-    return root / f"gen-{generation}"
+def checkpoint_for(root: Path, generation: int, created_at: str | float = 0) -> Path:
+    """Each generation has a checkpoint of its own: a rebuild starts a fresh one.
+
+    The name carries the generation's creation time (milliseconds) besides its
+    number, because a number can come back: after Redis lost its generation
+    counter (FLUSHALL, restarted empty) the next rebuild is generation 1 again.
+    A Spark JVM keeps a stopped query's state stores loaded until a maintenance
+    pass notices (up to ``spark.sql.streaming.stateStore.maintenanceInterval``),
+    and that maintenance deletes the files it takes for old versions in their
+    directory: a new query sharing it loses its state files and fails at every
+    restart. Without a creation time (a generation made before it was
+    recorded) the name is the number alone."""
+    stamp = int(float(created_at or 0) * 1000)
+    return root / (f"gen-{generation}-{stamp}" if stamp else f"gen-{generation}")
+
+
+def generation_checkpoint(store: TimelineStore, root: Path, generation: int) -> Path:
+    """The checkpoint of ``generation`` as it exists now in Redis
+    (:func:`checkpoint_for`). A checkpoint named by the number alone (an older
+    release) is renamed to it if it belongs to this generation, and removed
+    if it was left by an earlier generation of that number."""
+    created_at = float(store.generation_meta(generation).get("created_at", 0))
+    path = checkpoint_for(root, generation, created_at)
+    legacy = checkpoint_for(root, generation)
+    if path != legacy and legacy.is_dir() and not path.exists():
+        if _older_than(legacy, created_at):
+            log.warning("removing the stale checkpoint %s", legacy)
+            shutil.rmtree(legacy, ignore_errors=True)
+        else:
+            legacy.rename(path)
+    return path
 
 
 def committed_batches(checkpoint: Path) -> list[int]:
@@ -134,13 +162,8 @@ def choose_target(store: TimelineStore, root: Path, blocked: int | None = None) 
     """
     handover = store.pending_handover()
     if handover is not None and handover != blocked:
-        checkpoint = checkpoint_for(root, handover)
+        checkpoint = generation_checkpoint(store, root, handover)
         meta = store.generation_meta(handover)
-        if _older_than(checkpoint, float(meta.get("created_at", 0))):
-            # A checkpoint left by an earlier generation of that number (Redis lost
-            # its generation counter): not the one this rebuild is to start.
-            log.warning("removing the stale checkpoint %s", checkpoint)
-            shutil.rmtree(checkpoint, ignore_errors=True)
         if committed_batches(checkpoint) or "snapshot" not in meta:
             return Target(handover, checkpoint)
         return Target(handover, checkpoint, json.loads(meta["snapshot"]), meta.get("state_path"))
@@ -151,7 +174,7 @@ def choose_target(store: TimelineStore, root: Path, blocked: int | None = None) 
         active = store.ensure_active_generation()
     if active == blocked:
         return None
-    return Target(active, checkpoint_for(root, active))
+    return Target(active, generation_checkpoint(store, root, active))
 
 
 def _older_than(checkpoint: Path, created_at: float) -> bool:
@@ -165,9 +188,10 @@ def _older_than(checkpoint: Path, created_at: float) -> bool:
 def retire(store: TimelineStore, root: Path, old: int) -> None:
     """Delete a generation that is no longer active: its timelines, its
     checkpoint and the rebuilt state it started from."""
-    state_path = store.generation_meta(old).get("state_path")
+    meta = store.generation_meta(old)
+    state_path = meta.get("state_path")
     deleted = store.drop_generation(old)
-    shutil.rmtree(checkpoint_for(root, old), ignore_errors=True)
+    shutil.rmtree(checkpoint_for(root, old, meta.get("created_at", 0)), ignore_errors=True)
     if state_path:
         shutil.rmtree(Path(state_path).parent, ignore_errors=True)
     log.info("generation %d deleted (%d keys)", old, deleted)
@@ -201,6 +225,12 @@ def maybe_switch(store: TimelineStore, root: Path, target: Target) -> bool:
             retire(store, root, active)
         except (OSError, redis.RedisError):
             log.exception("could not delete generation %d", active)
+    if live is None:
+        # Redis had lost the generations every other checkpoint here belongs to.
+        for path in root.glob("gen-*"):
+            if path != target.checkpoint:
+                log.info("removing the checkpoint of a generation Redis lost: %s", path)
+                shutil.rmtree(path, ignore_errors=True)
     return True
 
 

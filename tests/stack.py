@@ -147,7 +147,36 @@ class Stack:
             for name, proc in self.procs.items():
                 assert proc.poll() is None, f"{name} exited; see {self.logs / name}.log"
             time.sleep(0.5)
-        raise AssertionError(f"fanout watermark did not reach seq {seq} in {timeout}s")
+        raise AssertionError(
+            f"fanout watermark did not reach seq {seq} in {timeout}s\n{self.diagnosis()}"
+        )
+
+    def diagnosis(self, lines: int = 40) -> str:
+        """Where the pipeline stands, and the end of the job's and the worker's
+        logs: what a failed wait prints (a CI run keeps nothing else)."""
+        store = self.store
+        active, handover = store.active_generation(), store.pending_handover()
+        out = [f"active generation {active}, handover {handover}"]
+        for generation in {g for g in (active, handover) if g is not None}:
+            wm = store.watermark(generation)
+            out.append(
+                f"generation {generation}: "
+                + (
+                    f"seq {wm.seq}, contiguous {wm.contiguous}, batch {wm.batch_id}"
+                    if wm
+                    else "no watermark"
+                )
+            )
+        pending = self.sql(
+            "SELECT COUNT(*), MIN(id) FROM feed_outboxevent WHERE published_at IS NULL"
+        )
+        out.append(f"outbox: {pending[0][0]} unpublished (oldest seq {pending[0][1]})")
+        for name in ("fanout", "worker"):
+            path = self.logs / f"{name}.log"
+            text = path.read_text(errors="replace").splitlines() if path.exists() else []
+            tail = [line for line in text if not line.startswith("\tat ")][-lines:]  # no JVM frames
+            out += [f"--- {name}.log (last {lines} lines)", *tail]
+        return "\n".join(out)
 
     def settle(self, timeout: float = 240) -> None:
         """Until the job has caught up: every write in the outbox applied, and no

@@ -19,6 +19,7 @@ from spark.supervisor import (
     Supervisor,
     Target,
     committed_batches,
+    generation_checkpoint,
     idle_hours,
     maybe_switch,
 )
@@ -123,3 +124,59 @@ def test_a_taken_over_generation_becomes_active_only_once_every_seq_is_caught_up
     watermark(new, seq=61, contiguous=50)
     assert maybe_switch(store, tmp_path, Target(new, tmp_path / "checkpoint"))
     assert store.active_generation() == new and not store.generation_exists(live)
+
+
+def test_a_generation_number_that_comes_back_gets_a_checkpoint_of_its_own(
+    starling: StarlingConfig, tmp_path: Path
+) -> None:
+    """After Redis lost its generation counter the next rebuild is generation 1
+    again; its query must not share the directory of the first generation 1,
+    whose stopped query's state stores Spark may still be maintaining."""
+    store = store_for(starling)
+    first = store.ensure_active_generation()
+    before = generation_checkpoint(store, tmp_path, first)
+    assert store.ensure_active_generation() == first
+    assert generation_checkpoint(store, tmp_path, first) == before  # stable while it lives
+    checkpoint_with(before, 3)
+    time.sleep(0.01)
+    store.redis.flushdb()
+    again = store.new_generation(state="building")
+    assert again == first
+    after = generation_checkpoint(store, tmp_path, again)
+    assert after != before and not committed_batches(after)
+    assert committed_batches(before) == [0, 1, 2]  # untouched: not this generation's
+
+
+def test_a_checkpoint_named_by_the_number_alone_is_adopted_or_removed(
+    starling: StarlingConfig, tmp_path: Path
+) -> None:
+    store = store_for(starling)
+    generation = store.ensure_active_generation()
+    legacy = checkpoint_with(tmp_path / f"gen-{generation}", 2)
+    adopted = generation_checkpoint(store, tmp_path, generation)
+    assert adopted != legacy and not legacy.exists() and committed_batches(adopted) == [0, 1]
+    # One committed before the generation was created belongs to an earlier one.
+    stale = checkpoint_with(tmp_path / "gen-7", 2)
+    os.utime(stale / "commits" / "0", (0, 0))
+    store.create_generation(7)
+    fresh = generation_checkpoint(store, tmp_path, 7)
+    assert not stale.exists() and not committed_batches(fresh)
+
+
+def test_a_rebuild_after_redis_lost_everything_removes_the_lost_generations_checkpoints(
+    starling: StarlingConfig, tmp_path: Path
+) -> None:
+    store = store_for(starling)
+    lost = generation_checkpoint(store, tmp_path, store.ensure_active_generation())
+    checkpoint_with(lost, 2)
+    time.sleep(0.01)  # a generation's checkpoint is named by its creation's millisecond
+    store.redis.flushdb()
+    rebuilt = store.new_generation(state="ready")
+    store.record_watermark(
+        rebuilt, batch_id=0, seq=5, marks={}, contiguous=5, event_time=0, offsets={}, counters={}
+    )
+    target = Target(rebuilt, generation_checkpoint(store, tmp_path, rebuilt), starting_offsets={})
+    checkpoint_with(target.checkpoint, 1)
+    assert maybe_switch(store, tmp_path, target)
+    assert store.active_generation() == rebuilt
+    assert not lost.exists() and committed_batches(target.checkpoint) == [0]
