@@ -37,6 +37,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
@@ -54,6 +55,23 @@ NAME = "starling-kafka"
 SCHEMA = (
     "key binary, value binary, topic string, partition int, offset bigint, timestamp bigint, "
     "headers array<struct<key: string, value: binary>>"
+)
+#: :data:`SCHEMA` as the Arrow schema Spark expects of a reader's record batches.
+ARROW_SCHEMA = pa.schema(
+    [
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("timestamp", pa.int64()),
+        (
+            "headers",
+            pa.list_(
+                pa.field("element", pa.struct([("key", pa.string()), ("value", pa.binary())]))
+            ),
+        ),
+    ]
 )
 #: Offsets as Spark checkpoints them: ``{topic: {"<partition>": next offset}}``.
 Offsets = dict[str, dict[str, int]]
@@ -296,8 +314,11 @@ def _worker_consumer(client: KafkaClient) -> Any:
 
 def read_range(
     client: str | KafkaClient, part: OffsetRange, timeout: float
-) -> Iterator[tuple[Any, ...]]:
-    """Yield the records of ``part`` as rows of :data:`SCHEMA` (executor side)."""
+) -> Iterator[pa.RecordBatch]:
+    """Yield the records of ``part`` as Arrow batches of :data:`SCHEMA` (executor
+    side), one per ``consume()`` call. Handing Spark columns instead of a tuple
+    per record spares its per-record type checks and conversion (measured:
+    ~8 µs of a record's ~28 µs in the rebuild's read)."""
     from confluent_kafka import KafkaError, TopicPartition
 
     consumer = _worker_consumer(connection(client))
@@ -313,6 +334,8 @@ def read_range(
                 )
             # Ask for exactly what is missing: consume() returns as soon as that many
             # messages are buffered (it would otherwise wait out its timeout).
+            columns: tuple[list[Any], ...] = ([], [], [], [], [])
+            keys, values, offsets, stamps, headers = columns
             for msg in consumer.consume(min(part.end - position, 10_000), timeout=0.1):
                 err = msg.error()
                 if err is not None:
@@ -328,17 +351,38 @@ def read_range(
                     position = part.end
                     break
                 position = offset + 1
-                yield (
-                    msg.key(),
-                    msg.value(),
-                    part.topic,
-                    part.partition,
-                    offset,
-                    msg.timestamp()[1],
-                    [(k, v) for k, v in (msg.headers() or [])],
-                )
+                keys.append(msg.key())
+                values.append(msg.value())
+                offsets.append(offset)
+                stamps.append(msg.timestamp()[1])
+                headers.append(msg.headers() or [])
+            if offsets:
+                yield _record_batch(part, *columns)
     finally:
         consumer.unassign()
+
+
+def _record_batch(
+    part: OffsetRange,
+    keys: list[bytes | None],
+    values: list[bytes | None],
+    offsets: list[int],
+    stamps: list[int],
+    headers: list[list[tuple[str, bytes]] | None],
+) -> pa.RecordBatch:
+    n = len(offsets)
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array(keys, pa.binary()),
+            pa.array(values, pa.binary()),
+            pa.array([part.topic] * n, pa.string()),
+            pa.array([part.partition] * n, pa.int32()),
+            pa.array(offsets, pa.int64()),
+            pa.array(stamps, pa.int64()),
+            pa.array(headers, ARROW_SCHEMA.field("headers").type),
+        ],
+        schema=ARROW_SCHEMA,
+    )
 
 
 # --- the data source ---------------------------------------------------------------------
@@ -390,7 +434,7 @@ class KafkaStreamReader(DataSourceStreamReader):
     def partitions(self, start: dict, end: dict) -> list[OffsetRange]:
         return ranges(start, end)
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, OffsetRange)
         return read_range(self.options.client, partition, self.options.read_timeout)
 
@@ -421,7 +465,7 @@ class KafkaBatchReader(DataSourceReader):
     def partitions(self) -> list[OffsetRange]:
         return split_ranges(ranges(self.start, self.end), self.options.min_partitions)
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, OffsetRange)
         return read_range(self.options.client, partition, self.options.read_timeout)
 

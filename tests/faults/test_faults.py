@@ -42,10 +42,11 @@ def seqs_on_the_topics(stack: Stack) -> Counter[int]:
         probe.close()
     seen: Counter[int] = Counter()
     for part in ranges({}, ends):
-        for row in read_range(bootstrap, part, 60):
-            headers = dict(row[-1] or [])
-            if events.HEADER_SEQ in headers:
-                seen[int(headers[events.HEADER_SEQ])] += 1
+        for batch in read_range(bootstrap, part, 60):
+            for pairs in batch.column("headers").to_pylist():
+                headers = {h["key"]: h["value"] for h in pairs}
+                if events.HEADER_SEQ in headers:
+                    seen[int(headers[events.HEADER_SEQ])] += 1
     return seen
 
 
