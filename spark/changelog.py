@@ -22,7 +22,8 @@ from pyspark.sql import functions as F
 from fanout import events
 from fanout.config import StarlingConfig
 from spark.kafka_source import NAME as SOURCE
-from spark.kafka_source import Offsets, source_options
+from spark.kafka_source import source_options
+from spark.offsets import Offsets
 
 
 def header_column(name: str) -> Any:

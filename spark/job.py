@@ -35,7 +35,7 @@ from fanout.config import StarlingConfig
 from fanout.kafka import ensure_topics
 from fanout.timelines import store_for
 from spark.changelog import read_changelogs
-from spark.kafka_source import Offsets
+from spark.offsets import Offsets
 from spark.operator import join_by_author
 from spark.progress import ProgressLogger
 from spark.session import build_session

@@ -52,7 +52,8 @@ from fanout.timeline_ops import entries
 from fanout.timelines import TimelineStore
 from fanout.watermark import contiguous, mark_name
 from spark.changelog import read_changelogs
-from spark.kafka_source import EndOffsetProbe, Offsets
+from spark.kafka_source import EndOffsetProbe
+from spark.offsets import Offsets
 from spark.rebuild_report import Progress, Summary
 from spark.rebuild_tasks import (
     COUNT,

@@ -41,7 +41,8 @@ import redis
 
 from fanout.config import StarlingConfig
 from fanout.timelines import TimelineStore
-from spark.kafka_source import EndOffsetProbe, MissingTopic, Offsets, data_loss
+from spark.kafka_source import EndOffsetProbe, MissingTopic
+from spark.offsets import Offsets, data_loss
 from spark.session import TUNING
 
 log = logging.getLogger("starling.fanout")

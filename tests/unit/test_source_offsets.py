@@ -1,6 +1,6 @@
 import itertools
 
-from spark.kafka_source import OffsetRange, clamp_to_log, data_loss, limit_offsets, ranges
+from spark.offsets import OffsetRange, clamp_to_log, data_loss, limit_offsets, ranges
 
 START = {"t": {"0": 10, "1": 0}, "f": {"0": 5}}
 ENDS = {"t": {"0": 100, "1": 3}, "f": {"0": 5}}
@@ -36,7 +36,7 @@ def test_data_loss_is_reported_per_partition() -> None:
 
 
 def test_split_ranges_cuts_evenly_and_covers_every_offset_once() -> None:
-    from spark.kafka_source import split_ranges
+    from spark.offsets import split_ranges
 
     parts = [OffsetRange("t", 0, 0, 1000), OffsetRange("t", 1, 500, 520), OffsetRange("f", 0, 7, 8)]
     for pieces in (0, 1, 3, 4, 10, 97, 5000):
