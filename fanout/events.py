@@ -30,9 +30,10 @@ Keys and header values are decimal ASCII.
 
 from __future__ import annotations
 
+import functools
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import UTC
 from typing import Any
 
 import orjson
@@ -137,13 +138,18 @@ class Envelope:
 
 
 def created_at_iso(tweet_id: int) -> str:
-    """A tweet's creation time, derived from its id (ids are time-ordered)."""
-    return (
-        ids.created_at(tweet_id)
-        .astimezone(UTC)
-        .isoformat(timespec="milliseconds")
-        .replace("+00:00", "Z")
-    )
+    """A tweet's creation time, derived from its id (ids are time-ordered), in
+    UTC to the millisecond: ``2026-01-01T12:00:00.123Z``. Computed from the
+    integer milliseconds with the second's text cached (a batch's tweets share
+    their seconds): ~0.3 µs instead of ~1.5 µs through ``datetime``, paid for
+    every tweet body the job and the rebuild write."""
+    second, milli = divmod(ids.timestamp_ms(tweet_id), 1000)
+    return f"{_utc_second(second)}.{milli:03d}Z"
+
+
+@functools.lru_cache(maxsize=4096)
+def _utc_second(second: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
 
 
 def tweet_fields(tweet_id: int, author: str, text: str) -> dict[str, Any]:
@@ -235,6 +241,44 @@ def _id(obj: Mapping[str, Any], name: str) -> int:
     if not ids.is_valid(value):
         raise BadEvent(f"field {name!r} is not a valid id: {value!r}")
     return int(value)  # type: ignore[arg-type]
+
+
+#: A decimal header's bounds: Spark reads headers as ``bigint``.
+_BIGINT = (-(2**63), 2**63)
+
+
+def header_number(raw: bytes | None) -> int | None:
+    """A decimal header's value, or ``None`` when missing or not a ``bigint``:
+    what Spark's ``try_cast`` makes of it (spark.changelog.header_column), so
+    that records decoded in Python and in SQL carry the same numbers."""
+    if raw is None:
+        return None
+    text = raw.decode("ascii", "replace").strip()
+    digits = text[1:] if text[:1] in ("+", "-") else text
+    if not digits.isdigit():
+        return None
+    number = int(text)
+    return number if _BIGINT[0] <= number < _BIGINT[1] else None
+
+
+def header_numbers(
+    items: Iterable[tuple[str, bytes]] | None,
+) -> tuple[int | None, int | None, int | None]:
+    """(seq, jk, mark) of a record's headers, each from the first header of its
+    name (:func:`header_number`)."""
+    seq = jk = mark = None
+    seen: set[str] = set()
+    for name, raw in items or ():
+        if name in seen:
+            continue
+        seen.add(name)
+        if name == HEADER_SEQ:
+            seq = header_number(raw)
+        elif name == HEADER_JOIN_KEY:
+            jk = header_number(raw)
+        elif name == HEADER_MARK:
+            mark = header_number(raw)
+    return seq, jk, mark
 
 
 def _header_map(raw: Mapping[str, bytes] | Iterable[tuple[str, bytes]] | None) -> dict[str, bytes]:

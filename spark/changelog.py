@@ -1,5 +1,5 @@
-"""Extract: the changelogs as a DataFrame, the same for the streaming job and
-the rebuild.
+"""Extract: the changelogs as the streaming job reads them (the rebuild
+decodes them in its read tasks instead: spark.rebuild_tasks).
 
 Rows have the columns of the Kafka source (``key``, ``value``, ``topic``,
 ``partition``, ``offset``, ``timestamp``) plus the record headers parsed once
@@ -46,25 +46,14 @@ def join_key_column() -> Any:
     )
 
 
-def read_changelogs(
-    spark: SparkSession,
+def changelog_options(
     config: StarlingConfig,
-    *,
-    stream: bool,
     starting: Offsets | None = None,
     ending: Offsets | None = None,
     max_records: int | None = None,
     fail_on_data_loss: bool = True,
-    min_partitions: int | None = None,
-) -> DataFrame:
-    """Both changelogs, from ``starting`` (default: the start of the log).
-
-    A stream reads on, at most ``max_records`` records per micro-batch
-    (``starting`` then only applies to a checkpoint that has not committed a
-    batch); a batch read stops at ``ending`` (default: the end of the log), in
-    at least ``min_partitions`` tasks (offset ranges cut evenly).
-    """
-    reader = (spark.readStream if stream else spark.read).format(SOURCE)
+) -> dict[str, str]:
+    """The Kafka source's options for this deployment's topics (spark.kafka_source)."""
     options = {
         **source_options(config.kafka_client()),
         "topics": ",".join(config.topics.all()),
@@ -76,10 +65,24 @@ def read_changelogs(
         options["endingOffsets"] = json.dumps(ending)
     if max_records:
         options["maxRecordsPerTrigger"] = str(max_records)
-    if min_partitions:
-        options["minPartitions"] = str(min_partitions)
+    return options
+
+
+def read_changelogs(
+    spark: SparkSession,
+    config: StarlingConfig,
+    *,
+    starting: Offsets | None = None,
+    max_records: int | None = None,
+    fail_on_data_loss: bool = True,
+) -> DataFrame:
+    """Both changelogs as a stream, from ``starting`` (default: the start of the
+    log; it applies only to a checkpoint that has not committed a batch), at
+    most ``max_records`` records per micro-batch."""
+    options = changelog_options(config, starting, None, max_records, fail_on_data_loss)
     return (
-        reader.options(**options)
+        spark.readStream.format(SOURCE)
+        .options(**options)
         .load()
         .withColumn("seq", header_column(events.HEADER_SEQ))
         .withColumn("jk", header_column(events.HEADER_JOIN_KEY))

@@ -74,7 +74,6 @@ def build_query(
     changelogs = read_changelogs(
         spark,
         config,
-        stream=True,
         starting=starting_offsets,
         max_records=max_records,
         fail_on_data_loss=fail_on_data_loss,

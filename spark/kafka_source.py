@@ -33,7 +33,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -154,6 +154,12 @@ def consumer_settings(client: KafkaClient) -> dict[str, Any]:
         "enable.auto.commit": False,
         "enable.partition.eof": True,
         "fetch.wait.max.ms": 10,
+        # Big fetches: fewer round trips to the broker when a read is long (the
+        # rebuild's, a replay's). Measured on a 639,278-record log: 131,000 ->
+        # 165,000 records/s for one reader. These are upper bounds, so a
+        # micro-batch's small fetches are unchanged.
+        "fetch.max.bytes": 64 << 20,
+        "max.partition.fetch.bytes": 16 << 20,
         "socket.connection.setup.timeout.ms": 5000,
         "logger": log,
     }
@@ -222,6 +228,45 @@ class EndOffsetProbe:
             self._consumer = None
 
 
+def record_batch(
+    part: OffsetRange,
+    keys: list[bytes | None],
+    values: list[bytes | None],
+    offsets: list[int],
+    stamps: list[int],
+    headers: list[list[tuple[str, bytes]] | None],
+) -> pa.RecordBatch:
+    """The records of one ``consume()`` call as columns of :data:`SCHEMA`."""
+    n = len(offsets)
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array(keys, pa.binary()),
+            pa.array(values, pa.binary()),
+            pa.array([part.topic] * n, pa.string()),
+            pa.array([part.partition] * n, pa.int32()),
+            pa.array(offsets, pa.int64()),
+            pa.array(stamps, pa.int64()),
+            pa.array(headers, ARROW_SCHEMA.field("headers").type),
+        ],
+        schema=ARROW_SCHEMA,
+    )
+
+
+#: Makes one ``consume()`` call's records of a range into an Arrow batch: called
+#: with the range and the records' keys, values, offsets, timestamps and headers.
+BatchBuilder = Callable[
+    [
+        OffsetRange,
+        list[bytes | None],
+        list[bytes | None],
+        list[int],
+        list[int],
+        list[list[tuple[str, bytes]] | None],
+    ],
+    pa.RecordBatch,
+]
+
+
 @per_process
 def _worker_consumer(client: KafkaClient) -> Any:
     """The Python worker's consumer, reused across the tasks it runs."""
@@ -229,12 +274,16 @@ def _worker_consumer(client: KafkaClient) -> Any:
 
 
 def read_range(
-    client: str | KafkaClient, part: OffsetRange, timeout: float
+    client: str | KafkaClient,
+    part: OffsetRange,
+    timeout: float,
+    build: BatchBuilder = record_batch,
 ) -> Iterator[pa.RecordBatch]:
-    """Yield the records of ``part`` as Arrow batches of :data:`SCHEMA` (executor
-    side), one per ``consume()`` call. Handing Spark columns instead of a tuple
-    per record spares its per-record type checks and conversion (measured:
-    ~8 µs of a record's ~28 µs in the rebuild's read)."""
+    """Yield the records of ``part`` as Arrow batches (executor side), one per
+    ``consume()`` call, made by ``build`` (default: :data:`SCHEMA`'s columns).
+    Handing Spark columns instead of a tuple per record spares its per-record
+    type checks and conversion (measured: ~8 µs of a record's ~28 µs in the
+    rebuild's read)."""
     from confluent_kafka import KafkaError, TopicPartition
 
     consumer = _worker_consumer(connection(client))
@@ -273,32 +322,9 @@ def read_range(
                 stamps.append(msg.timestamp()[1])
                 headers.append(msg.headers() or [])
             if offsets:
-                yield _record_batch(part, *columns)
+                yield build(part, *columns)
     finally:
         consumer.unassign()
-
-
-def _record_batch(
-    part: OffsetRange,
-    keys: list[bytes | None],
-    values: list[bytes | None],
-    offsets: list[int],
-    stamps: list[int],
-    headers: list[list[tuple[str, bytes]] | None],
-) -> pa.RecordBatch:
-    n = len(offsets)
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.array(keys, pa.binary()),
-            pa.array(values, pa.binary()),
-            pa.array([part.topic] * n, pa.string()),
-            pa.array([part.partition] * n, pa.int32()),
-            pa.array(offsets, pa.int64()),
-            pa.array(stamps, pa.int64()),
-            pa.array(headers, ARROW_SCHEMA.field("headers").type),
-        ],
-        schema=ARROW_SCHEMA,
-    )
 
 
 # --- the data source ---------------------------------------------------------------------
@@ -362,10 +388,14 @@ class KafkaStreamReader(DataSourceStreamReader):
 
 
 class KafkaBatchReader(DataSourceReader):
-    """Reads from ``startingOffsets`` (default: the start) to ``endingOffsets`` (or the end)."""
+    """Reads from ``startingOffsets`` (default: the start) to ``endingOffsets`` (or the
+    end); ``build`` makes the batches (default: the records as they are)."""
 
-    def __init__(self, options: SourceOptions, raw: Mapping[str, str]) -> None:
+    def __init__(
+        self, options: SourceOptions, raw: Mapping[str, str], build: BatchBuilder = record_batch
+    ) -> None:
         self.options = options
+        self.build = build
         probe = EndOffsetProbe(options.client)
         try:
             ends = (
@@ -383,7 +413,7 @@ class KafkaBatchReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, OffsetRange)
-        return read_range(self.options.client, partition, self.options.read_timeout)
+        return read_range(self.options.client, partition, self.options.read_timeout, self.build)
 
 
 class KafkaChangelogSource(DataSource):

@@ -51,7 +51,8 @@ from fanout.config import StarlingConfig
 from fanout.timeline_ops import entries
 from fanout.timelines import TimelineStore
 from fanout.watermark import contiguous, mark_name
-from spark.changelog import read_changelogs
+from spark import arrow
+from spark.changelog import changelog_options
 from spark.kafka_source import EndOffsetProbe
 from spark.offsets import Offsets
 from spark.rebuild_report import Progress, Summary
@@ -61,8 +62,8 @@ from spark.rebuild_tasks import (
     DIFF,
     STATE,
     WRITTEN,
+    DecodedChangelogSource,
     bodies_partition,
-    decode_partition,
     diff_partition,
     state_partition,
     write_lists_partition,
@@ -130,20 +131,18 @@ class Rebuild:
         # the cores whatever the topics' sizes, and its progress is counted in
         # finished ranges.
         pieces = max(self.spark.sparkContext.defaultParallelism * 2, -(-records // READ_CHUNK))
-        raw = read_changelogs(
-            self.spark, self.config, stream=False, ending=ends, min_partitions=pieces
+        self.spark.dataSource.register(DecodedChangelogSource)
+        options = changelog_options(self.config, ending=ends)
+        options |= {"minPartitions": str(pieces), "topicPrefix": self.config.topics.prefix}
+        rows = self.spark.read.format(DecodedChangelogSource.name()).options(**options).load()
+        fields = [name for name in arrow.names(DECODED) if name != "topic"]
+        decoded = (
+            rows.groupBy("topic", "key")
+            .agg(F.max_by(F.struct(*fields), F.col("offset")).alias("r"))
+            .select("topic", "r.*")
+            .select(*arrow.names(DECODED))
+            .persist()
         )
-        newest = (
-            raw.groupBy("topic", "key")
-            .agg(
-                F.max_by(
-                    F.struct("value", "seq", "jk", "mark", "partition", "offset"), F.col("offset")
-                ).alias("r")
-            )
-            .select("topic", "key", "r.*")
-        )
-        topics = self.config.topics
-        decoded = newest.mapInArrow(lambda it: decode_partition(it, topics), DECODED).persist()
         counts = {
             r["kind"]: r["n"]
             for r in decoded.groupBy("kind").agg(F.count("*").alias("n")).collect()
@@ -244,9 +243,9 @@ class Rebuild:
         config = self.config
         lengths = {
             r["owner"]: r["entries"]
-            for r in inputs.mapInArrow(
-                lambda it: write_timelines_partition(it, config, generation), WRITTEN
-            ).collect()
+            for r in inputs.select("owner", "ids", "floor", "pulls")
+            .mapInArrow(lambda it: write_timelines_partition(it, config, generation), WRITTEN)
+            .collect()
         }
         lists = _first(
             states.where("pulled")

@@ -1,30 +1,39 @@
-"""The rebuild's executor side: pure Python over Arrow batches, run by
-``mapInArrow`` (see :mod:`spark.rebuild` for the stages that call them).
+"""The rebuild's executor side: pure Python over Arrow batches (see
+:mod:`spark.rebuild` for the stages that use them).
 
-Each function takes an iterator of Arrow batches and yields batches of the
-schema named beside it (a Spark DDL string).
+The read decodes records in its read tasks (:class:`DecodedChangelogSource`,
+:func:`decode_records`); every other function here is run by ``mapInArrow``:
+it takes an iterator of Arrow batches and yields batches of the schema named
+beside it (a Spark DDL string).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
+from pyspark.sql.datasource import DataSourceReader
 
 from fanout import events
-from fanout.config import StarlingConfig
+from fanout.config import StarlingConfig, TopicNames
 from fanout.join import newest, rebuilt_author_state, rebuilt_timeline
 from fanout.timeline_ops import pack_timeline, visible
 from fanout.timelines import store_for
 from spark import arrow
+from spark.kafka_source import KafkaBatchReader, KafkaChangelogSource, SourceOptions
+from spark.offsets import OffsetRange
 
-#: decode_partition: the newest record of each key, decoded (a = partition and
-#: b = seq for a relay mark).
-DECODED = (
-    "kind string, a long, b long, body binary, seq long, "
+#: The rebuild's read (:class:`DecodedChangelogSource`): every record decoded
+#: where it is read, with its key, for the newest-per-key step (``a`` = the
+#: partition and ``b`` = the seq of a relay mark). See :func:`decode_records`.
+RECORDS = (
+    "key binary, kind string, a long, b long, body binary, seq long, "
     "topic string, partition int, offset long, error string"
 )
+#: The newest record of each key, decoded: :data:`RECORDS` without the key.
+DECODED = RECORDS.split(", ", 1)[1]
 #: state_partition: an author's join state, and what of it timelines are made from.
 STATE = "join_key long, blob binary, kept array<long>, horizon long, pulled boolean"
 #: write_lists_partition: how many pulled authors' lists were written (COUNT).
@@ -36,48 +45,96 @@ DIFF = "owner long, live_missing boolean, missing int, extra int"
 COUNT = "n long"
 
 
-def _decode(row: dict[str, Any], topics: Any) -> tuple[str, Any, Any, Any, str | None]:
-    """(kind, a, b, body, error) of one record (see :func:`decode_partition`)."""
-    if row["mark"] is not None:
-        return "mark", row["partition"], row["mark"], None, None
+def _decode(
+    topic: str, partition: int, key: bytes | None, value: bytes | None, headers: Any
+) -> tuple[str, Any, Any, Any, int | None, str | None]:
+    """(kind, a, b, body, seq, error) of one record (see :func:`decode_records`)."""
+    seq, jk, mark = events.header_numbers(headers)
+    if mark is not None:
+        return "mark", partition, mark, None, seq, None
     try:
-        envelope = events.decode_record(
-            topics.logical(row["topic"]), row["key"], row["value"], row["seq"], row["jk"]
-        )
-    except (events.BadEvent, KeyError) as exc:
-        return "bad", None, None, None, str(exc)
+        envelope = events.decode_record(topic, key, value, seq, jk)
+    except events.BadEvent as exc:
+        return "bad", None, None, None, seq, str(exc)
     ev = envelope.event
     if isinstance(ev, events.TweetPosted):
-        return "tweet", ev.author_id, ev.tweet_id, events.tweet_json(ev), None
+        return "tweet", ev.author_id, ev.tweet_id, events.tweet_json(ev), seq, None
     if isinstance(ev, events.Followed):
-        return "follow", ev.followee_id, ev.follower_id, None, None
+        return "follow", ev.followee_id, ev.follower_id, None, seq, None
     if isinstance(ev, events.TimelineReset):
-        return "command", None, None, None, None
-    return "gone", None, None, None, None
+        return "command", None, None, None, seq, None
+    return "gone", None, None, None, seq, None
 
 
-def decode_partition(batches: Iterator[pa.RecordBatch], topics: Any) -> Iterator[pa.RecordBatch]:
-    """The newest record of each key, decoded: ``tweet`` (a=author, b=tweet id,
+def decode_records(
+    part: OffsetRange,
+    keys: list[bytes | None],
+    values: list[bytes | None],
+    offsets: list[int],
+    stamps: list[int],
+    headers: list[Any],
+    *,
+    topics: TopicNames,
+) -> pa.RecordBatch:
+    """One ``consume()`` call's records of ``part``, decoded (a ``BatchBuilder``
+    of :func:`spark.kafka_source.read_range`): ``tweet`` (a=author, b=tweet id,
     body), ``follow`` (a=followee, b=follower), ``gone`` (a tombstone),
     ``mark`` (a=partition, b=the mark's seq), ``command`` (a timeline reset,
-    which a rebuild has no use for) or ``bad``."""
-    for batch in batches:
-        out: dict[str, list[Any]] = arrow.columns(DECODED)
-        for row in batch.to_pylist():
-            kind, a, b, body, error = _decode(row, topics)
-            for name, value in (
-                ("kind", kind),
-                ("a", a),
-                ("b", b),
-                ("body", body),
-                ("seq", row["seq"]),
-                ("topic", row["topic"]),
-                ("partition", row["partition"]),
-                ("offset", row["offset"]),
-                ("error", error),
-            ):
-                out[name].append(value)
-        yield arrow.batch(out, DECODED)
+    which a rebuild has no use for) or ``bad`` (with the error).
+
+    Decoding where the records are read, from the consumer's own Python
+    objects, spares the rebuild a round trip of every record through Spark
+    and back into Python after the newest-per-key step."""
+    try:
+        topic = topics.logical(part.topic)
+    except KeyError:
+        topic = part.topic  # decoding names it: "unknown topic"
+    out: dict[str, list[Any]] = arrow.columns("kind string, a long, b long, body binary")
+    seqs: list[int | None] = []
+    errors: list[str | None] = []
+    for key, value, hdrs in zip(keys, values, headers, strict=True):
+        kind, a, b, body, seq, error = _decode(topic, part.partition, key, value, hdrs)
+        out["kind"].append(kind)
+        out["a"].append(a)
+        out["b"].append(b)
+        out["body"].append(body)
+        seqs.append(seq)
+        errors.append(error)
+    n = len(offsets)
+    return arrow.batch(
+        {
+            "key": keys,
+            **out,
+            "seq": seqs,
+            "topic": [part.topic] * n,
+            "partition": [part.partition] * n,
+            "offset": offsets,
+            "error": errors,
+        },
+        RECORDS,
+    )
+
+
+class DecodedChangelogSource(KafkaChangelogSource):
+    """``starling-changelog-decoded``: the batch read of the Kafka source with
+    every record decoded in its read task (:func:`decode_records`), rows of
+    :data:`RECORDS`. Takes the source's options plus ``topicPrefix`` (the
+    deployment's topic names)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "starling-changelog-decoded"
+
+    def schema(self) -> str:
+        return RECORDS
+
+    def reader(self, schema: Any) -> DataSourceReader:
+        topics = TopicNames(self.options.get("topicPrefix", ""))
+        return KafkaBatchReader(
+            SourceOptions.parse(self.options),
+            self.options,
+            build=functools.partial(decode_records, topics=topics),
+        )
 
 
 def state_partition(

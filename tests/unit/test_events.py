@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import contextlib
+from datetime import UTC
 
 import orjson
 import pytest
@@ -165,3 +166,44 @@ def test_grouping_a_post_to_many_followers_shares_one_op_shape() -> None:
     assert by_owner[1] == TimelineOp(Op.ADD, 1, (20, 30), 20, 5)
     assert by_owner[1].tweets is by_owner[999].tweets  # computed once
     assert by_owner[7] == TimelineOp(Op.ADD, 7, (30, 40), 30, 6)  # merged, then cut
+
+
+@pytest.mark.parametrize(
+    ("raw", "number"),
+    [
+        (b"42", 42),
+        (b" 7 ", 7),
+        (b"+5", 5),
+        (b"-3", -3),
+        (b"9223372036854775807", 2**63 - 1),
+        (b"9223372036854775808", None),  # beyond bigint
+        (b"", None),
+        (b"4x", None),
+        (b"1_000", None),
+        (b"\xff1", None),
+        (None, None),
+    ],
+)
+def test_a_header_number_is_what_spark_reads_as_a_bigint(
+    raw: bytes | None, number: int | None
+) -> None:
+    assert events.header_number(raw) == number
+
+
+def test_header_numbers_take_the_first_header_of_each_name() -> None:
+    assert events.header_numbers([("seq", b"5"), ("x", b"1"), ("jk", b"9"), ("seq", b"6")]) == (
+        5,
+        9,
+        None,
+    )
+    assert events.header_numbers([("mark", b"12"), ("mark", b"x")]) == (None, None, 12)
+    assert events.header_numbers(None) == (None, None, None)
+    assert events.header_numbers([("seq", b"bad"), ("seq", b"3")]) == (None, None, None)
+
+
+@given(st.integers(min_value=1, max_value=ids.MAX_ID))
+def test_created_at_is_the_ids_utc_millisecond_in_iso_form(tweet_id: int) -> None:
+    expected = (
+        ids.created_at(tweet_id).astimezone(UTC).isoformat(timespec="milliseconds")
+    ).replace("+00:00", "Z")
+    assert events.created_at_iso(tweet_id) == expected

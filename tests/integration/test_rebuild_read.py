@@ -1,0 +1,81 @@
+"""The rebuild's read: records decoded in the read tasks, newest per key, on the
+real broker and Spark."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+
+from fanout import events
+from fanout.config import StarlingConfig
+from fanout.timelines import store_for
+from spark.changelog import header_column
+from spark.rebuild import Rebuild
+from spark.rebuild_report import Progress
+from tests.conftest import make_config
+from tests.spark_helpers import ChangelogWriter
+
+pytestmark = pytest.mark.spark
+
+VALUES = [
+    b"42", b" 7 ", b"+5", b"-3", b"007", b"\t8\n", b"9223372036854775807",
+    b"9223372036854775808", b"-9223372036854775808", b"", b"4x", b"1_000", b"0x10", b"1e3",
+    b"\xff1", b"\xd9\xa3",
+]  # fmt: skip
+
+
+def test_python_reads_header_numbers_as_the_streaming_job_does_in_sql(spark) -> None:
+    """The job parses headers in SQL (spark.changelog), the rebuild in Python
+    (events.header_numbers): a record must carry the same numbers in both."""
+    rows = [[("seq", v), ("jk", b"9"), ("mark", v), ("seq", b"1")] for v in VALUES]
+    rows += [[("jk", v)] for v in VALUES] + [[]]
+    df = spark.createDataFrame(
+        [(i, h) for i, h in enumerate(rows)],
+        "i int, headers array<struct<key: string, value: binary>>",
+    )
+    sql = df.select(
+        "i",
+        header_column(events.HEADER_SEQ).alias("seq"),
+        header_column(events.HEADER_JOIN_KEY).alias("jk"),
+        header_column(events.HEADER_MARK).alias("mark"),
+    ).collect()
+    for row in sql:
+        assert (row.seq, row.jk, row.mark) == events.header_numbers(rows[row.i]), rows[row.i]
+
+
+def test_the_newest_record_of_each_key_decoded_and_the_bad_ones_set_aside(
+    spark, kafka_bootstrap: str, redis_url: str, redis_client, tmp_path: Path
+) -> None:
+    config: StarlingConfig = make_config(kafka_bootstrap, redis_url, partitions=2)
+    writer = ChangelogWriter(config)
+    writer.send(
+        [
+            events.TweetPosted(1001, 1, "ann", "first"),
+            events.TweetPosted(1002, 2, "bob", "second"),
+            events.Followed(3, 1),
+            events.Followed(4, 1),
+        ]
+    )
+    last = writer.send([events.TweetDeleted(1001, 1), events.Unfollowed(4, 1)])
+    writer.raw(config.topics.tweets, b"1003", b"not json", events.headers(last + 1, 7))
+    writer.send([events.Followed(4, 2)])
+    store = store_for(config)
+    rebuild = Rebuild(spark, config, store, Progress(store, out=io.StringIO()), tmp_path)
+    decoded = rebuild.read(rebuild.snapshot())
+
+    rows = decoded.collect()
+    live = {(r.kind, r.a, r.b) for r in rows if r.kind in ("tweet", "follow")}
+    assert live == {("tweet", 2, 1002), ("follow", 1, 3), ("follow", 2, 4)}
+    assert {r.body for r in rows if r.kind == "tweet"} == {
+        events.tweet_json(events.TweetPosted(1002, 2, "bob", "second"))
+    }
+    assert sum(r.kind == "gone" for r in rows) == 2  # tweet 1001, follow 4 -> 1
+    assert {r.a for r in rows if r.kind == "mark"} == {0, 1}  # a mark per tweets partition
+    summary = rebuild.summary
+    assert (summary.tweets, summary.follows, summary.bad_records) == (1, 2, 1)
+    assert summary.snapshot_seq == writer.last_seq
+    (dead,) = store.dead_letters()
+    assert dead["topic"] == config.topics.tweets and dead["by"] == "rebuild"
+    assert "JSON" in dead["error"]
