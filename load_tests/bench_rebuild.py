@@ -122,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
             env=env,
             check=True,
         )
+        started = time.monotonic()
         out = subprocess.run(
             [sys.executable, "-m", "spark.rebuild", "--json", "--sample", "0", "--wait", "600"],
             cwd=ROOT,
@@ -134,15 +135,24 @@ def main(argv: list[str] | None = None) -> int:
         if out.returncode != 0:
             raise SystemExit(f"rebuild failed; see {workdir / 'rebuild.log'}")
         summary = json.loads(out.stdout[out.stdout.rfind("\n{") + 1 :])  # the last document
+        wall = time.monotonic() - started
         stages = summary["stages"]
         handover = sum(v for k, v in stages.items() if k.startswith("handing"))
-        seconds = summary["seconds"] - handover
+        # What an operator waits for: the command's whole run (Python, Django and
+        # Spark starting included, as the replay's figure includes the job's
+        # start-up) up to a verified generation; the hand-over is reported apart.
+        seconds = wall - handover
         rebuild_rate = summary["records"] / seconds
         report.add(
             "rebuild (records/s)",
             round(rebuild_rate),
-            f"{seconds:.0f}s incl. Spark start-up, to a verified generation",
+            f"{seconds:.0f}s from the command's start to a verified generation",
             key="rebuild_rps",
+        )
+        report.add(
+            "  of which starting (Python, Django, Spark)",
+            round(wall - summary["seconds"], 1),
+            "s",
         )
         report.add(
             "rebuild (timelines/s)", round(summary["timelines"] / seconds), key="rebuild_tps"
