@@ -71,6 +71,8 @@ from fanout.timeline_ops import entries, timeline_ids
 from fanout.timelines import TimelineStore, store_for
 from load_tests import charts, network
 from load_tests.harness import Report, percentile, ratio, summary
+from spark.kafka_source import EndOffsetProbe
+from spark.offsets import Offsets
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -136,6 +138,7 @@ class Job:
     """The fanout job as its own process, like make run runs it."""
 
     def __init__(self, config: StarlingConfig, workdir: Path, max_records: int) -> None:
+        self.config = config
         self.progress = workdir / "progress.jsonl"
         env = {
             **os.environ,
@@ -181,12 +184,32 @@ class Job:
 
 
 def wait_for_seq(store: TimelineStore, job: Job, seq: int, timeout: float) -> float:
+    """Wait until the job has applied everything written, ``seq`` being the last
+    seq written (the writes have stopped); returns when that batch was applied.
+
+    Everything means the highest seq applied is ``seq`` *and* the job's batches
+    have read to the end of every partition: in a replay the partition that
+    holds the last seq can be read ahead of the others (each micro-batch takes
+    its share of every partition's backlog), so the seq alone is reached while
+    hundreds of thousands of records are still to come."""
     deadline = time.monotonic() + timeout
+    ends: Offsets | None = None
     while time.monotonic() < deadline:
         generation = store.active_generation()
         wm = store.watermark(generation) if generation else None
         if wm is not None and wm.seq >= seq:
-            return wm.applied_at
+            if ends is None:
+                probe = EndOffsetProbe(job.config.kafka_client())
+                try:
+                    ends = probe.end_offsets(job.config.topics.all())
+                finally:
+                    probe.close()
+            if all(
+                int(wm.offsets.get(topic, {}).get(p, 0)) >= end
+                for topic, parts in ends.items()
+                for p, end in parts.items()
+            ):
+                return wm.applied_at
         if job.proc.poll() is not None:
             raise SystemExit(f"the fanout job exited ({job.proc.returncode}); see its log")
         time.sleep(0.2)
