@@ -17,7 +17,7 @@ brings Redis back after it lost its data. This module holds the stages
    fanout job's ``AuthorState``), by the same rules as the streaming job
    (:func:`fanout.join.rebuilt_timeline`, :func:`fanout.join.rebuilt_author_state`);
 4. **write** them into a new generation (``tl:{g}:*``), which no reader
-   sees yet, and the tweet bodies that are missing;
+   sees yet, and the live tweets' bodies (the same bytes the job writes);
 5. **verify**: every timeline's length in Redis against the computed one,
    and a sample against the oracle query on the database;
 6. **hand over**: the fanout job restarts on the new generation from the

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSourceReader
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader
 
 from fanout import events
 from fanout.config import StarlingConfig, TopicNames
@@ -127,6 +127,12 @@ class DecodedChangelogSource(KafkaChangelogSource):
 
     def schema(self) -> str:
         return RECORDS
+
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        raise NotImplementedError(
+            "starling-changelog-decoded is read as a batch (the rebuild's read); the "
+            "fanout job streams from starling-kafka"
+        )
 
     def reader(self, schema: Any) -> DataSourceReader:
         topics = TopicNames(self.options.get("topicPrefix", ""))

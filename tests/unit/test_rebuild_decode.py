@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
+
 from fanout import events
 from fanout.config import TopicNames
 from spark import arrow
 from spark.offsets import OffsetRange
-from spark.rebuild_tasks import RECORDS, decode_records
+from spark.rebuild_tasks import RECORDS, DecodedChangelogSource, decode_records
 
 TOPICS = TopicNames("p.")
 
@@ -85,3 +87,8 @@ def test_bad_records_are_rows_naming_the_problem_not_failures() -> None:
     assert "no key" in rows[2]["error"]
     unknown = decode("other", [record(events.Followed(follower_id=4, followee_id=9), 1)])
     assert unknown[0]["kind"] == "bad" and "unknown topic" in unknown[0]["error"]
+
+
+def test_the_decoded_source_is_read_as_a_batch_only() -> None:
+    with pytest.raises(NotImplementedError, match="batch"):
+        DecodedChangelogSource({}).streamReader(None)
