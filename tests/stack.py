@@ -180,9 +180,16 @@ class Stack:
 
     def settle(self, timeout: float = 240) -> None:
         """Until the job has caught up: every write in the outbox applied, and no
-        timeline waiting for a refill (refills are writes too: repeat until quiet)."""
+        timeline waiting for a refill (refills are writes too: repeat until quiet).
+
+        Quiet means so for :data:`QUIET` seconds on end: a refill run takes its
+        users off the queue before it writes their resets to the outbox, so for
+        the length of a run the queue is empty and the outbox unchanged while a
+        refill is still coming."""
         deadline = time.monotonic() + timeout
         store = self.store
+        quiet_since: float | None = None
+        last = -1
         while True:
             high = self.sql("SELECT COALESCE(MAX(id), 0) FROM feed_outboxevent")[0][0]
             self.wait_for_seq(high, max(1.0, deadline - time.monotonic()))
@@ -191,10 +198,20 @@ class Stack:
                 store.redis.zcard(keys.resets(generation)) if generation else 0
             )
             again = self.sql("SELECT COALESCE(MAX(id), 0) FROM feed_outboxevent")[0][0]
-            if waiting == 0 and again == high:
-                return
+            if waiting == 0 and again == high == last:
+                quiet_since = quiet_since or time.monotonic()
+                if time.monotonic() - quiet_since >= QUIET:
+                    return
+            else:
+                quiet_since = None
+            last = again
             assert time.monotonic() < deadline, f"not settled in {timeout}s ({waiting} waiting)"
             time.sleep(0.5)
+
+
+#: How long the stack must stay quiet to be settled: longer than a refill run
+#: (the stack's worker runs one every second, over a few users at most).
+QUIET = 3.0
 
 
 #: Followers from which the stack's authors are pulled at read time.
