@@ -71,7 +71,7 @@ from fanout.timeline_ops import entries, timeline_ids
 from fanout.timelines import TimelineStore, store_for
 from load_tests import charts, network
 from load_tests.harness import Report, percentile, ratio, summary
-from spark.kafka_source import EndOffsetProbe
+from spark.kafka_source import end_offsets
 from spark.offsets import Offsets
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -199,11 +199,7 @@ def wait_for_seq(store: TimelineStore, job: Job, seq: int, timeout: float) -> fl
         wm = store.watermark(generation) if generation else None
         if wm is not None and wm.seq >= seq:
             if ends is None:
-                probe = EndOffsetProbe(job.config.kafka_client())
-                try:
-                    ends = probe.end_offsets(job.config.topics.all())
-                finally:
-                    probe.close()
+                ends = end_offsets(job.config.kafka_client(), job.config.topics.all())
             if all(
                 int(wm.offsets.get(topic, {}).get(p, 0)) >= end
                 for topic, parts in ends.items()

@@ -228,6 +228,18 @@ class EndOffsetProbe:
             self._consumer = None
 
 
+def end_offsets(
+    client: str | KafkaClient, topics: tuple[str, ...], timeout: float = 15.0
+) -> Offsets:
+    """The true end offsets of ``topics``, by a probe opened and closed for the
+    question (:class:`EndOffsetProbe`)."""
+    probe = EndOffsetProbe(client)
+    try:
+        return probe.end_offsets(topics, timeout)
+    finally:
+        probe.close()
+
+
 def record_batch(
     part: OffsetRange,
     keys: list[bytes | None],
@@ -396,16 +408,11 @@ class KafkaBatchReader(DataSourceReader):
     ) -> None:
         self.options = options
         self.build = build
-        probe = EndOffsetProbe(options.client)
-        try:
-            ends = (
-                json.loads(raw["endingOffsets"])
-                if "endingOffsets" in raw
-                else probe.end_offsets(options.topics)
-            )
-        finally:
-            probe.close()
-        self.end: Offsets = ends
+        self.end: Offsets = (
+            json.loads(raw["endingOffsets"])
+            if "endingOffsets" in raw
+            else end_offsets(options.client, options.topics)
+        )
         self.start: Offsets = options.starting or {}
 
     def partitions(self) -> list[OffsetRange]:

@@ -53,7 +53,7 @@ from fanout.timelines import TimelineStore
 from fanout.watermark import contiguous, mark_name
 from spark import arrow
 from spark.changelog import changelog_options
-from spark.kafka_source import EndOffsetProbe
+from spark.kafka_source import end_offsets
 from spark.offsets import Offsets
 from spark.rebuild_report import Progress, Summary
 from spark.rebuild_tasks import (
@@ -115,11 +115,7 @@ class Rebuild:
 
     def snapshot(self) -> Offsets:
         self.progress.stage("snapshot of the changelog end offsets")
-        probe = EndOffsetProbe(self.config.kafka_client())
-        try:
-            ends = probe.end_offsets(self.config.topics.all())
-        finally:
-            probe.close()
+        ends = end_offsets(self.config.kafka_client(), self.config.topics.all())
         self.summary.records = sum(o for parts in ends.values() for o in parts.values())
         self.progress.done(f"{self.summary.records:,} records up to {json.dumps(ends)}")
         return ends

@@ -41,7 +41,7 @@ import redis
 
 from fanout.config import StarlingConfig
 from fanout.timelines import TimelineStore
-from spark.kafka_source import EndOffsetProbe, MissingTopic
+from spark.kafka_source import MissingTopic, end_offsets
 from spark.offsets import Offsets, data_loss
 from spark.session import TUNING
 
@@ -388,15 +388,13 @@ class Supervisor:
         start = committed_offsets(target.checkpoint)
         if start is None:
             return None
-        probe = EndOffsetProbe(self.config.kafka_client())
         try:
-            problems = data_loss(start, probe.end_offsets(self.config.topics.all(), timeout=5))
+            ends = end_offsets(self.config.kafka_client(), self.config.topics.all(), timeout=5)
+            problems = data_loss(start, ends)
         except MissingTopic as exc:
             problems = [str(exc)]
         except RuntimeError:
             return None  # the broker does not answer: transient
-        finally:
-            probe.close()
         if problems:
             self.blocked = target.generation
             return "the Kafka log is behind the checkpoint: " + "; ".join(problems)
