@@ -98,6 +98,16 @@ class GenerationStore:
         mapping = {**fields, "updated_at": time.time()}
         self.redis.hset(keys.REBUILD_STATUS, mapping=mapping)  # type: ignore[arg-type]
 
+    def count_records_read(self, n: int) -> None:
+        """Add ``n`` to the running rebuild's records read (by its read tasks)."""
+        self.redis.hincrby(keys.REBUILD_STATUS, keys.REBUILD_RECORDS_READ, n)
+
+    def records_read(self) -> int:
+        """How many changelog records the running rebuild's read tasks have
+        gone through so far (each adds its own as it goes)."""
+        raw = self.redis.hget(keys.REBUILD_STATUS, keys.REBUILD_RECORDS_READ)
+        return int(raw) if raw else 0
+
     def clear_rebuild_status(self) -> None:
         self.redis.delete(keys.REBUILD_STATUS)
 

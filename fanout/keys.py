@@ -44,6 +44,8 @@ WATERMARK_PREFIX = "starling:wm:"
 REGENERATION_PREFIX = "starling:regen:"
 HANDOVER = "starling:handover"
 REBUILD_STATUS = "starling:rebuild"
+#: The field of :data:`REBUILD_STATUS` the rebuild's read tasks add their records to.
+REBUILD_RECORDS_READ = "records_read"
 DEAD_LETTERS = "starling:deadletters"
 TOKENS_PREFIX = "starling:tokens:"
 REFILL = "starling:refill"

@@ -9,15 +9,17 @@ brings Redis back after it lost its data. This module holds the stages
 
 1. **snapshot**: the end offsets of the topics (both changelogs and the refills);
 2. **read** the compacted changelogs from offset 0 to the snapshot as a
-   Spark batch job, keeping the newest record per key (a tombstone removes
-   the row): the current ``tweets`` and ``follows`` tables;
+   Spark batch job, one task per topic-partition keeping the newest record
+   of each key (a tombstone removes the row): the current ``tweets`` and
+   ``follows`` tables. The read tasks put the live tweets' bodies in the
+   tweet cache (the same bytes the job writes; not in a dry run);
 3. **join**: every timeline is the newest ``TIMELINE_SIZE`` (+ slack)
    tweets of the user and of the users they follow (the view's SQL,
    computed per follower with Spark), and every author's join state (the
    fanout job's ``AuthorState``), by the same rules as the streaming job
    (:func:`fanout.join.rebuilt_timeline`, :func:`fanout.join.rebuilt_author_state`);
 4. **write** them into a new generation (``tl:{g}:*``), which no reader
-   sees yet, and the live tweets' bodies (the same bytes the job writes);
+   sees yet;
 5. **verify**: every timeline's length in Redis against the computed one,
    and a sample against the oracle query on the database;
 6. **hand over**: the fanout job restarts on the new generation from the
@@ -51,27 +53,21 @@ from fanout.config import StarlingConfig
 from fanout.timeline_ops import entries
 from fanout.timelines import TimelineStore
 from fanout.watermark import contiguous, mark_name
-from spark import arrow
 from spark.changelog import changelog_options
 from spark.kafka_source import end_offsets
 from spark.offsets import Offsets
 from spark.rebuild_report import Progress, Summary
 from spark.rebuild_tasks import (
     COUNT,
-    DECODED,
     DIFF,
     STATE,
     WRITTEN,
-    DecodedChangelogSource,
-    bodies_partition,
+    NewestRecordSource,
     diff_partition,
     state_partition,
     write_lists_partition,
     write_timelines_partition,
 )
-
-#: Records per read task of the rebuild (offset ranges cut to about this size).
-READ_CHUNK = 100_000
 
 #: Oracle(user_ids, cap) -> {user: visible timeline ids, newest first} from the
 #: database, and Settled(user_ids, seq) -> the users no write after ``seq`` touched.
@@ -122,28 +118,27 @@ class Rebuild:
 
     def read(self, ends: Offsets) -> DataFrame:
         records = self.summary.records
-        self.progress.stage("reading the changelogs (newest record per key)", records=records)
-        # Equal offset ranges, ~100k records each: the read is spread evenly over
-        # the cores whatever the topics' sizes, and its progress is counted in
-        # finished ranges.
-        pieces = max(self.spark.sparkContext.defaultParallelism * 2, -(-records // READ_CHUNK))
-        self.spark.dataSource.register(DecodedChangelogSource)
-        options = changelog_options(self.config, ending=ends)
-        options |= {"minPartitions": str(pieces), "topicPrefix": self.config.topics.prefix}
-        rows = self.spark.read.format(DecodedChangelogSource.name()).options(**options).load()
-        fields = [name for name in arrow.names(DECODED) if name != "topic"]
-        decoded = (
-            rows.groupBy("topic", "key")
-            .agg(F.max_by(F.struct(*fields), F.col("offset")).alias("r"))
-            .select("topic", "r.*")
-            .select(*arrow.names(DECODED))
-            .persist()
+        self.progress.stage(
+            "reading the changelogs (newest record per key)",
+            records=records,
+            counted=self.store.records_read,
         )
-        counts = {
-            r["kind"]: r["n"]
-            for r in decoded.groupBy("kind").agg(F.count("*").alias("n")).collect()
+        self.spark.dataSource.register(NewestRecordSource)
+        options = changelog_options(self.config, ending=ends)
+        options |= {
+            "topicPrefix": self.config.topics.prefix,
+            "redisUrl": self.config.redis_url,
+            "writeBodies": str(not self.summary.dry_run).lower(),
         }
-        self.summary.snapshot_seq = int(_first(decoded.agg(F.max("seq")))[0] or 0)
+        decoded = (
+            self.spark.read.format(NewestRecordSource.name()).options(**options).load().persist()
+        )
+        kinds = decoded.groupBy("kind").agg(F.count("*").alias("n"), F.max("seq").alias("seq"))
+        counts, seqs = {}, [0]
+        for r in kinds.collect():
+            counts[r["kind"]] = r["n"]
+            seqs.append(r["seq"] or 0)
+        self.summary.snapshot_seq = int(max(seqs))
         self.marks = {
             mark_name(r["topic"], r["a"]): int(r["b"])
             for r in decoded.where("kind = 'mark'").select("topic", "a", "b").collect()
@@ -168,7 +163,8 @@ class Rebuild:
                 for r in bad
             )
         self.progress.done(
-            f"{sum(counts.values()):,} keys: {self.summary.tweets:,} live tweets, "
+            f"{sum(counts.values()):,} keys: {self.summary.tweets:,} live tweets"
+            f"{'' if self.summary.dry_run else ' (their bodies put in the tweet cache)'}, "
             f"{self.summary.follows:,} live follows, {counts.get('gone', 0):,} deleted, "
             f"{self.summary.bad_records:,} bad (dead-lettered); "
             f"snapshot seq {self.summary.snapshot_seq} (complete up to "
@@ -232,9 +228,7 @@ class Rebuild:
         self.progress.done(f"{self.summary.authors:,} authors with state")
         return states, inputs
 
-    def write(
-        self, generation: int, decoded: DataFrame, states: DataFrame, inputs: DataFrame
-    ) -> dict[int, int]:
+    def write(self, generation: int, states: DataFrame, inputs: DataFrame) -> dict[int, int]:
         self.progress.stage(f"writing generation {generation}")
         config = self.config
         lengths = {
@@ -251,19 +245,13 @@ class Rebuild:
         self.summary.timelines = sum(n >= 0 for n in lengths.values())
         self.summary.dropped = len(lengths) - self.summary.timelines
         self.summary.entries = sum(n for n in lengths.values() if n >= 0)
-        bodies = _first(
-            decoded.where("kind = 'tweet'")
-            .select("b", "body")
-            .mapInArrow(lambda it: bodies_partition(it, config), COUNT)
-            .agg(F.sum("n"))
-        )[0]
         path = self.state_root / f"gen-{generation}" / "state"
         states.select("join_key", "blob").write.mode("overwrite").parquet(str(path))
         self.store.set_generation_meta(generation, state_path=str(path))
         self.progress.done(
             f"{self.summary.timelines:,} timelines ({self.summary.dropped:,} idle users' kept "
             f"dropped), {self.summary.entries:,} entries, {lists or 0:,} pulled authors' lists, "
-            f"{bodies or 0:,} tweet bodies, author state in {path}"
+            f"author state in {path}"
         )
         return lengths
 
@@ -407,7 +395,7 @@ class Rebuild:
             generation = self.store.new_generation(state="building", snapshot=json.dumps(ends))
             self.summary.generation = generation
             try:
-                lengths = self.write(generation, decoded, states, inputs)
+                lengths = self.write(generation, states, inputs)
                 self.store.seed_watermark(
                     generation,
                     seq=self.summary.snapshot_seq,

@@ -7,6 +7,7 @@ import logging
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,16 +16,21 @@ from fanout.timelines import TimelineStore
 log = logging.getLogger("starling.rebuild")
 
 
-def estimate(done: int, total: int, elapsed: float, records: int = 0) -> str | None:
-    """A stage's progress line from its Spark tasks: ``done`` of ``total``
-    finished after ``elapsed`` seconds; with ``records`` (the read stage: the
-    snapshot's size, cut into equal offset ranges) in records read. The time
-    left assumes the remaining tasks go at the pace of the finished ones."""
+def estimate(
+    done: int, total: int, elapsed: float, records: int = 0, *, counted: bool = False
+) -> str | None:
+    """A stage's progress line: ``done`` of ``total`` Spark tasks finished after
+    ``elapsed`` seconds; with ``records`` (the read stage: the snapshot's
+    size), in records read, about as many as the share of tasks done; with
+    ``counted``, ``done`` and ``total`` are records, as the read tasks counted
+    them. The time left assumes the rest goes at the pace so far."""
     if total <= 0:
         return None
     share = min(done, total) / total
     what = f"{share:4.0%} of {total:,} tasks"
-    if records:
+    if counted:
+        what = f"{share:4.0%}: {min(done, total):,} of {total:,} records read"
+    elif records:
         what = f"{share:4.0%}: about {int(records * share):,} of {records:,} records read"
     if done <= 0:
         return f"{what}, time left unknown yet"
@@ -40,8 +46,10 @@ class TaskWatcher:
 
     What it counts, so that the share only grows:
 
-    * the read stage (``records`` given): the tasks of its first Spark stage,
-      the one reading the offset ranges, in records; after that, the rest;
+    * the read stage (``records`` given): while its first Spark stage (the
+      one reading the changelogs) runs, the records its tasks counted
+      (``counted``), or else its finished tasks, in records; after that, the
+      rest;
     * otherwise, and after the read: the Spark stages running now (a job's
       stages that are skipped, their input already computed, never run and
       are not counted), their time left measured from when they were first
@@ -55,15 +63,17 @@ class TaskWatcher:
         self.group = ""
         self.group_started = 0.0
         self.records = 0
+        self.counted: Callable[[], int] | None = None
         self.seen: dict[int, float] = {}  # Spark stage -> when first seen running
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="rebuild-progress", daemon=True)
         self._thread.start()
 
-    def begin(self, group: str, records: int = 0) -> None:
+    def begin(self, group: str, records: int = 0, counted: Callable[[], int] | None = None) -> None:
         """Called on the thread that runs the stage's actions (job groups are per thread)."""
         self.context.setJobGroup(group, f"starling rebuild: {group}")
-        self.group, self.records, self.group_started = group, records, time.monotonic()
+        self.group, self.records, self.counted = group, records, counted
+        self.group_started = time.monotonic()
 
     def line(self) -> str | None:
         tracker = self.context.statusTracker()
@@ -75,6 +85,9 @@ class TaskWatcher:
             first = tracker.getJobInfo(jobs[0])
             scan = tracker.getStageInfo(min(first.stageIds)) if first and first.stageIds else None
             if scan is not None and scan.numCompletedTasks < scan.numTasks:
+                if self.counted is not None:
+                    elapsed = now - self.group_started
+                    return estimate(self.counted(), self.records, elapsed, counted=True)
                 return estimate(
                     scan.numCompletedTasks, scan.numTasks, now - self.group_started, self.records
                 )
@@ -126,14 +139,15 @@ class Progress:
         """Report the Spark tasks of each stage from now on (:class:`TaskWatcher`)."""
         self.watcher = TaskWatcher(self, spark, every)
 
-    def stage(self, name: str, records: int = 0) -> None:
-        """A stage begins; ``records``: how many records it reads (for its progress)."""
+    def stage(self, name: str, records: int = 0, counted: Callable[[], int] | None = None) -> None:
+        """A stage begins; ``records``: how many records it reads, ``counted``: how
+        many it has read so far (for its progress)."""
         self.stage_started = time.monotonic()
         self.current = name
         self._print(f"{name} ...")
         self.publish(stage=name)
         if self.watcher is not None:
-            self.watcher.begin(name, records)
+            self.watcher.begin(name, records, counted)
 
     def close(self) -> None:
         if self.watcher is not None:

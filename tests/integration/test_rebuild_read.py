@@ -1,5 +1,5 @@
-"""The rebuild's read: records decoded in the read tasks, newest per key, on the
-real broker and Spark."""
+"""The rebuild's read: the newest record of each key, decoded in the read tasks,
+on the real broker and Spark."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fanout import events
+from fanout import events, keys
 from fanout.config import StarlingConfig
 from fanout.timelines import store_for
 from spark.changelog import header_column
@@ -68,13 +68,16 @@ def test_the_newest_record_of_each_key_decoded_and_the_bad_ones_set_aside(
     rows = decoded.collect()
     live = {(r.kind, r.a, r.b) for r in rows if r.kind in ("tweet", "follow")}
     assert live == {("tweet", 2, 1002), ("follow", 1, 3), ("follow", 2, 4)}
-    assert {r.body for r in rows if r.kind == "tweet"} == {
-        events.tweet_json(events.TweetPosted(1002, 2, "bob", "second"))
+    # The read tasks put the live tweet's body in the cache, and only it.
+    bodies = {k: redis_client.get(k) for k in redis_client.scan_iter(f"{keys.TWEET_PREFIX}*")}
+    assert bodies == {
+        keys.tweet(1002).encode(): events.tweet_json(events.TweetPosted(1002, 2, "bob", "second"))
     }
     assert sum(r.kind == "gone" for r in rows) == 2  # tweet 1001, follow 4 -> 1
     assert {r.a for r in rows if r.kind == "mark"} == {0, 1}  # a mark per tweets partition
     summary = rebuild.summary
     assert (summary.tweets, summary.follows, summary.bad_records) == (1, 2, 1)
+    assert store.records_read() == summary.records  # what the read tasks counted
     assert summary.snapshot_seq == writer.last_seq
     (dead,) = store.dead_letters()
     assert dead["topic"] == config.topics.tweets and dead["by"] == "rebuild"

@@ -1,31 +1,46 @@
-"""The rebuild's read task decodes every record it reads (spark.rebuild_tasks)."""
+"""The rebuild's read task keeps the newest record of each key of its partition
+and decodes it (spark.rebuild_tasks)."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 
 from fanout import events
 from fanout.config import TopicNames
 from spark import arrow
+from spark.kafka_source import SourceOptions
 from spark.offsets import OffsetRange
-from spark.rebuild_tasks import RECORDS, DecodedChangelogSource, decode_records
+from spark.rebuild_tasks import (
+    DECODED,
+    NewestRecordReader,
+    NewestRecordSource,
+    decode_records,
+    newest_per_key,
+)
 
 TOPICS = TopicNames("p.")
 
 
-def decode(topic: str, records: list[tuple[bytes | None, bytes | None, list | None]]) -> list[dict]:
+def decode_all(
+    topic: str, records: list[tuple[bytes | None, bytes | None, list | None]]
+) -> tuple[list[dict], list[tuple[int, bytes]]]:
     part = OffsetRange(topic, 1, 10, 10 + len(records))
-    batch = decode_records(
+    batch, bodies = decode_records(
         part,
         [k for k, _, _ in records],
         [v for _, v, _ in records],
         list(range(10, 10 + len(records))),
-        [0] * len(records),
         [h for _, _, h in records],
         topics=TOPICS,
     )
-    assert batch.schema.names == arrow.names(RECORDS)
-    return batch.to_pylist()
+    assert batch.schema.names == arrow.names(DECODED)
+    return batch.to_pylist(), bodies
+
+
+def decode(topic: str, records: list[tuple[bytes | None, bytes | None, list | None]]) -> list[dict]:
+    return decode_all(topic, records)[0]
 
 
 def record(event: events.Event, seq: int) -> tuple[bytes, bytes | None, list]:
@@ -40,7 +55,7 @@ def mark(partition: int, seq: int) -> tuple[bytes, None, list]:
 
 def test_each_kind_of_record_is_decoded_with_its_position() -> None:
     tweet = events.TweetPosted(tweet_id=77, author_id=3, author="ann", text="hi")
-    rows = decode(
+    rows, bodies = decode_all(
         "p.tweets",
         [
             record(tweet, 5),
@@ -53,8 +68,7 @@ def test_each_kind_of_record_is_decoded_with_its_position() -> None:
         ("gone", None, None, 6),
         ("mark", 1, 6, None),
     ]
-    assert rows[0]["body"] == events.tweet_json(tweet)
-    assert [r["key"] for r in rows] == [b"77", b"78", b"mark:1"]
+    assert bodies == [(77, events.tweet_json(tweet))]  # the live tweet's, for the cache
     assert {(r["topic"], r["partition"]) for r in rows} == {("p.tweets", 1)}
     assert [r["offset"] for r in rows] == [10, 11, 12]
     assert all(r["error"] is None for r in rows)
@@ -89,6 +103,40 @@ def test_bad_records_are_rows_naming_the_problem_not_failures() -> None:
     assert unknown[0]["kind"] == "bad" and "unknown topic" in unknown[0]["error"]
 
 
-def test_the_decoded_source_is_read_as_a_batch_only() -> None:
+def test_the_newest_record_of_each_key_wins_across_consume_calls() -> None:
+    def chunk(*records: tuple[bytes | None, bytes | None, int]) -> tuple:
+        keys, values, offsets = (list(c) for c in zip(*records, strict=True))
+        return keys, values, offsets, [0] * len(keys), [[("seq", str(o).encode())] for o in offsets]
+
+    newest = newest_per_key(
+        [
+            chunk((b"a", b"1", 0), (b"b", b"2", 1), (b"a", b"3", 2)),
+            chunk((b"c", b"4", 3), (b"b", None, 4)),  # b's tombstone is its newest
+            chunk((None, b"x", 5), (None, b"y", 6)),
+        ]
+    )
+    assert {k: (v, o) for k, (v, o, _) in newest.items()} == {
+        b"a": (b"3", 2),
+        b"b": (None, 4),
+        b"c": (b"4", 3),
+        None: (b"y", 6),
+    }
+    assert newest[b"a"][2] == [("seq", b"2")]
+
+
+def test_one_read_task_per_partition_the_largest_first() -> None:
+    ends = {"p.tweets": {"0": 50, "1": 70}, "p.follows": {"0": 200, "1": 0}}
+    raw = {"bootstrap.servers": "x:1", "topics": "p.tweets,p.follows"}
+    reader = NewestRecordReader(
+        SourceOptions.parse(raw), {**raw, "endingOffsets": json.dumps(ends)}, TOPICS
+    )
+    assert [(r.topic, r.partition, r.start, r.end) for r in reader.partitions()] == [
+        ("p.follows", 0, 0, 200),
+        ("p.tweets", 1, 0, 70),
+        ("p.tweets", 0, 0, 50),
+    ]
+
+
+def test_the_newest_record_source_is_read_as_a_batch_only() -> None:
     with pytest.raises(NotImplementedError, match="batch"):
-        DecodedChangelogSource({}).streamReader(None)
+        NewestRecordSource({}).streamReader(None)

@@ -10,3 +10,11 @@ def test_progress_counts_records_and_projects_the_time_left() -> None:
     line = estimate(15, 30, 12.0, records=3_000_000)
     assert line == " 50%: about 1,500,000 of 3,000,000 records read, about 12s left"
     assert estimate(30, 30, 9.0, records=10) == "100%: about 10 of 10 records read, about 0s left"
+
+
+def test_a_counted_read_says_how_many_records_exactly() -> None:
+    line = estimate(1_200_000, 3_000_000, 8.0, counted=True)
+    assert line == " 40%: 1,200,000 of 3,000,000 records read, about 12s left"
+    assert estimate(0, 3_000_000, 2.0, counted=True) == (
+        "  0%: 0 of 3,000,000 records read, time left unknown yet"
+    )
