@@ -45,7 +45,7 @@ STATE = "join_key long, blob binary, kept array<long>, horizon long, pulled bool
 WRITTEN = "owner long, entries int"
 #: diff_partition: how a rebuilt timeline differs from the live one.
 DIFF = "owner long, live_missing boolean, missing int, extra int"
-#: write_lists_partition: how many lists were written.
+#: write_lists_partition: how many pulled authors' lists were written.
 COUNT = "n long"
 
 
