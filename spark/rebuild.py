@@ -64,6 +64,7 @@ from spark.rebuild_tasks import (
     WRITTEN,
     NewestRecordSource,
     diff_partition,
+    largest_partition,
     state_partition,
     write_lists_partition,
     write_timelines_partition,
@@ -113,7 +114,12 @@ class Rebuild:
         self.progress.stage("snapshot of the changelog end offsets")
         ends = end_offsets(self.config.kafka_client(), self.config.topics.all())
         self.summary.records = sum(o for parts in ends.values() for o in parts.values())
-        self.progress.done(f"{self.summary.records:,} records up to {json.dumps(ends)}")
+        topic, part, largest, gib = largest_partition(ends)
+        self.progress.done(
+            f"{self.summary.records:,} records up to {json.dumps(ends)}; the largest "
+            f"partition, {topic}/{part}, holds {largest:,}: its read task needs about "
+            f"{gib:.1f} GiB of Python memory"
+        )
         return ends
 
     def read(self, ends: Offsets) -> DataFrame:

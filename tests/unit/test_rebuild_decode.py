@@ -17,6 +17,7 @@ from spark.rebuild_tasks import (
     NewestRecordReader,
     NewestRecordSource,
     decode_records,
+    largest_partition,
     newest_per_key,
 )
 
@@ -140,3 +141,11 @@ def test_one_read_task_per_partition_the_largest_first() -> None:
 def test_the_newest_record_source_is_read_as_a_batch_only() -> None:
     with pytest.raises(NotImplementedError, match="batch"):
         NewestRecordSource({}).streamReader(None)
+
+
+def test_the_largest_partition_and_the_memory_its_read_task_needs() -> None:
+    ends = {"p.tweets": {"0": 50, "1": 70}, "p.follows": {"0": 1_491_308, "1": 0}}
+    topic, partition, records, gib = largest_partition(ends)
+    assert (topic, partition, records) == ("p.follows", 0, 1_491_308)
+    assert gib == pytest.approx(1.03, abs=0.01)  # 740 bytes a record
+    assert largest_partition({}) == ("", 0, 0, 0.0)
