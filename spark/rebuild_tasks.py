@@ -136,14 +136,18 @@ def largest_partition(ends: Offsets) -> tuple[str, int, int, float]:
     return topic, part, n, n * READ_BYTES_PER_RECORD / 2**30
 
 
-def newest_per_key(chunks: Iterable[Columns]) -> dict[bytes | None, tuple[Any, int, Any]]:
-    """{key: (value, offset, headers)} of the newest record of each key among
-    one partition's records, read in offset order (a later record replaces an
-    earlier one, as compaction would)."""
+def newest_per_key(
+    chunks: Iterable[Columns],
+) -> tuple[dict[bytes | None, tuple[Any, int, Any]], int]:
+    """({key: (value, offset, headers)} of the newest record of each key, how
+    many records were read) of one partition's records, read in offset order
+    (a later record replaces an earlier one, as compaction would)."""
     newest: dict[bytes | None, tuple[Any, int, Any]] = {}
+    read = 0
     for keys, values, offsets, _, headers in chunks:
         newest.update(zip(keys, zip(values, offsets, headers, strict=True), strict=True))
-    return newest
+        read += len(offsets)
+    return newest, read
 
 
 class NewestRecordReader(KafkaBatchReader):
@@ -162,15 +166,9 @@ class NewestRecordReader(KafkaBatchReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, OffsetRange)
-        read = 0
-
-        def chunks() -> Iterator[Columns]:
-            nonlocal read
-            for columns in consume_range(self.options.client, partition, self.options.read_timeout):
-                read += len(columns[2])
-                yield columns
-
-        newest = newest_per_key(chunks())
+        newest, read = newest_per_key(
+            consume_range(self.options.client, partition, self.options.read_timeout)
+        )
         store = (
             store_for(StarlingConfig(redis_url=self.redis_url), timeout=120)
             if self.redis_url

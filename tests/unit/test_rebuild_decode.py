@@ -109,7 +109,7 @@ def test_the_newest_record_of_each_key_wins_across_consume_calls() -> None:
         keys, values, offsets = (list(c) for c in zip(*records, strict=True))
         return keys, values, offsets, [0] * len(keys), [[("seq", str(o).encode())] for o in offsets]
 
-    newest = newest_per_key(
+    newest, read = newest_per_key(
         [
             chunk((b"a", b"1", 0), (b"b", b"2", 1), (b"a", b"3", 2)),
             chunk((b"c", b"4", 3), (b"b", None, 4)),  # b's tombstone is its newest
@@ -123,6 +123,7 @@ def test_the_newest_record_of_each_key_wins_across_consume_calls() -> None:
         None: (b"y", 6),
     }
     assert newest[b"a"][2] == [("seq", b"2")]
+    assert read == 7
 
 
 def test_one_read_task_per_partition_the_largest_first() -> None:
