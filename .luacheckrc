@@ -10,8 +10,8 @@ local packed = {
   "HEADER", "IDLE", "pk", "upk", "num", "count", "id_at", "new_header", "read_header", "pack_header",
   "decode", "encode",
 }
-local prefixes = { "P", "arg", "nargs" }
-local merged = { "above", "view", "count_above", "take" }
+local prefixes = { "P", "T", "arg", "nargs" }
+local merged = { "above", "given_lists", "view", "count_above", "take" }
 local function both(a, b)
   local out = {}
   for _, v in ipairs(a) do out[#out + 1] = v end

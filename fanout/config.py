@@ -11,8 +11,13 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from fanout.keys import SLOTS, Shards
+
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_KAFKA = "127.0.0.1:9092"
+#: Shards of the timeline store on a Redis Cluster (fanout.keys.Shards): each is
+#: one hash slot, so this many slots carry data, spread evenly over the primaries.
+DEFAULT_CLUSTER_SHARDS = 256
 DEFAULT_TIMELINE_SIZE = 800
 DEFAULT_TIMELINE_SLACK = 64
 #: How long the changelogs keep a tombstone once compacted (Kafka's default is 24 h).
@@ -107,7 +112,15 @@ KafkaClient = tuple[tuple[str, str], ...]
 
 @dataclass(frozen=True)
 class StarlingConfig:
+    #: The single Redis: the timeline store unless a cluster is named below, and
+    #: the default Celery broker (a broker cannot be a cluster).
     redis_url: str = DEFAULT_REDIS_URL
+    #: Redis Cluster nodes (any of them; the rest are found): the timeline store
+    #: lives there instead of ``redis_url`` when given.
+    redis_cluster_urls: tuple[str, ...] = ()
+    #: Shards of the timeline store's keys (0: one on a single Redis,
+    #: DEFAULT_CLUSTER_SHARDS on a cluster). Changing it needs a rebuild.
+    redis_shards: int = 0
     kafka_bootstrap_servers: str = DEFAULT_KAFKA
     #: Security and identity settings of every Kafka client (KAFKA_CLIENT_ENV); kept out
     #: of the configuration's repr, which logs and tracebacks may show (passwords).
@@ -131,6 +144,13 @@ class StarlingConfig:
     #: Authors with this many followers or more are pulled (fanout.join); 0: none.
     pull_threshold: int = DEFAULT_PULL_THRESHOLD
 
+    @property
+    def shards(self) -> Shards:
+        """How the timeline store's keys are spread (fanout.keys.Shards)."""
+        if self.redis_shards:
+            return Shards(self.redis_shards)
+        return Shards(DEFAULT_CLUSTER_SHARDS if self.redis_cluster_urls else 1)
+
     def kafka_client(self) -> KafkaClient:
         """The settings every Kafka client of this configuration is made with."""
         return (("bootstrap.servers", self.kafka_bootstrap_servers), *self.kafka_settings)
@@ -141,6 +161,10 @@ class StarlingConfig:
         node = env.get("STARLING_NODE_ID")
         return cls(
             redis_url=env.get("REDIS_URL") or DEFAULT_REDIS_URL,
+            redis_cluster_urls=tuple(
+                u.strip() for u in env.get("REDIS_CLUSTER_URLS", "").split(",") if u.strip()
+            ),
+            redis_shards=_int(env, "STARLING_REDIS_SHARDS", 0, low=0, high=SLOTS),
             kafka_bootstrap_servers=env.get("KAFKA_BOOTSTRAP_SERVERS") or DEFAULT_KAFKA,
             kafka_settings=tuple(
                 (setting, env[name]) for name, setting in KAFKA_CLIENT_ENV.items() if env.get(name)

@@ -5,6 +5,13 @@ readers to it in one step. This is the part of the timeline store
 (:class:`fanout.timelines.TimelineStore`) that creates, activates, hands
 over, switches and drops generations, records the rebuild's status and
 claims regenerations of single timelines.
+
+With more than one shard (fanout.keys.Shards), every shard holds its own
+copy of the active generation's pointer, of each generation's marker and
+of the watermark's read fields, so that a script touches one shard only.
+The rebuild's switch then moves one shard at a time: each user's reads
+switch at once (a user's keys are in one shard), different users' a few
+milliseconds apart. On a single Redis the switch is one transaction.
 """
 
 from __future__ import annotations
@@ -14,9 +21,9 @@ from collections.abc import Mapping
 from typing import Any
 
 import orjson
-import redis
 
 from fanout import ids, keys
+from fanout.redis_conn import Client, command, is_cluster, run
 
 
 class GenerationMissing(RuntimeError):
@@ -26,7 +33,19 @@ class GenerationMissing(RuntimeError):
 class GenerationStore:
     """Generations and their bookkeeping (mixed into the timeline store)."""
 
-    redis: redis.Redis
+    redis: Client
+    shards: keys.Shards
+
+    def _per_shard(self, name: str, key: Any, *args: Any) -> None:
+        """Command ``name`` on ``key(tag)`` in every shard, when there is more than one."""
+        if self.shards.count == 1:
+            return
+        run(self.redis, [command(name, key(tag), *args) for tag in self.shards.tags()])
+
+    def _point_shards(self, generation: int, *, only_missing: bool = False) -> None:
+        """Point every shard's reads at ``generation``."""
+        extra = ("NX",) if only_missing else ()
+        self._per_shard("SET", keys.active_generation, generation, *extra)
 
     def active_generation(self) -> int | None:
         raw = self.redis.get(keys.ACTIVE_GENERATION)
@@ -40,10 +59,12 @@ class GenerationStore:
         self.redis.hsetnx(keys.generation(generation), "created_at", time.time())
         for name, value in meta.items():
             self.redis.hset(keys.generation(generation), name, value)
+        self._per_shard("SET", lambda tag: keys.generation(generation, tag), 1)
 
     def activate(self, generation: int) -> None:
         if not self.generation_exists(generation):
             raise GenerationMissing(f"generation {generation} does not exist")
+        self._point_shards(generation)
         self.redis.set(keys.ACTIVE_GENERATION, generation)
 
     def ensure_active_generation(self) -> int:
@@ -54,6 +75,7 @@ class GenerationStore:
             self.redis.set(keys.ACTIVE_GENERATION, 1, nx=True)
             active = self.active_generation()
         assert active is not None
+        self._point_shards(active, only_missing=True)  # a new cluster, or a node that lost them
         return active
 
     def new_generation(self, **meta: str | float) -> int:
@@ -77,21 +99,22 @@ class GenerationStore:
         """Claim the regeneration of one timeline for ``window`` seconds (False if
         already claimed). Until :meth:`regenerating_until` names its seq, reads of
         the timeline stay cold."""
-        key = keys.regeneration(generation, user_id)
+        key = keys.regeneration(generation, user_id, self.shards.tag_of(user_id))
         return bool(self.redis.set(key, ids.MAX_ID, nx=True, ex=window))
 
     def regenerating_until(self, generation: int, user_id: int, seq: int, *, window: int) -> None:
         """Reads of the timeline stay cold until the watermark reaches ``seq``."""
-        self.redis.set(keys.regeneration(generation, user_id), seq, ex=window)
+        key = keys.regeneration(generation, user_id, self.shards.tag_of(user_id))
+        self.redis.set(key, seq, ex=window)
 
     def continue_regeneration(self, generation: int, user_id: int, seq: int) -> bool:
         """A regeneration asked for again (its reset was stale) now waits for the
         reset at ``seq``; False if the timeline is not being regenerated."""
-        key = keys.regeneration(generation, user_id)
+        key = keys.regeneration(generation, user_id, self.shards.tag_of(user_id))
         return bool(self.redis.set(key, seq, xx=True, keepttl=True))
 
     def release_regeneration(self, generation: int, user_id: int) -> None:
-        self.redis.delete(keys.regeneration(generation, user_id))
+        self.redis.delete(keys.regeneration(generation, user_id, self.shards.tag_of(user_id)))
 
     def publish_rebuild_status(self, **fields: Any) -> None:
         """Record the running rebuild's state, stage or summary (the admin shows it)."""
@@ -128,7 +151,16 @@ class GenerationStore:
         return generation if self.generation_exists(generation) else None
 
     def switch(self, new: int, old: int | None) -> None:
-        """Make ``new`` the active generation: one atomic step for readers."""
+        """Make ``new`` the active generation: one atomic step for each user's reads
+        (for all users at once on a single Redis)."""
+        self._point_shards(new)
+        if is_cluster(self.redis):  # keys in several slots: no transaction
+            self.redis.set(keys.ACTIVE_GENERATION, new)
+            self.set_generation_meta(new, state="active", activated_at=time.time())
+            if old is not None and old != new:
+                self.set_generation_meta(old, state="retired", retired_at=time.time())
+            self.redis.delete(keys.HANDOVER)
+            return
         pipe = self.redis.pipeline(transaction=True)
         pipe.set(keys.ACTIVE_GENERATION, new)
         pipe.hset(keys.generation(new), mapping={"state": "active", "activated_at": time.time()})
@@ -141,7 +173,11 @@ class GenerationStore:
         """Delete a generation's timelines and bookkeeping; returns keys deleted.
         UNLINK in batches: Redis frees the memory in the background."""
         deleted = 0
-        deleted += int(self.redis.unlink(keys.resets(generation)))
+        for tag in self.shards.tags():
+            per_shard = [keys.resets(generation, tag)]
+            if tag:
+                per_shard += [keys.generation(generation, tag), keys.watermark(generation, tag)]
+            deleted += sum(int(self.redis.unlink(key)) for key in per_shard)
         prefixes = (
             keys.timeline_prefix(generation),
             keys.regeneration_prefix(generation),
@@ -184,6 +220,17 @@ class GenerationStore:
                 "offsets": orjson.dumps(offsets),
             },
         )
+        self.copy_watermark(generation, contiguous=contiguous, applied_at=now, event_time=now)
+
+    def copy_watermark(
+        self, generation: int, *, contiguous: int, applied_at: float, event_time: float
+    ) -> None:
+        """Give every shard what its reads need of the watermark (with more than
+        one shard; on one, reads use the watermark itself)."""
+        fields: tuple[str | float, ...] = ("contiguous", contiguous, "applied_at", applied_at)
+        if event_time > 0:
+            fields += ("event_time", event_time)
+        self._per_shard("HSET", lambda tag: keys.watermark(generation, tag), *fields)
 
 
 def text(value: bytes | str) -> str:

@@ -2,28 +2,42 @@
 
 | key | type | holds |
 | --- | --- | --- |
-| ``tl:{g}:{user}`` | string | a packed home timeline of generation ``g`` |
-| ``tw:{tweet}`` | string | a tweet's JSON body, shared by all generations |
-| ``al:{g}:{author}`` | string | a pulled author's newest tweets, packed like a timeline |
-| ``pl:{g}:{user}`` | set | the pulled authors the user follows (merged into each read) |
+| ``tl:<g>:<t><user>`` | string | a packed home timeline of generation ``g`` |
+| ``tw:<t><tweet>`` | string | a tweet's JSON body, shared by all generations |
+| ``al:<g>:<t><author>`` | string | a pulled author's newest tweets, packed like a timeline |
+| ``pl:<g>:<t><user>`` | set | the pulled authors the user follows (merged into each read) |
 | ``starling:generation`` | string | the active generation |
+| ``starling:generation<t>`` | string | the active generation, as a shard's reads see it (cluster) |
 | ``starling:generations`` | string | the last generation number handed out |
-| ``starling:gen:{g}`` | hash | a generation's metadata; missing = Redis lost it |
-| ``starling:wm:{g}`` | hash | the fanout watermark of a generation |
-| ``starling:regen:{g}:{user}`` | string | a timeline being regenerated: cold until this seq |
-| ``starling:refill`` | set | users whose timeline is short and waits for a refill |
-| ``starling:resets:{g}`` | sorted set | resets waiting for the watermark to reach their seq |
+| ``starling:gen:<g>`` | hash | a generation's metadata; missing = Redis lost it |
+| ``starling:gen:<g><t>`` | string | the generation is in this shard (cluster; missing = lost) |
+| ``starling:wm:<g>`` | hash | the fanout watermark of a generation |
+| ``starling:wm:<g><t>`` | hash | what a shard's reads need of the watermark (cluster) |
+| ``starling:regen:<g>:<t><user>`` | string | a timeline being regenerated: cold until this seq |
+| ``starling:refill<t>`` | set | users whose timeline is short and waits for a refill |
+| ``starling:resets:<g><t>`` | sorted set | resets waiting for the watermark to reach their seq |
 | ``starling:handover`` | string | a rebuilt generation waiting for the fanout job |
 | ``starling:rebuild`` | hash | the last rebuild's state, stage and summary |
 | ``starling:deadletters`` | hash | bad changelog records by ``topic/partition/offset`` |
-| ``starling:tokens:{user}`` | string | the user's tokens issued before this time are refused |
-| ``starling:seen:{user}`` | string | the day of the user's last read (written once a day) |
+| ``starling:tokens:<t><user>`` | string | the user's tokens issued before this time are refused |
+| ``starling:seen:<t><user>`` | string | the day of the user's last read (written once a day) |
 | ``starling:relay:*`` | various | the outbox relay's lock, flags, back-off, statistics |
 | ``starling:ids:node`` | string | the id generators' node counter |
 | ``starling:rl:{scope}:{who}`` | string | a rate-limit window's count |
 | ``starling:metrics:db`` | hash | the database figures ``/metrics`` shows, refreshed by a task |
 
-The timeline store (:mod:`fanout.timelines`) owns the first sixteen; the
+``<t>`` is the key's *shard tag* (:class:`Shards`): empty on a single Redis,
+a Redis Cluster hash tag such as ``{3c}`` otherwise, so that every key a
+script touches lies in one slot. A user's keys (timeline, pulled authors,
+regeneration, tokens, activity) and a tweet's body are tagged by the
+shard of their id; the shard's copies of what reads and writes need of
+the global keys (the active generation, the generation's presence, the
+watermark) carry the same tag, and so do The global
+keys stay where they are: the fanout job and the rebuild read them, not
+the scripts.
+
+The timeline store (:mod:`fanout.timelines`) owns the keys from ``tl:`` to
+``starling:seen:``; the
 relay coordinator (:mod:`fanout.relay`), the id generator and the rate
 limiter (``feed.idgen``, ``feed.ratelimit``) and the metrics (``feed.metrics``) the others.
 
@@ -32,6 +46,10 @@ The Lua scripts receive the prefixes they need as arguments (see
 """
 
 from __future__ import annotations
+
+import binascii
+import functools
+from dataclasses import dataclass
 
 TIMELINE_PREFIX = "tl:"
 TWEET_PREFIX = "tw:"
@@ -65,68 +83,142 @@ ID_NODE_COUNTER = "starling:ids:node"
 RATE_LIMIT_PREFIX = "starling:rl:"
 
 
+#: Redis Cluster's hash slots (CRC16 of the key's hash tag, modulo this).
+SLOTS = 16384
+_GOLDEN = 0x9E3779B97F4A7C15  # Fibonacci hashing: ids spread evenly whatever their low bits
+_MASK = (1 << 64) - 1
+
+
+@dataclass(frozen=True)
+class Shards:
+    """How keys are spread over ``count`` shards, each a hash tag (one slot).
+
+    One shard (a single Redis) leaves every key untagged: the layout of a
+    single Redis does not change. Shard ``i``'s tag is chosen to hash to
+    slot ``i * SLOTS // count``, so the shards spread evenly over the slot
+    ranges the cluster's primaries own. Changing ``count`` moves every key:
+    a deployment changes it only with a rebuild.
+    """
+
+    count: int = 1
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.count <= SLOTS:
+            raise ValueError(f"shard count must be 1-{SLOTS}, not {self.count}")
+
+    def of(self, key_id: int) -> int:
+        """The shard of a user's or tweet's id."""
+        return ((key_id * _GOLDEN) & _MASK) * self.count >> 64
+
+    def tag(self, shard: int) -> str:
+        return _slot_tags(self.count)[shard] if self.count > 1 else ""
+
+    def tag_of(self, key_id: int) -> str:
+        return self.tag(self.of(key_id))
+
+    def tags(self) -> tuple[str, ...]:
+        return _slot_tags(self.count) if self.count > 1 else ("",)
+
+
+@functools.cache
+def _slot_tags(count: int) -> tuple[str, ...]:
+    """For each shard, the shortest hash tag (``{hex}``) of its slot."""
+    wanted = {i * SLOTS // count: i for i in range(count)}
+    tags: list[str] = [""] * count
+    left, n = len(wanted), 0
+    while left:
+        text = f"{n:x}"
+        shard = wanted.get(slot(text))
+        if shard is not None and not tags[shard]:
+            tags[shard] = "{" + text + "}"
+            left -= 1
+        n += 1
+    return tuple(tags)
+
+
+def slot(key: str) -> int:
+    """A key's Redis Cluster slot (CRC16-XMODEM of its hash tag)."""
+    start = key.find("{")
+    if start >= 0:
+        end = key.find("}", start + 1)
+        if end > start + 1:
+            key = key[start + 1 : end]
+    return binascii.crc_hqx(key.encode(), 0) % SLOTS
+
+
 def timeline_prefix(generation: int | str) -> str:
     return f"{TIMELINE_PREFIX}{generation}:"
 
 
-def timeline(generation: int, user_id: int) -> str:
-    return f"{timeline_prefix(generation)}{user_id}"
+def timeline(generation: int, user_id: int, tag: str = "") -> str:
+    return f"{timeline_prefix(generation)}{tag}{user_id}"
 
 
 def list_prefix(generation: int | str) -> str:
     return f"{LIST_PREFIX}{generation}:"
 
 
-def author_list(generation: int, author_id: int) -> str:
-    return f"{list_prefix(generation)}{author_id}"
+def author_list(generation: int, author_id: int, tag: str = "") -> str:
+    return f"{list_prefix(generation)}{tag}{author_id}"
 
 
 def pulls_prefix(generation: int | str) -> str:
     return f"{PULLS_PREFIX}{generation}:"
 
 
-def pulls(generation: int, user_id: int) -> str:
-    return f"{pulls_prefix(generation)}{user_id}"
+def pulls(generation: int, user_id: int, tag: str = "") -> str:
+    return f"{pulls_prefix(generation)}{tag}{user_id}"
 
 
-def tweet(tweet_id: int) -> str:
-    return f"{TWEET_PREFIX}{tweet_id}"
+def tweet(tweet_id: int, tag: str = "") -> str:
+    return f"{TWEET_PREFIX}{tag}{tweet_id}"
 
 
-def generation(number: int) -> str:
-    return f"{GENERATION_PREFIX}{number}"
+def active_generation(tag: str = "") -> str:
+    """The active generation's pointer (a shard's copy, given its tag)."""
+    return f"{ACTIVE_GENERATION}{tag}"
 
 
-def watermark(number: int) -> str:
-    return f"{WATERMARK_PREFIX}{number}"
+def generation(number: int, tag: str = "") -> str:
+    """A generation's metadata hash, or (given a tag) its marker in that shard."""
+    return f"{GENERATION_PREFIX}{number}{tag}"
+
+
+def watermark(number: int, tag: str = "") -> str:
+    return f"{WATERMARK_PREFIX}{number}{tag}"
 
 
 def regeneration_prefix(generation: int | str) -> str:
     return f"{REGENERATION_PREFIX}{generation}:"
 
 
-def regeneration(generation: int, user_id: int) -> str:
-    return f"{regeneration_prefix(generation)}{user_id}"
+def regeneration(generation: int, user_id: int, tag: str = "") -> str:
+    return f"{regeneration_prefix(generation)}{tag}{user_id}"
 
 
-def resets(generation: int) -> str:
-    return f"{RESETS_PREFIX}{generation}"
+def refill(tag: str = "") -> str:
+    return f"{REFILL}{tag}"
 
 
-def tokens(user_id: int) -> str:
-    return f"{TOKENS_PREFIX}{user_id}"
+def resets(generation: int, tag: str = "") -> str:
+    return f"{RESETS_PREFIX}{generation}{tag}"
 
 
-def seen(user_id: int) -> str:
-    return f"{SEEN_PREFIX}{user_id}"
+def tokens(user_id: int, tag: str = "") -> str:
+    return f"{TOKENS_PREFIX}{tag}{user_id}"
+
+
+def seen(user_id: int, tag: str = "") -> str:
+    return f"{SEEN_PREFIX}{tag}{user_id}"
 
 
 def rate_limit(scope: str, who: str) -> str:
     return f"{RATE_LIMIT_PREFIX}{scope}:{who}"
 
 
-#: What the scripts get as their first arguments, in this order: they build
-#: key names from these prefixes and never spell one themselves.
+#: What the scripts get as their first arguments, in this order (then the
+#: shard tag of the call): they build key names from these prefixes and never
+#: spell one themselves.
 SCRIPT_PREFIXES = (
     TIMELINE_PREFIX,
     TWEET_PREFIX,

@@ -3,7 +3,9 @@
 A script file may start from shared parts (``packed.lua``: the packed
 timeline helpers; ``merged.lua``: a timeline merged with pulled authors'
 lists; ``prefixes.lua``: the key prefixes of
-:data:`fanout.keys.SCRIPT_PREFIXES`, which every call then passes first).
+:data:`fanout.keys.SCRIPT_PREFIXES` and the shard tag, which every call then
+passes first). A prefixed script declares one key, in the shard of its
+call, so that a Redis Cluster routes it to the node serving that shard.
 Redis reports errors by line of the text it ran; :func:`explain` maps such
 a line back to the file and line it came from.
 """
@@ -75,22 +77,31 @@ class Script:
     (``keys``, ``args``, ``client`` for a pipeline), with the key prefixes
     passed first for scripts that use them."""
 
-    def __init__(self, client: redis.Redis, name: str) -> None:
+    def __init__(self, client: Any, name: str) -> None:  # a Redis or a RedisCluster
         self.name = name
         self.source = source(name)
         self._script = client.register_script(self.source.text)
         self.sha = self._script.sha
 
-    def arguments(self, args: list[Any] | tuple[Any, ...] = ()) -> list[Any]:
-        return [*keys.SCRIPT_PREFIXES, *args] if self.source.prefixed else list(args)
+    def arguments(self, args: list[Any] | tuple[Any, ...] = (), tag: str = "") -> list[Any]:
+        return [*keys.SCRIPT_PREFIXES, tag, *args] if self.source.prefixed else list(args)
+
+    @staticmethod
+    def route(tag: str) -> str:
+        """The key a prefixed script declares: one in the shard its call touches
+        (what a cluster routes the call by)."""
+        return keys.active_generation(tag)
 
     def __call__(
         self,
         keys: list[str] | tuple[str, ...] = (),
         args: list[Any] | tuple[Any, ...] = (),
         client: Any = None,
+        tag: str = "",
     ) -> Any:
+        """Run the script; a prefixed one touches the keys of shard ``tag``."""
+        declared = list(keys) if keys or not self.source.prefixed else [self.route(tag)]
         try:
-            return self._script(keys=list(keys), args=self.arguments(args), client=client)
+            return self._script(keys=declared, args=self.arguments(args, tag), client=client)
         except redis.ResponseError as exc:
             raise explain(exc, self.name) from None

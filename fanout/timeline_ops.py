@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from fanout.join import Mutation, Op
+from fanout.keys import Shards
 
 HEADER = struct.Struct(">4Q")
 #: What a dropped timeline leaves (fanout/lua/packed.lua spells it too).
@@ -46,10 +47,10 @@ class OpCode:
     PUT_BODY = 3  # tweet id, body
     DELETE_BODIES = 4  # packed ids
     RESET = 5  # owner, horizon, seq, as_of, packed ids (kept until the watermark reaches seq)
-    RELEASE_RESETS = 6  # watermark
+    RELEASE_RESETS = 6  # watermark, packed ids of the tweets deleted (left out)
     LIST = 7  # author, horizon, packed ids (a pulled author's list)
     PULL = 8  # owner, seq, author, packed ids (removed from the timeline)
-    UNPULL = 9  # owner, horizon, seq, author, packed ids (merged into the timeline)
+    UNPULL = 9  # owner, horizon, seq, author, the list's version, packed ids (merged in)
 
 
 class TimelineOp(NamedTuple):
@@ -154,8 +155,46 @@ def _trim(
     return tweets, horizon
 
 
+class ShardedOps(NamedTuple):
+    """A batch's writes per shard tag, in the order they are applied."""
+
+    #: tag -> (bodies, deleted tweet ids): by the tweet's shard.
+    bodies: dict[str, tuple[dict[int, bytes], list[int]]]
+    #: tag -> pulled authors' lists: by the author's shard.
+    lists: dict[str, list[TimelineOp]]
+    #: tag -> the other timeline ops: by the owner's shard.
+    timelines: dict[str, list[TimelineOp]]
+    #: The authors whose lists unpulls need the version of.
+    unpulled: list[int]
+
+
+def split_by_shard(
+    bodies: Mapping[int, bytes], ops: Sequence[TimelineOp], deleted: Sequence[int], shards: Shards
+) -> ShardedOps:
+    """Cut :func:`group_by_timeline`'s output by shard (fanout.keys.Shards), each
+    op keeping its order within its shard."""
+    out = ShardedOps({}, {}, {}, [])
+    tag = shards.tag_of
+    for tweet in deleted:
+        out.bodies.setdefault(tag(tweet), ({}, []))[1].append(tweet)
+    for tweet, body in bodies.items():
+        out.bodies.setdefault(tag(tweet), ({}, []))[0][tweet] = body
+    for op in ops:
+        if op.op is Op.LIST:
+            out.lists.setdefault(tag(op.owner), []).append(op)
+            continue
+        out.timelines.setdefault(tag(op.owner), []).append(op)
+        if op.op is Op.UNPULL:
+            out.unpulled.append(op.authors[0])
+    return out
+
+
 def pack_ids(ids: Sequence[int]) -> bytes:
     return struct.pack(f">{len(ids)}Q", *ids)
+
+
+def unpack_ids(packed: bytes) -> list[int]:
+    return list(struct.unpack(f">{len(packed) // 8}Q", packed))
 
 
 #: The work of one timeline op beyond its ids, counted in ids: an op may rewrite
@@ -168,12 +207,17 @@ BODY_BYTES = 64
 
 
 def encode_ops(
-    bodies: Mapping[int, bytes], ops: Sequence[TimelineOp], deleted: Sequence[int], chunk: int
+    bodies: Mapping[int, bytes],
+    ops: Sequence[TimelineOp],
+    deleted: Sequence[int],
+    chunk: int,
+    versions: Mapping[int, int] | None = None,
 ) -> list[list[Any]]:
     """The apply script's arguments, cut into calls of about ``chunk`` units of
     work each (an id, :data:`BODY_BYTES` of a body, :data:`OP_COST` per op), so
     one call blocks Redis for milliseconds, not tens of them. Bodies of deleted
-    tweets go first, then new bodies, then timeline ops."""
+    tweets go first, then new bodies, then timeline ops. ``versions``: the
+    version of each unpulled author's list (0 where missing)."""
     chunks: list[list[Any]] = []
     current: list[Any] = []
     weight = 0
@@ -200,7 +244,9 @@ def encode_ops(
         elif op.op is Op.PULL:
             current += [OpCode.PULL, op.owner, op.seq, op.authors[0], blob]
         elif op.op is Op.UNPULL:
-            current += [OpCode.UNPULL, op.owner, op.horizon, op.seq, op.authors[0], blob]
+            author = op.authors[0]
+            version = (versions or {}).get(author, 0)
+            current += [OpCode.UNPULL, op.owner, op.horizon, op.seq, author, version, blob]
         else:
             pulled = pack_ids(op.authors)
             current += [OpCode.RESET, op.owner, op.horizon, op.seq, op.as_of, pulled, blob]
@@ -237,8 +283,7 @@ def read_header(packed: bytes) -> Header:
 
 def timeline_ids(packed: bytes) -> list[int]:
     """The ids of a packed timeline, ascending."""
-    body = packed[HEADER.size :]
-    return list(struct.unpack(f">{len(body) // 8}Q", body))
+    return unpack_ids(packed[HEADER.size :])
 
 
 def entries(packed: bytes) -> int:

@@ -8,8 +8,15 @@ writes a new one and switches readers to it at once; their lifecycle is
 all generations.
 
 Every write is idempotent, so replaying a micro-batch changes nothing.
-The scripts reach keys they do not declare (timelines are chosen inside the
-script), which a single Redis allows and Redis Cluster does not.
+
+The store runs on a single Redis or a Redis Cluster. Its keys are spread
+over shards (:class:`fanout.keys.Shards`: one on a single Redis), and each
+script call touches the keys of one shard, which it declares, so a cluster
+routes it to one node. A batch's writes go shard by shard, pipelined per
+node (:func:`fanout.redis_conn.run`); what a call needs from another shard
+(a pulled author's list, whether a tweet was deleted) is read beforehand
+and passed in. Reads on a cluster cost more round trips: see
+:meth:`TimelineStore.read_page`.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ from fanout import keys
 from fanout.config import StarlingConfig
 from fanout.generations import GenerationMissing, GenerationStore
 from fanout.join import SLACK, Mutation
-from fanout.redis_conn import HotScript, client
+from fanout.redis_conn import Client, Command, HotScript, command, connect, is_cluster, run
 from fanout.scripts import Script, explain
 from fanout.timeline_ops import (
     HEADER,
@@ -35,6 +42,9 @@ from fanout.timeline_ops import (
     encode_ops,
     group_by_timeline,
     is_timeline,
+    pack_ids,
+    split_by_shard,
+    unpack_ids,
 )
 from fanout.watermark import Watermark
 
@@ -94,9 +104,10 @@ class Page:
 def store_for(config: StarlingConfig, *, timeout: float = 5.0) -> TimelineStore:
     """The store with the configured Redis, cap and slack."""
     return TimelineStore(
-        client(config.redis_url, timeout=timeout),
+        connect(config, timeout=timeout),
         cap=config.timeline_size,
         slack=config.timeline_slack,
+        shards=config.shards,
     )
 
 
@@ -110,65 +121,93 @@ class TimelineStore(GenerationStore):
     #: Script calls per round trip.
     PIPELINE = 16
 
-    def __init__(self, client: redis.Redis, *, cap: int, slack: int = SLACK) -> None:
+    def __init__(
+        self, client: Client, *, cap: int, slack: int = SLACK, shards: keys.Shards | None = None
+    ) -> None:
         #: The raw client, for tests and diagnostics; Starling's code uses the methods.
         self.redis = client
         self.cap = cap
         self.slack = slack
+        self.shards = shards or keys.Shards()
+        if is_cluster(client) and self.shards.count == 1:
+            raise ValueError("a Redis Cluster needs more than one shard (STARLING_REDIS_SHARDS)")
+        #: Whether scripts read pulled authors' lists and bodies themselves (one
+        #: shard), or are given them (see read_page).
+        self.one_shard = self.shards.count == 1
         self._apply = Script(client, "apply")
         self._read_ids = Script(client, "read_ids")
-        self._read_page = HotScript(client, "read_page")
+        self._read_page_script = Script(client, "read_page")
+        self._read_page_hot = (
+            HotScript(client, "read_page")
+            if self.one_shard and isinstance(client, redis.Redis)
+            else None
+        )
         self._drop_idle = Script(client, "drop_idle")
         self._watermark = Script(client, "watermark")
 
     def revoke_tokens(self, user_id: int, valid_after: int, ttl: int) -> None:
         """Refuse the user's tokens issued before ``valid_after`` (Unix seconds) on
         the read path; kept ``ttl`` seconds, after which those tokens expired anyway."""
-        self.redis.set(keys.tokens(user_id), valid_after, ex=max(1, ttl))
+        key = keys.tokens(user_id, self.shards.tag_of(user_id))
+        self.redis.set(key, valid_after, ex=max(1, ttl))
 
     def write_timelines(self, generation: int, timelines: Iterable[tuple[int, bytes]]) -> int:
         """Set packed timelines (a rebuild's output), pipelined; returns how many."""
-        return self._set_many((keys.timeline(generation, o), p) for o, p in timelines)
+        tag = self.shards.tag_of
+        return self._set_many((keys.timeline(generation, o, tag(o)), p) for o, p in timelines)
 
     def write_lists(self, generation: int, lists: Iterable[tuple[int, bytes]]) -> int:
         """Set pulled authors' packed lists (a rebuild's output); returns how many."""
-        return self._set_many((keys.author_list(generation, a), p) for a, p in lists)
+        tag = self.shards.tag_of
+        return self._set_many((keys.author_list(generation, a, tag(a)), p) for a, p in lists)
 
     def write_pulls(self, generation: int, pulls: Iterable[tuple[int, Sequence[int]]]) -> int:
         """Set each owner's pulled authors (a rebuild's output), 1,000 owners per
         round trip; returns how many owners."""
         n = 0
-        pipe = self.redis.pipeline(transaction=False)
+        commands: list[Command] = []
         for owner, authors in pulls:
-            pipe.delete(keys.pulls(generation, owner))
-            pipe.sadd(keys.pulls(generation, owner), *authors)
+            key = keys.pulls(generation, owner, self.shards.tag_of(owner))
+            commands += [command("DEL", key), command("SADD", key, *authors)]
             n += 1
-            if n % 1000 == 0:
-                pipe.execute()
-        pipe.execute()
+            if len(commands) >= 2000:
+                run(self.redis, commands, per_trip=2000)
+                commands.clear()
+        run(self.redis, commands, per_trip=2000)
         return n
 
     def write_bodies(self, bodies: Iterable[tuple[int, bytes]]) -> int:
         """Put tweet bodies in the cache. A body never changes, and the fanout
         job writes the same bytes (``events.tweet_json``), so overwriting one
         that is there changes nothing."""
-        return self._set_many((keys.tweet(t), b) for t, b in bodies)
+        return self._set_many((keys.tweet(t, self.shards.tag_of(t)), b) for t, b in bodies)
 
     def _set_many(self, items: Iterable[tuple[str, bytes]]) -> int:
-        """SET each key, 1,000 per ``MSET``; returns how many. One command per
-        thousand keys costs the client a fifth of what a pipeline of single
-        SETs does (measured: ~850,000 against ~165,000 keys/s)."""
+        """SET each key, 1,000 per ``MSET`` (per shard); returns how many. One
+        command per thousand keys costs the client a fifth of what a pipeline
+        of single SETs does (measured: ~850,000 against ~165,000 keys/s)."""
         n = 0
-        chunk: list[str | bytes] = []
+        per_shard: dict[int, list[str | bytes]] = {}
+        pending = 0
         for key, value in items:
+            chunk = per_shard.setdefault(keys.slot(key) if not self.one_shard else 0, [])
             chunk += (key, value)
             n += 1
-            if len(chunk) == 2000:
-                self.redis.execute_command("MSET", *chunk)
-                chunk.clear()
-        if chunk:
-            self.redis.execute_command("MSET", *chunk)
+            pending += 1
+            if pending >= 16_000:
+                self._mset(per_shard)
+                per_shard.clear()
+                pending = 0
+        self._mset(per_shard)
         return n
+
+    def _mset(self, per_shard: Mapping[int, list[str | bytes]]) -> None:
+        commands: list[Command] = []
+        for chunk in per_shard.values():
+            for start in range(0, len(chunk), 2000):
+                pairs = chunk[start : start + 2000]
+                commands.append(command("MSET", str(pairs[0]), *pairs[1:]))
+        run(self.redis, commands, per_trip=16)
 
     def packed_timelines(self, generation: int, owners: Sequence[int]) -> list[bytes | None]:
         """The raw packed timelines of ``owners`` (None where missing or dropped),
@@ -176,15 +215,11 @@ class TimelineStore(GenerationStore):
         raws = self._per_timeline(generation, owners, "GET")
         return [raw if raw is None or is_timeline(raw) else None for raw in raws]
 
-    def _per_timeline(self, generation: int, owners: Sequence[int], command: str) -> list[Any]:
-        """``command`` on each of the owners' timeline keys, 1,000 per round trip."""
-        out: list[Any] = []
-        for start in range(0, len(owners), 1000):
-            pipe = self.redis.pipeline(transaction=False)
-            for owner in owners[start : start + 1000]:
-                pipe.execute_command(command, keys.timeline(generation, owner))
-            out += pipe.execute()
-        return out
+    def _per_timeline(self, generation: int, owners: Sequence[int], name: str) -> list[Any]:
+        """Command ``name`` on each of the owners' timeline keys, 1,000 per round trip."""
+        tag = self.shards.tag_of
+        names = [keys.timeline(generation, o, tag(o)) for o in owners]
+        return run(self.redis, [command(name, k) for k in names])
 
     # --- writes ----------------------------------------------------------------
 
@@ -193,37 +228,89 @@ class TimelineStore(GenerationStore):
     ) -> ApplyStats:
         """Apply tweet bodies, then the mutations grouped per timeline; idempotent.
 
+        In three steps, each pipelined over the shards: the bodies (deleted
+        ones first), the pulled authors' lists, the timelines. A read then
+        never finds an id without its body, nor a pulled author without a list,
+        and a deleted tweet leaves every timeline at once.
+
         Raises :class:`GenerationMissing` if ``generation`` is not in Redis
         (nothing is written then: a flushed Redis is not silently refilled
         with partial timelines).
         """
         ops, deleted = group_by_timeline(mutations, keep=self.cap + self.slack)
-        chunks = encode_ops(bodies, ops, deleted, self.CHUNK)
-        total = ApplyStats()
-        prefix = [generation, self.cap, self.slack]
-        for start in range(0, len(chunks), self.PIPELINE):
-            pipe = self.redis.pipeline(transaction=False)
-            for chunk in chunks[start : start + self.PIPELINE]:
-                self._apply(args=prefix + chunk, client=pipe)
-            try:
-                results = pipe.execute()
-            except redis.ResponseError as exc:
-                if "NOGEN" in str(exc):
-                    raise GenerationMissing(str(exc)) from None
-                raise explain(exc, "apply") from None
-            for result in results:
-                total += ApplyStats.of(result)
-        return total
+        split = split_by_shard(bodies, ops, deleted, self.shards)
+        total = self._apply_calls(
+            generation,
+            [
+                (tag, chunk)
+                for tag, (shard_bodies, shard_deleted) in split.bodies.items()
+                for chunk in encode_ops(shard_bodies, (), shard_deleted, self.CHUNK)
+            ],
+        )
+        total += self._apply_calls(
+            generation,
+            [
+                (tag, chunk)
+                for tag, lists in split.lists.items()
+                for chunk in encode_ops({}, lists, (), self.CHUNK)
+            ],
+        )
+        versions = self._list_versions(generation, split.unpulled)
+        return total + self._apply_calls(
+            generation,
+            [
+                (tag, chunk)
+                for tag, timeline_ops in split.timelines.items()
+                for chunk in encode_ops({}, timeline_ops, (), self.CHUNK, versions)
+            ],
+        )
 
-    def release_resets(self, generation: int, contiguous: int) -> ApplyStats:
-        """Apply the refills (resets) whose seq the contiguous watermark has reached."""
-        args = [generation, self.cap, self.slack, OpCode.RELEASE_RESETS, contiguous]
+    def _apply_calls(self, generation: int, calls: Sequence[tuple[str, list[Any]]]) -> ApplyStats:
+        """Apply-script calls (shard tag, operations), :data:`PIPELINE` per round trip."""
+        prefix = [generation, self.cap, self.slack]
+        commands = [_call(self._apply, tag, prefix + chunk) for tag, chunk in calls]
         try:
-            return ApplyStats.of(self._apply(args=args))
+            results = run(self.redis, commands, per_trip=self.PIPELINE)
         except redis.ResponseError as exc:
             if "NOGEN" in str(exc):
                 raise GenerationMissing(str(exc)) from None
-            raise
+            raise explain(exc, "apply") from None
+        total = ApplyStats()
+        for result in results:
+            total += ApplyStats.of(result)
+        return total
+
+    def _list_versions(self, generation: int, authors: Iterable[int]) -> dict[int, int]:
+        """The versions of pulled authors' lists (0 where there is none)."""
+        wanted = sorted(set(authors))
+        tag = self.shards.tag_of
+        names = [keys.author_list(generation, a, tag(a)) for a in wanted]
+        raws = run(self.redis, [command("GETRANGE", k, 24, 31) for k in names])
+        return {
+            a: int.from_bytes(raw, "big") if raw and len(raw) == 8 else 0
+            for a, raw in zip(wanted, raws, strict=True)
+        }
+
+    def release_resets(self, generation: int, contiguous: int) -> ApplyStats:
+        """Apply the refills (resets) whose seq the contiguous watermark has reached,
+        shard by shard, leaving out their tweets deleted since (whose bodies are
+        gone). Only the fanout job deletes bodies, and it calls this between
+        micro-batches: nothing is deleted between the check and the release."""
+        tags = self.shards.tags()
+        queues = [keys.resets(generation, tag) for tag in tags]
+        due = run(self.redis, [command("ZRANGEBYSCORE", k, "-inf", contiguous) for k in queues])
+        waiting = {tag: members for tag, members in zip(tags, due, strict=True) if members}
+        if not waiting:
+            return ApplyStats()
+        tweets = sorted({t for members in waiting.values() for m in members for t in _reset_ids(m)})
+        bodies = run(
+            self.redis, [command("EXISTS", keys.tweet(t, self.shards.tag_of(t))) for t in tweets]
+        )
+        deleted = pack_ids([t for t, there in zip(tweets, bodies, strict=True) if not there])
+        return self._apply_calls(
+            generation,
+            [(tag, [OpCode.RELEASE_RESETS, contiguous, deleted]) for tag in waiting],
+        )
 
     def record_watermark(
         self,
@@ -251,7 +338,12 @@ class TimelineStore(GenerationStore):
         ]
         for name, value in counters.items():
             args += [name, int(value)]
-        return bool(self._watermark(keys=[keys.watermark(generation)], args=args))
+        recorded = bool(self._watermark(keys=[keys.watermark(generation)], args=args))
+        if recorded:
+            self.copy_watermark(
+                generation, contiguous=contiguous, applied_at=float(args[4]), event_time=event_time
+            )
+        return recorded
 
     def dead_letter(self, records: Iterable[Mapping[str, Any]]) -> int:
         """Set bad records aside, keyed by ``topic/partition/offset`` (idempotent)."""
@@ -271,46 +363,95 @@ class TimelineStore(GenerationStore):
         since_id: int | None = None,
         issued_at: float = 0.0,
     ) -> Page:
-        """A page of a home timeline in one script call (one round trip)."""
-        raw = self._read_page(
-            user_id, count, max_id or 0, since_id or 0, self.cap, int(issued_at), *_today()
-        )
-        assert isinstance(raw, list)
-        status = raw[0].decode()
-        if len(raw) == 1:
-            return Page(status)
-        return Page(
-            status=status,
-            generation=int(raw[1]),
-            watermark_seq=int(raw[2]),
-            applied_at=float(raw[3]),
-            event_time=float(raw[4]),
-            body=raw[5] if len(raw) > 5 else b"",
-            version=int(raw[6]) if len(raw) > 6 else 0,
-            partial=len(raw) > 7 and raw[7] == b"1",
-            first=len(raw) > 8 and raw[8] == b"1",
-        )
+        """A page of a home timeline.
+
+        One script call (one round trip) on one shard. With more shards the
+        pulled authors' lists and the bodies are in other shards: the script
+        says which lists the user reads (a second call gets them passed in,
+        after one pipelined fetch), and returns the page's ids, whose bodies
+        come from one pipelined ``MGET`` per shard. Calls per read: 2 for a
+        user who reads no pulled author (the script, the bodies), 4 for one
+        who does; on a cluster, the bodies' and the lists' fetches take one
+        round trip per node they touch.
+        """
+        fixed = [user_id, count, max_id or 0, since_id or 0, self.cap, int(issued_at), *_today()]
+        if self._read_page_hot is not None:
+            return _page(self._read_page_hot(*fixed, "-"))
+        tag = self.shards.tag_of(user_id)
+        raw = self._with_lists(lambda given: self._read_page_script(args=fixed + given, tag=tag))
+        if raw[0] != b"ok":
+            return _page(raw)
+        ids = unpack_ids(raw[5])
+        bodies = [b for b in self._bodies(ids) if b is not None]  # gone: a tweet deleted
+        raw[5] = b'{"tweets":[' + b",".join(bodies) + b'],"next_max_id":' + raw[9] + b"}"
+        return _page(raw)
+
+    def _with_lists(self, call: Any) -> Any:
+        """A read script's reply, given the pulled authors' lists it asks for
+        (``{'lists', generation, authors}``: fetched from their shards). The
+        lists a user reads can change between the calls: the script then asks
+        again."""
+        given: list[Any] = ["0"]
+        for _ in range(5):
+            raw = call(given)
+            if not raw or raw[0] != b"lists":
+                return raw
+            authors = [int(a) for a in raw[2:]]
+            given = [str(len(authors))]
+            for author, packed in zip(authors, self._lists(int(raw[1]), authors), strict=True):
+                given += [str(author), packed or b""]
+        raise RuntimeError("the user's pulled authors kept changing during the read")
+
+    def _lists(self, generation: int, authors: Sequence[int]) -> list[bytes | None]:
+        tag = self.shards.tag_of
+        names = [keys.author_list(generation, a, tag(a)) for a in authors]
+        return run(self.redis, [command("GET", k) for k in names])
+
+    def _bodies(self, tweets: Sequence[int]) -> list[bytes | None]:
+        """The tweets' bodies (None where deleted): one ``MGET`` per shard."""
+        per_shard: dict[str, list[int]] = {}
+        for t in tweets:
+            per_shard.setdefault(self.shards.tag_of(t), []).append(t)
+        names = {tag: [keys.tweet(t, tag) for t in ts] for tag, ts in per_shard.items()}
+        replies = run(self.redis, [command("MGET", *ks) for ks in names.values()])
+        found: dict[int, bytes | None] = {}
+        for ts, values in zip(per_shard.values(), replies, strict=True):
+            found.update(zip(ts, values, strict=True))
+        return [found[t] for t in tweets]
 
     def read_page_command(self, user_id: int, *, count: int) -> list[str]:
         """The Redis command :meth:`read_page` sends for a first page (``EVALSHA``
         and its arguments), for a benchmark to send with ``redis-benchmark``. The
-        script is loaded into Redis first."""
-        self.redis.script_load(self._read_page.script.source.text)
-        args = self._read_page.script.arguments([user_id, count, 0, 0, self.cap, 0, *_today()])
-        return ["EVALSHA", self._read_page.script.sha, "0", *map(str, args)]
+        script is loaded into Redis first. One shard on a single Redis only."""
+        if self._read_page_hot is None:
+            raise ValueError("read_page_command needs one shard on a single Redis")
+        self.redis.script_load(self._read_page_script.source.text)
+        args = self._read_page_script.arguments([user_id, count, 0, 0, self.cap, 0, *_today(), "-"])
+        return ["EVALSHA", self._read_page_script.sha, "0", *map(str, args)]
 
     def timeline(self, generation: int, user_id: int) -> Timeline | None:
-        return _timeline(self._read_ids(args=[generation, user_id, self.cap]))
+        return self.timelines(generation, [user_id])[0]
 
     def timelines(self, generation: int, owners: Sequence[int]) -> list[Timeline | None]:
-        """:meth:`timeline` of each owner, 1,000 script calls per round trip."""
-        out: list[Timeline | None] = []
-        for start in range(0, len(owners), 1000):
-            pipe = self.redis.pipeline(transaction=False)
-            for owner in owners[start : start + 1000]:
-                self._read_ids(args=[generation, owner, self.cap], client=pipe)
-            out += [_timeline(raw) for raw in pipe.execute()]
-        return out
+        """:meth:`timeline` of each owner, 1,000 script calls per round trip (per
+        node). With more than one shard, an owner who reads pulled authors'
+        lists takes two more calls (see read_page)."""
+        lists = ["-" if self.one_shard else "0"]
+        raws = self._read_ids_calls(generation, [(o, lists) for o in owners])
+        for i, raw in enumerate(raws):
+            if raw and raw[0] == b"lists":
+                owner = owners[i]
+                raws[i] = self._with_lists(
+                    lambda given, o=owner: self._read_ids_calls(generation, [(o, given)])[0]
+                )
+        return [_timeline(raw) for raw in raws]
+
+    def _read_ids_calls(self, generation: int, calls: Sequence[tuple[int, list[Any]]]) -> list[Any]:
+        commands = [
+            _call(self._read_ids, self.shards.tag_of(o), [generation, o, self.cap, *given])
+            for o, given in calls
+        ]
+        return run(self.redis, commands)
 
     def contiguous_watermark(self, generation: int) -> int:
         """Every seq up to this one is applied in ``generation`` (0 if unknown)."""
@@ -340,16 +481,24 @@ class TimelineStore(GenerationStore):
 
     def write_dropped(self, generation: int, owners: Iterable[int]) -> int:
         """Write dropped timelines (tombstones), as a rebuild keeps idle users idle."""
-        return self._set_many((keys.timeline(generation, o), IDLE) for o in owners)
+        tag = self.shards.tag_of
+        return self._set_many((keys.timeline(generation, o, tag(o)), IDLE) for o in owners)
+
+    def _by_shard(self, ids: Iterable[int]) -> dict[str, list[int]]:
+        out: dict[str, list[int]] = {}
+        for i in ids:
+            out.setdefault(self.shards.tag_of(i), []).append(i)
+        return out
 
     def drop_idle(self, generation: int, user_ids: Sequence[int], *, batch: int = 1000) -> int:
         """Drop the timelines of idle users (a tombstone each, which the job does
         not write to), except those being regenerated; returns how many went."""
-        dropped = 0
-        for start in range(0, len(user_ids), batch):
-            chunk = list(user_ids[start : start + batch])
-            dropped += int(self._drop_idle(args=[generation, *chunk]))
-        return dropped
+        commands: list[Command] = []
+        for tag, owners in self._by_shard(user_ids).items():
+            for start in range(0, len(owners), batch):
+                args = [generation, *owners[start : start + batch]]
+                commands.append(_call(self._drop_idle, tag, args))
+        return sum(int(n) for n in run(self.redis, commands, per_trip=16))
 
     def pulled_authors(self, user_id: int) -> tuple[int, ...]:
         """The pulled authors whose lists the user's reads merge in (in the active
@@ -357,20 +506,38 @@ class TimelineStore(GenerationStore):
         generation = self.active_generation()
         if generation is None:
             return ()
-        return tuple(sorted(int(a) for a in self.redis.smembers(keys.pulls(generation, user_id))))
+        key = keys.pulls(generation, user_id, self.shards.tag_of(user_id))
+        return tuple(sorted(int(a) for a in self.redis.smembers(key)))
 
     def request_refill(self, *user_ids: int) -> None:
         """Queue timelines for a refill from the database (the apply script does
         this itself for the timelines it leaves short)."""
-        if user_ids:
-            self.redis.sadd(keys.REFILL, *user_ids)
+        run(
+            self.redis,
+            [command("SADD", keys.refill(t), *o) for t, o in self._by_shard(user_ids).items()],
+        )
 
     def take_refills(self, limit: int) -> list[int]:
-        """Up to ``limit`` queued refills, removed from the queue."""
-        return [int(u) for u in self.redis.spop(keys.REFILL, limit) or []]
+        """Up to ``limit`` queued refills, removed from the queue (from the
+        shards with the most waiting first)."""
+        tags = self.shards.tags()
+        sizes = self._refill_sizes()
+        commands: list[Command] = []
+        wanted = 0
+        for size, tag in sorted(zip(sizes, tags, strict=True), reverse=True):
+            if not size or wanted >= limit:
+                break
+            n = min(size, limit - wanted)
+            wanted += n
+            commands.append(command("SPOP", keys.refill(tag), n))
+        return [int(u) for popped in run(self.redis, commands) for u in popped or []]
+
+    def _refill_sizes(self) -> list[int]:
+        commands = [command("SCARD", keys.refill(t)) for t in self.shards.tags()]
+        return [int(n) for n in run(self.redis, commands)]
 
     def pending_refills(self) -> int:
-        return int(self.redis.scard(keys.REFILL))
+        return sum(self._refill_sizes())
 
     def clear_dead_letters(self, records: Iterable[Mapping[str, Any]]) -> int:
         """Forget these dead letters (as :meth:`dead_letters` returned them);
@@ -383,6 +550,36 @@ class TimelineStore(GenerationStore):
 
     def dead_letter_count(self) -> int:
         return int(self.redis.hlen(keys.DEAD_LETTERS))
+
+
+def _call(script: Script, tag: str, args: list[Any]) -> Command:
+    """A :func:`fanout.redis_conn.run` command calling ``script`` on shard ``tag``."""
+    return Script.route(tag), lambda c: script(args=args, client=c, tag=tag)
+
+
+def _page(raw: Any) -> Page:
+    """A page as the read script returns it (its body the page's JSON)."""
+    status = raw[0].decode()
+    if len(raw) == 1:
+        return Page(status)
+    return Page(
+        status=status,
+        generation=int(raw[1]),
+        watermark_seq=int(raw[2]),
+        applied_at=float(raw[3]),
+        event_time=float(raw[4]),
+        body=raw[5] if len(raw) > 5 else b"",
+        version=int(raw[6]) if len(raw) > 6 else 0,
+        partial=len(raw) > 7 and raw[7] == b"1",
+        first=len(raw) > 8 and raw[8] == b"1",
+    )
+
+
+def _reset_ids(member: bytes) -> list[int]:
+    """The tweet ids of a reset waiting in Redis (apply.lua's op 5 packs it: owner,
+    horizon, seq, as_of, how many pulled authors, them, then the ids; 8 bytes each)."""
+    start = 40 + 8 * int.from_bytes(member[32:40], "big")
+    return unpack_ids(member[start:])
 
 
 def _timeline(raw: Any) -> Timeline | None:

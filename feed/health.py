@@ -13,7 +13,7 @@ from django.db import connection
 from fanout.config import KafkaClient
 from fanout.kafka import admin_settings, topic_partitions
 from fanout.procs import per_process
-from fanout.redis_conn import client
+from fanout.redis_conn import connect
 
 
 @per_process
@@ -41,7 +41,7 @@ def _database() -> dict[str, Any]:
 
 
 def _redis() -> None:
-    client(settings.STARLING.redis_url).ping()
+    connect(settings.STARLING).ping()
 
 
 def _kafka() -> dict[str, Any]:

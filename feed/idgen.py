@@ -19,7 +19,7 @@ from django.conf import settings
 
 from fanout import ids, keys
 from fanout.procs import per_process
-from fanout.redis_conn import client
+from fanout.redis_conn import connect
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ def _allocate_node() -> int:
     if config.node_id is not None:
         return config.node_id
     try:
-        return (int(client(config.redis_url).incr(keys.ID_NODE_COUNTER)) - 1) % (ids.MAX_NODE + 1)
+        return (int(connect(config).incr(keys.ID_NODE_COUNTER)) - 1) % (ids.MAX_NODE + 1)
     except redis.RedisError as exc:
         node = secrets.randbelow(ids.MAX_NODE + 1)
         log.warning("could not take an id node from Redis (%s); using random node %d", exc, node)

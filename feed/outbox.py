@@ -18,7 +18,7 @@ from django.db.models import Max
 from django.utils import timezone
 
 from fanout import events, keys
-from fanout.redis_conn import client
+from fanout.redis_conn import connect
 from fanout.relay import PendingEvent
 from feed.celery import app
 from feed.models import OutboxEvent
@@ -125,7 +125,7 @@ def notify_relay() -> None:
     the flag clear and queues another task. If Redis is down the write has
     still succeeded; Celery beat's sweep publishes the row later.
     """
-    r = client(settings.STARLING.redis_url)
+    r = connect(settings.STARLING)
     try:
         if not r.set(keys.RELAY_QUEUED, 1, nx=True, ex=5):
             return

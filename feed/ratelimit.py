@@ -31,8 +31,9 @@ from rest_framework.request import Request
 from rest_framework.throttling import BaseThrottle
 
 from fanout import keys
+from fanout.config import StarlingConfig
 from fanout.procs import per_process
-from fanout.redis_conn import client
+from fanout.redis_conn import connect
 from fanout.scripts import Script
 
 log = logging.getLogger(__name__)
@@ -53,10 +54,10 @@ WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
 @per_process
-def _window_script(redis_url: str) -> Script:
+def _window_script(config: StarlingConfig) -> Script:
     """The counting script (``fanout/lua/rate_limit.lua``) on the process's
-    client for ``redis_url``, made once, not per request."""
-    return Script(client(redis_url), "rate_limit")
+    client for the configuration's Redis, made once, not per request."""
+    return Script(connect(config), "rate_limit")
 
 
 @dataclass(frozen=True)
@@ -88,7 +89,7 @@ class RedisRateThrottle(BaseThrottle):
             return True
         key = keys.rate_limit(self.scope, ident)
         try:
-            script = _window_script(settings.STARLING.redis_url)
+            script = _window_script(settings.STARLING)
             count, ttl_ms = script(keys=[key], args=[rate.seconds * 1000])
         except redis.RedisError as exc:
             log.warning("rate limiter unavailable, letting the request through: %s", exc)

@@ -19,7 +19,7 @@ from fanout import keys
 from fanout.config import KafkaClient, StarlingConfig
 from fanout.kafka import ensure_topics, producer_settings
 from fanout.procs import per_process
-from fanout.redis_conn import client
+from fanout.redis_conn import connect
 from fanout.relay import MarkState, OutboxRelay, RelayCoordinator, RelayResult
 from feed.models import OutboxEvent
 from feed.outbox import RELAY_TASK, DjangoOutboxStore
@@ -67,7 +67,7 @@ def run_relay() -> RelayResult:
         )
         return relay.run()
 
-    r = client(settings.STARLING.redis_url)
+    r = connect(settings.STARLING)
     r.delete(keys.RELAY_QUEUED)
     return RelayCoordinator(r).run(work) or RelayResult()
 

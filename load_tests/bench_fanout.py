@@ -58,8 +58,6 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-import redis
-
 from fanout import embedded, events, ids
 from fanout.author_state import AuthorState
 from fanout.config import DEFAULT_PULL_THRESHOLD, StarlingConfig, TopicNames
@@ -67,6 +65,7 @@ from fanout.join import Mutation, join_events
 from fanout.kafka import ensure_topics, make_producer
 from fanout.keys import timeline as timeline_key
 from fanout.partitioning import partition_for
+from fanout.redis_conn import Client
 from fanout.timeline_ops import entries, timeline_ids
 from fanout.timelines import TimelineStore, store_for
 from load_tests import charts, network
@@ -325,7 +324,7 @@ def baseline_mutations(
     return batches, total
 
 
-def raw_append_rate(client: redis.Redis, mutations: list[Mutation], limit: int) -> float:
+def raw_append_rate(client: Client, mutations: list[Mutation], limit: int) -> float:
     """The same deliveries as plain pipelined commands on the packed layout: one
     ``APPEND`` of 8 bytes per delivery, no script, no ordering check, no trim
     (an optimistic bound for raw writes of these mutations)."""
@@ -346,7 +345,7 @@ def raw_append_rate(client: redis.Redis, mutations: list[Mutation], limit: int) 
     return done / (time.perf_counter() - started)
 
 
-def naive_zset_rate(client: redis.Redis, mutations: list[Mutation], cap: int, limit: int) -> float:
+def naive_zset_rate(client: Client, mutations: list[Mutation], cap: int, limit: int) -> float:
     """Pipelined ZADD + ZREMRANGEBYRANK per delivery (the textbook fanout write)."""
     pipe = client.pipeline(transaction=False)
     done = 0
@@ -367,7 +366,7 @@ def naive_zset_rate(client: redis.Redis, mutations: list[Mutation], cap: int, li
 
 
 def memory_per_entry(
-    client: redis.Redis, generation: int, users: int, sample: int, rnd: random.Random
+    client: Client, generation: int, users: int, sample: int, rnd: random.Random
 ) -> dict[str, float]:
     """Bytes per entry of a sample of timelines, packed and as sorted sets."""
     picked = rnd.sample(range(1, users + 1), min(sample, users))
@@ -455,7 +454,7 @@ class PeakRss:
         self._thread.join()
 
 
-def command_calls(client: redis.Redis) -> dict[str, tuple[int, int]]:
+def command_calls(client: Client) -> dict[str, tuple[int, int]]:
     """Calls and microseconds per command so far (INFO commandstats; Redis 7
     counts the commands scripts run as well)."""
     stats = client.info("commandstats")

@@ -30,10 +30,9 @@ from collections import Counter, defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 
-import redis
-
 from fanout import embedded, ids
 from fanout.config import DEFAULT_TIMELINE_SIZE, DEFAULT_TIMELINE_SLACK, StarlingConfig
+from fanout.redis_conn import Client
 from fanout.timeline_ops import pack_timeline
 from fanout.timelines import store_for
 from load_tests import charts, network
@@ -42,7 +41,7 @@ from load_tests.harness import Report, ratio
 GENERATION = 1
 
 
-def used(client: redis.Redis) -> int:
+def used(client: Client) -> int:
     client.memory_purge()
     return int(client.info("memory")["used_memory"])
 

@@ -134,6 +134,8 @@ class Rebuild:
         options |= {
             "topicPrefix": self.config.topics.prefix,
             "redisUrl": self.config.redis_url,
+            "redisClusterUrls": ",".join(self.config.redis_cluster_urls),
+            "redisShards": str(self.config.shards.count),
             "writeBodies": str(not self.summary.dry_run).lower(),
         }
         decoded = (

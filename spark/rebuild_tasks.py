@@ -159,6 +159,11 @@ class NewestRecordReader(KafkaBatchReader):
         super().__init__(options, raw)
         self.topics = topics
         self.redis_url = raw.get("redisUrl")
+        self.store_config = StarlingConfig(
+            redis_url=self.redis_url or "",
+            redis_cluster_urls=tuple(u for u in raw.get("redisClusterUrls", "").split(",") if u),
+            redis_shards=int(raw.get("redisShards", "1")),
+        )
         self.write_bodies = raw.get("writeBodies", "false").lower() == "true"
 
     def partitions(self) -> list[OffsetRange]:
@@ -169,11 +174,7 @@ class NewestRecordReader(KafkaBatchReader):
         newest, read = newest_per_key(
             consume_range(self.options.client, partition, self.options.read_timeout)
         )
-        store = (
-            store_for(StarlingConfig(redis_url=self.redis_url), timeout=120)
-            if self.redis_url
-            else None
-        )
+        store = store_for(self.store_config, timeout=120) if self.redis_url else None
         if store is not None:
             store.count_records_read(read - len(newest))  # a key's older records: done
         order = list(newest)

@@ -19,13 +19,17 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
+from redis.cluster import RedisCluster
 
 from fanout import embedded
-from fanout.config import StarlingConfig, TopicNames
+from fanout.config import DEFAULT_CLUSTER_SHARDS, StarlingConfig, TopicNames
+from fanout.keys import Shards
 from tests import postgres
+from tests.redis_cluster import Node, start_cluster, stop_cluster, wait_until_ok
 from tests.stack import sqlite_stack, stack  # noqa: F401  (the whole stack, for e2e and faults)
 
 DATABASE_KIND = postgres.database_kind()
@@ -155,6 +159,50 @@ def redis_url(service_logs: Path) -> Iterator[str]:
     celery_app.conf.broker_url = url  # Celery reads its settings once; point it here first
     yield url
     embedded.stop(service.proc)
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Node]]:
+    """A real Redis Cluster (three primaries, three replicas), started once."""
+    nodes = start_cluster(tmp_path_factory.mktemp("redis-cluster"))
+    yield nodes
+    stop_cluster(nodes)
+
+
+def cluster_client(nodes: list[Node]) -> RedisCluster:
+    """A client of the session's cluster, every node flushed (restarted, and
+    the cluster healed, if a fault test left one stopped)."""
+    for node in nodes:
+        if node.proc.poll() is not None:
+            node.start()
+    wait_until_ok(nodes)
+    client = _cluster_clients.get(nodes[0].url) or RedisCluster.from_url(nodes[0].url)
+    _cluster_clients[nodes[0].url] = client
+    client.flushall(target_nodes=RedisCluster.PRIMARIES)
+    return client
+
+
+_cluster_clients: dict[str, RedisCluster] = {}
+
+
+@pytest.fixture
+def redis_cluster_client(redis_cluster: list[Node]) -> RedisCluster:
+    return cluster_client(redis_cluster)
+
+
+#: The timeline store's layouts the store tests run on: one Redis with one
+#: shard (the default), one Redis with keys in 8 shards, a Redis Cluster.
+LAYOUTS = ("single", "sharded", "cluster")
+
+
+def layout_client(request: pytest.FixtureRequest, layout: str) -> tuple[Any, Shards]:
+    """A flushed client of ``layout`` and its shards."""
+    if layout == "cluster":
+        nodes = request.getfixturevalue("redis_cluster")
+        return cluster_client(nodes), Shards(DEFAULT_CLUSTER_SHARDS)
+    client = redis.Redis.from_url(request.getfixturevalue("redis_url"))
+    client.flushdb()
+    return client, Shards(8 if layout == "sharded" else 1)
 
 
 @pytest.fixture

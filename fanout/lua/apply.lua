@@ -7,12 +7,16 @@
 --   2 owner seq packed-ids           remove tweets from a timeline
 --   5 owner horizon seq as_of ids    a refill from the database: kept until the
 --                                    watermark reaches its seq (see below)
---   6 watermark                      apply the kept refills up to the watermark
+--   6 watermark deleted-ids          apply the kept refills up to the watermark,
+--                                    leaving out the tweets deleted since (packed ids)
 --   7 author horizon packed-ids      set a pulled author's list
 --   8 owner seq author packed-ids    the owner reads the author's list: the ids
 --                                    leave the timeline (fenced, as by an unfollow)
---   9 owner horizon seq author ids   the owner stops reading the author's list:
---                                    the ids are merged in (an unfollow: none, a fence)
+--   9 owner horizon seq author       the owner stops reading the author's list:
+--     list-version ids               the ids are merged in (an unfollow: none, a fence)
+-- Every key a call touches is in its shard (the tag T): the caller groups the
+-- operations by the shard of their owner, author or tweet, and reads what a call
+-- needs from other shards beforehand (the deleted tweets, a list's version).
 -- Returns {added, removed, created, short, skipped}. Every operation is idempotent.
 --
 -- Idle users' timelines are dropped: a tombstone (IDLE) takes their place and
@@ -29,8 +33,8 @@
 -- this follower. Its read saw every seq up to `as_of`; if the fence has passed
 -- that (an unfollow, or entries fallen below the horizon, that the read may
 -- not have seen) it is dropped and asked for again; so is one whose read left
--- out other pulled authors than the owner reads now. A delete since has taken
--- the tweet's body: such entries are skipped.
+-- out other pulled authors than the owner reads now. Its tweets deleted since
+-- (their bodies are gone; the caller names them) are skipped.
 --
 -- Pulled authors (fanout.join): their followers' timelines hold none of their
 -- tweets; each follower's set of pulled authors (P.pulls) names the lists
@@ -44,16 +48,16 @@
 -- into the refill set; the web tier answers it with a reset.
 
 local gen, cap, slack = arg(1), tonumber(arg(2)), tonumber(arg(3))
-if redis.call('EXISTS', P.generation .. gen) == 0 then
+if redis.call('EXISTS', P.generation .. gen .. T) == 0 then
   return redis.error_reply('NOGEN generation ' .. gen .. ' is not in Redis (was Redis flushed?)')
 end
 local limit = cap + slack
 local keep = cap + math.floor(slack / 2)
 local added, removed, created, short, skipped = 0, 0, 0, 0, 0
 
-local function regeneration(owner) return P.regeneration .. gen .. ':' .. owner end
-local function pulls(owner) return P.pulls .. gen .. ':' .. owner end
-local function list_key(author) return P.list .. gen .. ':' .. author end
+local function regeneration(owner) return P.regeneration .. gen .. ':' .. T .. owner end
+local function pulls(owner) return P.pulls .. gen .. ':' .. T .. owner end
+local function list_key(author) return P.list .. gen .. ':' .. T .. author end
 local function pending(owner) return redis.call('EXISTS', regeneration(owner)) == 1 end
 
 local function ids_of(blob)
@@ -67,7 +71,7 @@ local function ceiling(h, ids) return math.max(h.top, ids[#ids] or 0) end
 
 local function check_short(owner, h, n)
   if n < cap and h.horizon > 0 then
-    redis.call('SADD', P.refill, owner)
+    redis.call('SADD', P.refill .. T, owner)
     short = short + 1
   end
 end
@@ -255,7 +259,7 @@ end
 -- it is dropped and asked for again. Onto a placeholder (a regeneration is
 -- pending) the horizon is the higher one, and the regeneration is over; a
 -- stale one is asked for again (the refill task names the new reset's seq).
-local function reset(owner, key, blob, hr, seq, as_of, pulled)
+local function reset(owner, key, blob, hr, seq, as_of, pulled, deleted)
   local s = redis.call('GET', key)
   local regen = regeneration(owner)
   local placeholder = pending(owner)
@@ -271,7 +275,7 @@ local function reset(owner, key, blob, hr, seq, as_of, pulled)
   if (s and h.fence > as_of) or not same_pulls(owner, pulled) then  -- stale
     if placeholder then  -- asked for again; reads stay cold until the refill task's
       redis.call('SET', regen, num(2 ^ 53 - 1), 'KEEPTTL')  -- reset names its seq
-      redis.call('SADD', P.refill, owner)
+      redis.call('SADD', P.refill .. T, owner)
       short = short + 1
     elseif s then  -- asked for again if the timeline is still short
       check_short(owner, h, #ids)
@@ -283,7 +287,7 @@ local function reset(owner, key, blob, hr, seq, as_of, pulled)
   local new = {}
   for pos = 1, #blob, 8 do
     local id = upk(blob, pos)
-    if redis.call('EXISTS', P.tweet .. num(id)) == 1 then new[#new + 1] = id end
+    if not deleted[id] then new[#new + 1] = id end
   end
   local top = s and ceiling(h, ids) or 0
   if not s then
@@ -303,16 +307,18 @@ local function reset(owner, key, blob, hr, seq, as_of, pulled)
   return n
 end
 
-local function release(watermark)
-  local key = P.resets .. gen
+local function release(watermark, gone)
+  local key = P.resets .. gen .. T
   local due = redis.call('ZRANGEBYSCORE', key, '-inf', watermark)
   if #due == 0 then return end  -- no write: most batches have no reset to release
+  local deleted = {}
+  for _, id in ipairs(ids_of(gone)) do deleted[id] = true end
   for _, member in ipairs(due) do
     local owner, hr, seq, as_of = upk(member, 1), upk(member, 9), upk(member, 17), upk(member, 25)
     local ids_at = 41 + upk(member, 33) * 8
-    added = added + reset(num(owner), P.timeline .. gen .. ':' .. num(owner),
+    added = added + reset(num(owner), P.timeline .. gen .. ':' .. T .. num(owner),
                           string.sub(member, ids_at), hr, seq, as_of,
-                          string.sub(member, 41, ids_at - 1))
+                          string.sub(member, 41, ids_at - 1), deleted)
   end
   redis.call('ZREMRANGEBYSCORE', key, '-inf', watermark)
 end
@@ -354,17 +360,18 @@ local function pull(owner, key, author, blob, seq)
 end
 
 -- The owner stops reading the author's list: its tweets (if any: none after
--- an unfollow) are merged into the timeline, which is fenced either way.
-local function unpull(owner, key, author, blob, hm, seq)
-  local listed = redis.call('GETRANGE', list_key(author), 24, 31)
+-- an unfollow) are merged into the timeline, which is fenced either way. The
+-- list's version (in the author's shard) leaves the merged version: the
+-- timeline's takes it over.
+local function unpull(owner, key, author, listed, blob, hm, seq)
   local gone = redis.call('SREM', pulls(owner), author) == 1
   local n = 0
   if #blob > 0 then n = add(owner, key, blob, hm, seq) else remove(owner, key, blob, seq) end
-  bump(key, 1 + ((gone and #listed == 8) and upk(listed) or 0))
+  bump(key, 1 + (gone and listed or 0))
   return n
 end
 
-local timelines = P.timeline .. gen .. ':'
+local timelines = P.timeline .. gen .. ':' .. T
 local i = 4
 while i <= nargs() do
   local op = arg(i)
@@ -380,7 +387,7 @@ while i <= nargs() do
     local member = pk(tonumber(arg(i + 1))) .. pk(tonumber(arg(i + 2)))
                    .. pk(tonumber(arg(i + 3))) .. pk(tonumber(arg(i + 4)))
                    .. pk(#arg(i + 5) / 8) .. arg(i + 5) .. arg(i + 6)
-    redis.call('ZADD', P.resets .. gen, arg(i + 3), member)
+    redis.call('ZADD', P.resets .. gen .. T, arg(i + 3), member)
     i = i + 7
   elseif op == '7' then                   -- a pulled author's list: author, horizon, ids
     set_list(arg(i + 1), tonumber(arg(i + 2)), arg(i + 3))
@@ -389,19 +396,20 @@ while i <= nargs() do
     removed = removed + pull(arg(i + 1), timelines .. arg(i + 1), arg(i + 3), arg(i + 4),
                              tonumber(arg(i + 2)))
     i = i + 5
-  elseif op == '9' then                   -- unpull: owner, horizon, seq, author, packed ids
-    added = added + unpull(arg(i + 1), timelines .. arg(i + 1), arg(i + 4), arg(i + 5),
+  elseif op == '9' then                   -- unpull: owner, horizon, seq, author, version, ids
+    added = added + unpull(arg(i + 1), timelines .. arg(i + 1), arg(i + 4),
+                           tonumber(arg(i + 5)), arg(i + 6),
                            tonumber(arg(i + 2)), tonumber(arg(i + 3)))
-    i = i + 6
+    i = i + 7
   elseif op == '6' then                   -- release the resets up to a watermark
-    release(arg(i + 1))
-    i = i + 2
+    release(arg(i + 1), arg(i + 2))
+    i = i + 3
   elseif op == '3' then                   -- put a tweet body: id, body
-    redis.call('SET', P.tweet .. arg(i + 1), arg(i + 2))
+    redis.call('SET', P.tweet .. T .. arg(i + 1), arg(i + 2))
     i = i + 3
   else                                    -- 4: delete tweet bodies: packed ids
     local blob = arg(i + 1)
-    for pos = 1, #blob, 8 do redis.call('DEL', P.tweet .. num(upk(blob, pos))) end
+    for pos = 1, #blob, 8 do redis.call('DEL', P.tweet .. T .. num(upk(blob, pos))) end
     i = i + 2
   end
 end

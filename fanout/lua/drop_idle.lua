@@ -6,9 +6,9 @@
 local gen = arg(1)
 local dropped = 0
 for i = 2, nargs() do
-  local key = P.timeline .. gen .. ':' .. arg(i)
+  local key = P.timeline .. gen .. ':' .. T .. arg(i)
   if redis.call('STRLEN', key) >= HEADER
-     and redis.call('EXISTS', P.regeneration .. gen .. ':' .. arg(i)) == 0 then
+     and redis.call('EXISTS', P.regeneration .. gen .. ':' .. T .. arg(i)) == 0 then
     redis.call('SET', key, IDLE)
     dropped = dropped + 1
   end

@@ -14,13 +14,33 @@ local function above(s, a, b, x)
   return a
 end
 
+-- The lists a call was given (see given_lists), or nil: the script reads them.
+-- Lists live in their authors' shards: with more than one shard the caller
+-- fetches them and passes them in (arguments from `at` on: how many, then
+-- author and packed list pairs, '' for a list that is missing).
+local function given_lists(at)
+  if arg(at) == '-' then return nil end
+  local given = {n = tonumber(arg(at))}
+  for i = at + 1, at + 2 * given.n, 2 do given[arg(i)] = arg(i + 1) end
+  return given
+end
+
 -- The sources of a view: {s = packed, lo, n} (entries lo..n are at or above the
 -- floor), the floor and the version (the timeline's plus its lists').
-local function view(gen, uid, s)
+-- With `given` lists that are not the ones the user reads, returns nil and the
+-- authors the user reads: the caller fetches their lists and calls again.
+local function view(gen, uid, s, given)
   local h = read_header(s)
   local sources, floor, version = {{s = s, n = count(s)}}, h.horizon, h.version
-  for _, author in ipairs(redis.call('SMEMBERS', P.pulls .. gen .. ':' .. uid)) do
-    local l = redis.call('GET', P.list .. gen .. ':' .. author)
+  local authors = redis.call('SMEMBERS', P.pulls .. gen .. ':' .. T .. uid)
+  if given then
+    local same = #authors == given.n
+    for _, author in ipairs(authors) do same = same and given[author] ~= nil end
+    if not same then return nil, authors end
+  end
+  for _, author in ipairs(authors) do
+    local l
+    if given then l = given[author] else l = redis.call('GET', P.list .. gen .. ':' .. author) end
     if l and #l >= HEADER then
       local lh = read_header(l)
       if lh.horizon > floor then floor = lh.horizon end

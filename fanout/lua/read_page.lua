@@ -2,9 +2,12 @@
 -- active generation, token revocation, cursors, the pulled authors' lists
 -- (fanout/lua/merged.lua), the bodies, the watermark.
 -- Arguments (after the prefixes): user_id, count, max_id (0: none), since_id (0: none),
--- cap, token issued-at (Unix seconds), today (days since the epoch), seen TTL (seconds).
--- Returns {status, generation, watermark, applied_at, event_time, page JSON, version,
--- partial, first}:
+-- cap, token issued-at (Unix seconds), today (days since the epoch), seen TTL (seconds),
+-- then the lists: '-' (one shard: the script reads the lists and the bodies itself),
+-- or as given_lists reads them (shards: the caller fetches the bodies).
+-- Returns {status, generation, watermark, applied_at, event_time, page, version,
+-- partial, first, next_max_id}; the page is its JSON, or (given lists) its ids packed
+-- and next_max_id beside them:
 --   ok       the page (JSON), its next_max_id set whenever older entries exist
 --            (above since_id, when given);
 --            partial = '1' when Redis ran out of entries before `count` while the
@@ -15,30 +18,36 @@
 --   cold     no timeline in the active generation (a dropped one: the user was
 --            idle), or one being regenerated
 --   nogen    no active generation; revoked: the token was revoked
+--   lists    the lists given are not the user's: {'lists', generation, authors} to fetch
 -- The watermark is the contiguous one: every seq up to it is applied.
 -- first = '1' on the user's first read of the day (Redis says so with one write a
 -- day, not one per read): the caller records the activity in the database.
 
 local uid, count_wanted = arg(1), tonumber(arg(2))
 local max_id, since_id, cap = tonumber(arg(3)), tonumber(arg(4)), tonumber(arg(5))
-local valid_after = redis.call('GET', P.tokens .. uid)
+local given = given_lists(9)
+local valid_after = redis.call('GET', P.tokens .. T .. uid)
 if valid_after and tonumber(arg(6)) < tonumber(valid_after) then return {'revoked'} end
-local gen = redis.call('GET', P.active)
+local gen = redis.call('GET', P.active .. T)
 if not gen then return {'nogen'} end
+local s = redis.call('GET', P.timeline .. gen .. ':' .. T .. uid)
+local sources, floor, version
+if s and #s >= HEADER then
+  sources, floor, version = view(gen, uid, s, given)
+  if not sources then return {'lists', gen, unpack(floor)} end  -- nothing written yet
+end
 local first = '0'
-if redis.call('GET', P.seen .. uid) ~= arg(7) then
-  redis.call('SET', P.seen .. uid, arg(7), 'EX', arg(8))
+if redis.call('GET', P.seen .. T .. uid) ~= arg(7) then
+  redis.call('SET', P.seen .. T .. uid, arg(7), 'EX', arg(8))
   first = '1'
 end
-local wm = redis.call('HMGET', P.watermark .. gen, 'contiguous', 'applied_at', 'event_time')
+local wm = redis.call('HMGET', P.watermark .. gen .. T, 'contiguous', 'applied_at', 'event_time')
 local head = {gen, wm[1] or '0', wm[2] or '0', wm[3] or '0'}
-local s = redis.call('GET', P.timeline .. gen .. ':' .. uid)
 -- A timeline being regenerated stays cold until the job has applied its reset.
-local regen = redis.call('GET', P.regeneration .. gen .. ':' .. uid)
-if not s or #s < HEADER or (regen and tonumber(head[2]) < tonumber(regen)) then
+local regen = redis.call('GET', P.regeneration .. gen .. ':' .. T .. uid)
+if not sources or (regen and tonumber(head[2]) < tonumber(regen)) then
   return {'cold', head[1], head[2], head[3], head[4], '', '0', '0', first}
 end
-local sources, floor, version = view(head[1], uid, s)
 local n = count_above(sources, -1)
 local visible = math.min(n, cap)             -- the newest cap entries are visible
 local older = n > cap or floor > 0           -- the join has entries below the visible ones
@@ -53,6 +62,19 @@ local below = older and (n == 0 or above_since >= visible)
 local window = math.min(visible, above_since)  -- the page's entries: ranks skip..window-1
 local ids = take(sources, max_id > 0 and max_id or math.huge,
                  math.max(0, math.min(count_wanted, window - skip)))
+local last = ids[#ids]
+local more = skip + #ids < window
+local nxt = 'null'
+if last and (more or below) then nxt = num(last - 1) end
+local partial = (below and #ids < count_wanted and not more) and '1' or '0'
+-- An empty page of a timeline with older entries: continue from the top.
+if partial == '1' and not last then nxt = num(max_id > 0 and max_id or 2 ^ 53 - 1) end
+if given then  -- the bodies are in their tweets' shards: the caller fetches them
+  local packed = {}
+  for i = 1, #ids do packed[i] = pk(ids[i]) end
+  return {'ok', head[1], head[2], head[3], head[4], table.concat(packed), num(version), partial,
+          first, nxt}
+end
 local keys = {}
 for i = 1, #ids do keys[i] = P.tweet .. num(ids[i]) end
 local parts = {}
@@ -61,13 +83,6 @@ if #keys > 0 then
     if body then parts[#parts + 1] = body end  -- a body gone = a tweet deleted
   end
 end
-local last = ids[#ids]
-local more = skip + #ids < window
-local nxt = 'null'
-if last and (more or below) then nxt = num(last - 1) end
-local partial = (below and #ids < count_wanted and not more) and '1' or '0'
--- An empty page of a timeline with older entries: continue from the top.
-if partial == '1' and not last then nxt = num(max_id > 0 and max_id or 2 ^ 53 - 1) end
 return {'ok', head[1], head[2], head[3], head[4],
         '{"tweets":[' .. table.concat(parts, ',') .. '],"next_max_id":' .. nxt .. '}',
         num(version), partial, first}

@@ -25,6 +25,7 @@ from fanout.timeline_ops import (
     timeline_ids,
 )
 from fanout.timelines import GenerationMissing, TimelineStore
+from tests.conftest import LAYOUTS, layout_client
 from tests.timeline_model import TimelineModel
 from tests.unit.test_join import interleave, random_workload
 
@@ -228,6 +229,7 @@ def test_generations(store: TimelineStore, redis_client: redis.Redis) -> None:
     assert store.active_generation() == 5
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
 @settings(max_examples=30, deadline=None)
 @given(
     seed=st.integers(0, 2**32),
@@ -237,13 +239,20 @@ def test_generations(store: TimelineStore, redis_client: redis.Redis) -> None:
     threshold=st.sampled_from([0, 2]),
 )
 def test_the_lua_store_does_what_the_model_does(
-    redis_url: str, seed: int, cap: int, slack: int, jitter: int, threshold: int
+    request: pytest.FixtureRequest,
+    layout: str,
+    seed: int,
+    cap: int,
+    slack: int,
+    jitter: int,
+    threshold: int,
 ) -> None:
     """Any workload, pulled authors crossing the threshold or not: the same
-    timelines, lists, pulls and merged views as the model."""
-    client = redis.Redis.from_url(redis_url)
-    client.flushdb()
-    store = TimelineStore(client, cap=cap, slack=slack)
+    timelines, lists, pulls and merged views as the model, on a single Redis
+    (its keys in one shard or several) and on a Redis Cluster."""
+    client, shards = layout_client(request, layout)
+    tag = shards.tag_of
+    store = TimelineStore(client, cap=cap, slack=slack, shards=shards)
     store.create_generation(GEN)
     store.activate(GEN)
     model = TimelineModel(cap=cap, slack=slack)
@@ -290,8 +299,8 @@ def test_the_lua_store_does_what_the_model_does(
     assert skipped == model.skipped
     for user in range(1, 7):
         expected = model.timelines.get(user)
-        packed = client.get(timeline_key(GEN, user))
-        pending = client.exists(keys.regeneration(GEN, user))
+        packed = client.get(timeline_key(GEN, user, tag(user)))
+        pending = client.exists(keys.regeneration(GEN, user, tag(user)))
         assert bool(pending) == (user in model.regenerating), f"user {user}"
         if expected is None:
             assert packed == (IDLE if user in model.idle else None), f"user {user}"
@@ -310,7 +319,7 @@ def test_the_lua_store_does_what_the_model_does(
         assert view is not None and merged is not None
         assert (merged.horizon, merged.ids, merged.version) == (*view, model.version(user))
     for author, expected in model.lists.items():
-        packed = client.get(keys.author_list(GEN, author))
+        packed = client.get(keys.author_list(GEN, author, tag(author)))
         assert isinstance(packed, bytes)
         header = read_header(packed)
         assert (header.horizon, header.top, header.version) == (
@@ -319,7 +328,7 @@ def test_the_lua_store_does_what_the_model_does(
             expected.version,
         ), f"author {author}"
         assert timeline_ids(packed) == expected.ids
-    assert {int(k[3:]) for k in client.keys("tw:*")} == set(model.bodies)
+    assert {int(k[3:].split(b"}")[-1]) for k in client.scan_iter("tw:*")} == set(model.bodies)
     assert set(store.take_refills(100)) == model.refill
 
 
@@ -357,6 +366,7 @@ def reference_page(
     return "ok", page, nxt, partial
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
 @settings(max_examples=60, deadline=None)
 @given(
     seed=st.integers(0, 2**32),
@@ -364,14 +374,14 @@ def reference_page(
     cap=st.integers(1, 12),
 )
 def test_a_merged_read_pages_like_the_merged_view(
-    redis_url: str, seed: int, lists: int, cap: int
+    request: pytest.FixtureRequest, layout: str, seed: int, lists: int, cap: int
 ) -> None:
     """A timeline and the lists of the pulled authors its owner follows, each
     with its own horizon: every page (any count, max_id, since_id) is the one
-    the merged view gives, in one script call."""
-    client = redis.Redis.from_url(redis_url)
-    client.flushdb()
-    store = TimelineStore(client, cap=cap, slack=2)
+    the merged view gives (in one script call on one shard)."""
+    client, shards = layout_client(request, layout)
+    tag = shards.tag_of
+    store = TimelineStore(client, cap=cap, slack=2, shards=shards)
     store.create_generation(GEN)
     store.activate(GEN)
     rnd = random.Random(seed)
@@ -384,11 +394,11 @@ def test_a_merged_read_pages_like_the_merged_view(
         sources.append((horizon, ids))
         packed = pack_timeline(horizon, ids, Header(version=i * 10 + 1))
         if i == 0:
-            client.set(timeline_key(GEN, owner), packed)
+            client.set(timeline_key(GEN, owner, tag(owner)), packed)
         else:
-            client.set(keys.author_list(GEN, 100 + i), packed)
-            client.sadd(keys.pulls(GEN, owner), 100 + i)
-    client.mset({keys.tweet(t): b'{"id":%d}' % t for t in pool})
+            client.set(keys.author_list(GEN, 100 + i, tag(100 + i)), packed)
+            client.sadd(keys.pulls(GEN, owner, tag(owner)), 100 + i)
+    store.write_bodies((t, b'{"id":%d}' % t) for t in pool)
     floor = max(h for h, _ in sources)
     entries = sorted((t for _, ids in sources for t in ids if t >= floor), reverse=True)
     visible, older = entries[:cap], len(entries) > cap or floor > 0
