@@ -220,17 +220,49 @@ class GenerationStore:
                 "offsets": orjson.dumps(offsets),
             },
         )
-        self.copy_watermark(generation, contiguous=contiguous, applied_at=now, event_time=now)
+        self.copy_watermark(
+            generation, batch_id=-1, contiguous=contiguous, applied_at=now, event_time=now
+        )
 
     def copy_watermark(
-        self, generation: int, *, contiguous: int, applied_at: float, event_time: float
+        self,
+        generation: int,
+        *,
+        batch_id: int,
+        contiguous: int,
+        applied_at: float,
+        event_time: float,
     ) -> None:
-        """Give every shard what its reads need of the watermark (with more than
-        one shard; on one, reads use the watermark itself)."""
-        fields: tuple[str | float, ...] = ("contiguous", contiguous, "applied_at", applied_at)
+        """Give every shard what its reads need of the watermark, and the batch it
+        belongs to (with more than one shard; on one, reads use the watermark).
+
+        Written after the batch's writes, a shard's copy reaches a replica after
+        them (a primary replicates in order): a failover that lost some of a
+        batch's writes lost that batch's copy too (:meth:`applied_batch`)."""
+        fields: tuple[str | float, ...] = (
+            "batch_id", batch_id, "contiguous", contiguous, "applied_at", applied_at
+        )  # fmt: skip
         if event_time > 0:
             fields += ("event_time", event_time)
         self._per_shard("HSET", lambda tag: keys.watermark(generation, tag), *fields)
+
+    def applied_batch(self, generation: int) -> int | None:
+        """The last micro-batch every shard holds all the writes of (None: no
+        watermark yet). With several shards, the lowest of their copies: a shard
+        whose primary failed over may have lost the last batches' writes."""
+        raw = self.redis.hget(keys.watermark(generation), "batch_id")
+        if raw is None:
+            return None
+        if self.shards.count == 1:
+            return int(raw)
+        copies = run(
+            self.redis,
+            [
+                command("HGET", keys.watermark(generation, tag), "batch_id")
+                for tag in self.shards.tags()
+            ],
+        )
+        return min(int(raw), *(int(c) if c is not None else -1 for c in copies))
 
 
 def text(value: bytes | str) -> str:

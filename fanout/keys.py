@@ -212,6 +212,12 @@ def seen(user_id: int, tag: str = "") -> str:
     return f"{SEEN_PREFIX}{tag}{user_id}"
 
 
+def id_of(key: bytes | str) -> int:
+    """The user, author or tweet id a key ends with (after its shard tag)."""
+    text = key.decode() if isinstance(key, bytes) else key
+    return int(text.rsplit(":", 1)[-1].rsplit("}", 1)[-1])
+
+
 def rate_limit(scope: str, who: str) -> str:
     return f"{RATE_LIMIT_PREFIX}{scope}:{who}"
 

@@ -28,6 +28,7 @@ Command = tuple[str, Callable[[Any], Any]]
 #: answer (a failover takes the node timeout, then an election).
 RETRY_SECONDS = 30.0
 _RETRIED = (
+    redis.exceptions.NoScriptError,  # sent again alone, the script loads itself
     redis.exceptions.MovedError,
     redis.exceptions.AskError,
     redis.exceptions.TryAgainError,
@@ -91,7 +92,12 @@ def run(client: Client, commands: Sequence[Command], *, per_trip: int = 1000) ->
             pipe = client.pipeline(transaction=False)
             for _, queue in commands[start : start + per_trip]:
                 queue(pipe)
-            out += pipe.execute()
+            for i, reply in enumerate(pipe.execute(raise_on_error=False), start):
+                if isinstance(reply, redis.exceptions.NoScriptError):
+                    reply = commands[i][1](client)  # a restarted Redis: loads the script
+                elif isinstance(reply, Exception):
+                    raise reply
+                out.append(reply)
         return out
     replies: list[Any] = [None] * len(commands)
     by_node: dict[str, list[int]] = {}

@@ -30,6 +30,7 @@ PARTS: dict[str, tuple[str, ...]] = {
     "read_ids": ("prefixes", "packed", "merged"),
     "watermark": (),
     "rate_limit": (),
+    "bodies": (),
 }
 _LINE = re.compile(r"user_script:(\d+)")
 
@@ -101,7 +102,13 @@ class Script:
     ) -> Any:
         """Run the script; a prefixed one touches the keys of shard ``tag``."""
         declared = list(keys) if keys or not self.source.prefixed else [self.route(tag)]
+        arguments = self.arguments(args, tag)
+        if isinstance(client, redis.client.Pipeline):
+            # Straight EVALSHA: redis-py's own way asks SCRIPT EXISTS before every
+            # pipeline (a round trip). A reply NOSCRIPT (a restarted or promoted
+            # node) is sent again alone by fanout.redis_conn.run, which loads it.
+            return client.evalsha(self.sha, len(declared), *declared, *arguments)
         try:
-            return self._script(keys=declared, args=self.arguments(args, tag), client=client)
+            return self._script(keys=declared, args=arguments, client=client)
         except redis.ResponseError as exc:
             raise explain(exc, self.name) from None

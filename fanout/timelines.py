@@ -24,10 +24,11 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import orjson
 import redis
+from redis.cluster import RedisCluster
 
 from fanout import keys
 from fanout.config import StarlingConfig
@@ -144,6 +145,7 @@ class TimelineStore(GenerationStore):
         )
         self._drop_idle = Script(client, "drop_idle")
         self._watermark = Script(client, "watermark")
+        self._bodies = Script(client, "bodies")
 
     def revoke_tokens(self, user_id: int, valid_after: int, ttl: int) -> None:
         """Refuse the user's tokens issued before ``valid_after`` (Unix seconds) on
@@ -341,7 +343,11 @@ class TimelineStore(GenerationStore):
         recorded = bool(self._watermark(keys=[keys.watermark(generation)], args=args))
         if recorded:
             self.copy_watermark(
-                generation, contiguous=contiguous, applied_at=float(args[4]), event_time=event_time
+                generation,
+                batch_id=batch_id,
+                contiguous=contiguous,
+                applied_at=float(args[4]),
+                event_time=event_time,
             )
         return recorded
 
@@ -382,7 +388,7 @@ class TimelineStore(GenerationStore):
         if raw[0] != b"ok":
             return _page(raw)
         ids = unpack_ids(raw[5])
-        bodies = [b for b in self._bodies(ids) if b is not None]  # gone: a tweet deleted
+        bodies = [b for b in self.bodies(ids) if b is not None]  # gone: a tweet deleted
         raw[5] = b'{"tweets":[' + b",".join(bodies) + b'],"next_max_id":' + raw[9] + b"}"
         return _page(raw)
 
@@ -407,17 +413,31 @@ class TimelineStore(GenerationStore):
         names = [keys.author_list(generation, a, tag(a)) for a in authors]
         return run(self.redis, [command("GET", k) for k in names])
 
-    def _bodies(self, tweets: Sequence[int]) -> list[bytes | None]:
-        """The tweets' bodies (None where deleted): one ``MGET`` per shard."""
-        per_shard: dict[str, list[int]] = {}
-        for t in tweets:
-            per_shard.setdefault(self.shards.tag_of(t), []).append(t)
-        names = {tag: [keys.tweet(t, tag) for t in ts] for tag, ts in per_shard.items()}
-        replies = run(self.redis, [command("MGET", *ks) for ks in names.values()])
-        found: dict[int, bytes | None] = {}
-        for ts, values in zip(per_shard.values(), replies, strict=True):
-            found.update(zip(ts, values, strict=True))
-        return [found[t] for t in tweets]
+    def bodies(self, tweets: Sequence[int]) -> list[bytes | None]:
+        """The tweets' bodies (None where deleted). On a cluster, one script call
+        per node holding some (``fanout/lua/bodies.lua``), pipelined: a page's
+        bodies are in as many slots as it has tweets, and one ``MGET`` per slot
+        cost 45 commands for a 50-tweet page. While slots move, a node may no
+        longer hold a key it was sent: then each slot's are read with
+        redirects followed."""
+        names = [keys.tweet(t, self.shards.tag_of(t)) for t in tweets]
+        if not names:
+            return []
+        if not isinstance(self.redis, RedisCluster):
+            return cast(list[bytes | None], self.redis.mget(names))
+        per_node: dict[str, list[int]] = {}
+        for i, name in enumerate(names):
+            per_node.setdefault(self.redis.get_node_from_key(name).name, []).append(i)
+        calls = [_bodies_call(self._bodies, [names[i] for i in at]) for at in per_node.values()]
+        try:
+            replies = run(self.redis, calls)
+        except redis.RedisError:
+            return cast(list[bytes | None], self.redis.mget_nonatomic(names))
+        found: list[bytes | None] = [None] * len(names)
+        for at, values in zip(per_node.values(), replies, strict=True):
+            for i, value in zip(at, values, strict=True):
+                found[i] = value or None
+        return found
 
     def read_page_command(self, user_id: int, *, count: int) -> list[str]:
         """The Redis command :meth:`read_page` sends for a first page (``EVALSHA``
@@ -539,6 +559,11 @@ class TimelineStore(GenerationStore):
     def pending_refills(self) -> int:
         return sum(self._refill_sizes())
 
+    def pending_resets(self, generation: int) -> int:
+        """Refills (resets) in Redis waiting for the watermark to reach them."""
+        queues = [keys.resets(generation, tag) for tag in self.shards.tags()]
+        return sum(int(n) for n in run(self.redis, [command("ZCARD", k) for k in queues]))
+
     def clear_dead_letters(self, records: Iterable[Mapping[str, Any]]) -> int:
         """Forget these dead letters (as :meth:`dead_letters` returned them);
         records set aside since stay. Returns how many were forgotten."""
@@ -555,6 +580,11 @@ class TimelineStore(GenerationStore):
 def _call(script: Script, tag: str, args: list[Any]) -> Command:
     """A :func:`fanout.redis_conn.run` command calling ``script`` on shard ``tag``."""
     return Script.route(tag), lambda c: script(args=args, client=c, tag=tag)
+
+
+def _bodies_call(script: Script, names: list[str]) -> Command:
+    """A :func:`fanout.redis_conn.run` command reading ``names`` (on one node)."""
+    return names[0], lambda c: script(args=names, client=c)
 
 
 def _page(raw: Any) -> Page:

@@ -312,19 +312,19 @@ class Supervisor:
                 "from the log; rebuild the timelines (manage.py rebuild_timelines)"
             )
         try:
-            wm = self.store.watermark(target.generation)
+            applied = self.store.applied_batch(target.generation)
         except redis.RedisError:
             return None  # the query's start will say it
-        if wm is None or wm.batch_id >= batches[-1]:
+        if applied is None or applied >= batches[-1]:
             return None
-        behind = batches[-1] - wm.batch_id
+        behind = batches[-1] - applied
         if behind > REPLAYABLE_BATCHES:
             return (
                 f"Redis lost the writes of {behind} micro-batches (its watermark is at batch "
-                f"{wm.batch_id}, the checkpoint at {batches[-1]}), more than can be run again "
+                f"{applied}, the checkpoint at {batches[-1]}), more than can be run again "
                 f"({REPLAYABLE_BATCHES}); rebuild the timelines (manage.py rebuild_timelines)"
             )
-        dropped = rewind(target.checkpoint, wm.batch_id)
+        dropped = rewind(target.checkpoint, applied)
         log.warning(
             "Redis lost the writes of micro-batches %d-%d of generation %d (its watermark is "
             "behind the checkpoint: a crash with AOF everysec?); running them again",
@@ -366,13 +366,13 @@ class Supervisor:
         committed. The watermark is written before Spark commits its batch, and
         the commits are listed first here, so this is never a race."""
         batches = committed_batches(target.checkpoint)
-        wm = self.store.watermark(target.generation)
-        if batches and wm is not None and wm.batch_id < batches[-1]:
+        applied = self.store.applied_batch(target.generation) if batches else None
+        if batches and applied is not None and applied < batches[-1]:
             log.error(
                 "Redis's watermark of generation %d is at batch %d, the checkpoint at %d: "
-                "Redis lost writes; restarting to run them again",
+                "Redis lost writes (a restart, or a failover); restarting to run them again",
                 target.generation,
-                wm.batch_id,
+                applied,
                 batches[-1],
             )
             return True

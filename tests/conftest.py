@@ -38,7 +38,7 @@ _POSTGRES = postgres.SESSION
 _DATABASE_FIXTURES = {"django_db_setup", "db", "transactional_db", "stack"}
 
 
-_SLOW_FIXTURES = {"spark", "stack", "sqlite_stack"}
+_SLOW_FIXTURES = {"spark", "stack", "sqlite_stack", "cluster_stack"}
 
 
 def pytest_collection_modifyitems(session: pytest.Session, items: list[pytest.Item]) -> None:

@@ -26,8 +26,9 @@ import pytest
 import redis
 import requests
 
-from fanout import embedded, keys
-from fanout.timelines import TimelineStore
+from fanout import embedded
+from fanout.config import StarlingConfig
+from fanout.timelines import TimelineStore, store_for
 from tests import postgres
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -106,7 +107,8 @@ class Stack:
 
     @property
     def store(self) -> TimelineStore:
-        return TimelineStore(redis.Redis.from_url(self.redis_url), cap=self.timeline_size, slack=4)
+        """The stack's timeline store (on its Redis, or its Redis Cluster)."""
+        return store_for(StarlingConfig.from_env(self.env))
 
     @property
     def on_postgres(self) -> bool:
@@ -194,8 +196,8 @@ class Stack:
             high = self.sql("SELECT COALESCE(MAX(id), 0) FROM feed_outboxevent")[0][0]
             self.wait_for_seq(high, max(1.0, deadline - time.monotonic()))
             generation = store.active_generation()
-            waiting = store.pending_refills() + int(
-                store.redis.zcard(keys.resets(generation)) if generation else 0
+            waiting = store.pending_refills() + (
+                store.pending_resets(generation) if generation else 0
             )
             again = self.sql("SELECT COALESCE(MAX(id), 0) FROM feed_outboxevent")[0][0]
             if waiting == 0 and again == high == last:
@@ -229,10 +231,13 @@ def running_stack(
     submit: Sequence[str] = (),
     submit_dir: Path = ROOT,
     extra_env: Mapping[str, str] | None = None,
+    redis_cluster: Sequence[str] = (),
 ) -> Iterator[Stack]:
     """Start the stack's processes on ``database_url``; stop them afterwards.
     With ``submit`` the fanout job is started by that ``spark-submit`` command
-    in ``submit_dir`` (:attr:`Stack.submit`); ``extra_env`` goes to every process."""
+    in ``submit_dir`` (:attr:`Stack.submit`); ``extra_env`` goes to every process.
+    With ``redis_cluster`` (flushed nodes' URLs) the timelines live in that Redis
+    Cluster; the Redis database stays Celery's broker."""
     port = embedded.free_port()
     stack_redis = redis_url.rsplit("/", 1)[0] + f"/{redis_db}"
     redis.Redis.from_url(stack_redis).flushdb()
@@ -256,6 +261,7 @@ def running_stack(
         # Two cores shared with pytest and the other tests' processes: a
         # min_seq read may wait longer here than the 2 s production default.
         "STARLING_READ_YOUR_WRITES_WAIT": str(READ_YOUR_WRITES_WAIT),
+        "REDIS_CLUSTER_URLS": ",".join(redis_cluster),
         **(extra_env or {}),
     }
     s = Stack(

@@ -128,8 +128,7 @@ def check_against_oracle(stack: Stack, usernames: list[str]) -> dict[str, int]:
         stats["entries"] += len(shown)
         stats["with_horizon"] += found.horizon > 0
         stats["at_the_cap"] += len(full) > cap
-        for tweet_id in shown[:5]:
-            body = store.redis.get(f"tw:{tweet_id}")
+        for tweet_id, body in zip(shown[:5], store.bodies(shown[:5]), strict=True):
             assert body is not None and json.loads(body)["text"] == bodies[tweet_id][1]
     return stats
 
@@ -198,10 +197,10 @@ def pulled_authors(stack: Stack) -> tuple[set[int], set[int]]:
     store = stack.store
     generation = store.active_generation()
     assert generation is not None
-    lists = store.redis.keys(keys.list_prefix(generation) + "*")
-    listed = {int(k.rsplit(b":", 1)[1]) for k in lists}
+    lists = store.redis.scan_iter(keys.list_prefix(generation) + "*")
+    listed = {keys.id_of(k) for k in lists}
     pulled: set[int] = set()
-    for key in store.redis.keys(keys.pulls_prefix(generation) + "*"):
+    for key in store.redis.scan_iter(keys.pulls_prefix(generation) + "*"):
         pulled |= {int(a) for a in store.redis.smembers(key)}
     return listed, pulled
 

@@ -54,7 +54,7 @@ def corrupt(stack: Stack, uid: int, bogus: int) -> None:
     store = stack.store
     generation = store.active_generation()
     assert generation is not None
-    key = timeline_key(generation, uid)
+    key = timeline_key(generation, uid, store.shards.tag_of(uid))
     horizon, ids = unpack_timeline(store.redis.get(key) or pack_timeline(0, []))
     damaged = sorted({*ids[::2], bogus})
     store.redis.set(key, pack_timeline(horizon, damaged))

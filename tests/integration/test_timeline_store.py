@@ -212,6 +212,42 @@ def test_watermark_moves_once_per_batch(store: TimelineStore) -> None:
     assert store.contiguous_watermark(GEN) == 9
 
 
+@pytest.mark.parametrize("layout", ["sharded", "cluster"])
+def test_a_shard_that_lost_a_batch_holds_the_applied_batch_back(
+    request: pytest.FixtureRequest, layout: str
+) -> None:
+    """Each shard's copy of the watermark names its batch; a shard whose primary
+    failed over before it had the last batch's writes brings the applied batch
+    back to its own (the supervisor then runs the batches since again), and
+    its reads see the watermark its copy has."""
+    client, shards = layout_client(request, layout)
+    store = TimelineStore(client, cap=5, slack=2, shards=shards)
+    store.create_generation(GEN)
+    store.activate(GEN)
+    store.seed_watermark(GEN, seq=0, marks={}, contiguous=0, offsets={})
+    assert store.applied_batch(GEN) == -1
+    for batch in range(3):
+        store.apply(GEN, {}, [Mutation(Op.ADD, (7,), (100 + batch,), 0, batch + 1)])
+        store.record_watermark(
+            GEN,
+            batch_id=batch,
+            seq=batch + 1,
+            marks={},
+            contiguous=batch + 1,
+            event_time=0,
+            offsets={},
+            counters={},
+        )
+    assert store.applied_batch(GEN) == 2
+    page = store.read_page(7, count=5)
+    assert (page.status, page.watermark_seq) == ("ok", 3)
+    # What a replica one batch behind becomes once promoted.
+    tag = shards.tag_of(7)
+    client.hset(keys.watermark(GEN, tag), mapping={"batch_id": 1, "contiguous": 2})
+    assert store.applied_batch(GEN) == 1
+    assert store.read_page(7, count=5).watermark_seq == 2
+
+
 def test_dead_letters_are_keyed_by_position(store: TimelineStore) -> None:
     record = {"topic": "t", "partition": 1, "offset": 7, "error": "bad"}
     store.dead_letter([record, record])
