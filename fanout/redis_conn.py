@@ -30,6 +30,7 @@ RETRY_SECONDS = 30.0
 _RETRIED = (
     redis.exceptions.NoScriptError,  # sent again alone, the script loads itself
     redis.exceptions.MovedError,
+    redis.exceptions.ReadOnlyError,  # a primary back as a replica: the slot map is stale
     redis.exceptions.AskError,
     redis.exceptions.TryAgainError,
     redis.exceptions.ClusterDownError,

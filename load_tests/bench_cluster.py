@@ -36,7 +36,7 @@ from fanout.join import Mutation, Op, join_events, newest
 from fanout.keys import Shards
 from fanout.timelines import TimelineStore
 from load_tests import network
-from load_tests.harness import Report, ratio
+from load_tests.harness import Report, mark_applied, ratio
 
 CAP, SLACK = 800, 64
 
@@ -88,16 +88,7 @@ def fill(store: TimelineStore, batches: list[tuple[dict[int, bytes], list[Mutati
         store.apply(generation, bodies, mutations)
         deliveries += sum(m.deliveries for m in mutations if m.op is Op.ADD)
     elapsed = time.perf_counter() - started
-    store.record_watermark(
-        generation,
-        batch_id=1,
-        seq=1,
-        marks={},
-        contiguous=1,
-        event_time=time.time(),
-        offsets={},
-        counters={},
-    )
+    mark_applied(store, generation)
     return deliveries / elapsed
 
 

@@ -33,7 +33,6 @@ import shutil
 import subprocess
 import sys
 import textwrap
-import time
 import uuid
 from pathlib import Path
 
@@ -164,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     from fanout.config import StarlingConfig
     from fanout.join import Mutation, Op, join_events, newest
     from load_tests import charts, network
-    from load_tests.harness import Report, ratio
+    from load_tests.harness import Report, mark_applied, ratio
 
     workdir = ROOT / "var" / "bench" / f"read-{uuid.uuid4().hex[:6]}"
     workdir.mkdir(parents=True)
@@ -226,16 +225,7 @@ def main(argv: list[str] | None = None) -> int:
             mutations.append(Mutation(Op.LIST, (author,), kept, horizon))
             mutations.append(Mutation(Op.PULL, tuple(merged_readers), (), 0, 1, 0, (author,)))
         store.apply(generation, bodies, mutations)
-        store.record_watermark(
-            generation,
-            batch_id=1,
-            seq=1,
-            marks={},
-            contiguous=1,
-            event_time=time.time(),
-            offsets={},
-            counters={},
-        )
+        mark_applied(store, generation)
         single_readers = list(users)[: args.users // 2]
         single_user, merged_user = single_readers[41], merged_readers[41]
         for user_id in (single_user, merged_user):

@@ -53,6 +53,22 @@ def timed(fn: Callable[[], T]) -> tuple[T, float]:
     return result, time.perf_counter() - started
 
 
+def mark_applied(store: Any, generation: int) -> None:
+    """Record one applied micro-batch in the store (batch 1, seq 1), as the job
+    would after writing what a benchmark wrote itself: reads then see a
+    watermark."""
+    store.record_watermark(
+        generation,
+        batch_id=1,
+        seq=1,
+        marks={},
+        contiguous=1,
+        event_time=time.time(),
+        offsets={},
+        counters={},
+    )
+
+
 def ratio(value: float, baseline: float) -> float:
     return value / baseline if baseline else float("nan")
 

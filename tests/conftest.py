@@ -178,6 +178,7 @@ def cluster_client(nodes: list[Node]) -> RedisCluster:
     wait_until_ok(nodes)
     client = _cluster_clients.get(nodes[0].url) or RedisCluster.from_url(nodes[0].url)
     _cluster_clients[nodes[0].url] = client
+    client.nodes_manager.initialize()  # a fault test may have moved slots or primaries
     client.flushall(target_nodes=RedisCluster.PRIMARIES)
     return client
 
