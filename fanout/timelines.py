@@ -29,6 +29,7 @@ from typing import Any, cast
 import orjson
 import redis
 from redis.cluster import RedisCluster
+from redis.exceptions import RedisClusterException
 
 from fanout import keys
 from fanout.config import StarlingConfig
@@ -384,11 +385,15 @@ class TimelineStore(GenerationStore):
         if self._read_page_hot is not None:
             return _page(self._read_page_hot(*fixed, "-"))
         tag = self.shards.tag_of(user_id)
-        raw = self._with_lists(lambda given: self._read_page_script(args=fixed + given, tag=tag))
-        if raw[0] != b"ok":
-            return _page(raw)
-        ids = unpack_ids(raw[5])
-        bodies = [b for b in self.bodies(ids) if b is not None]  # gone: a tweet deleted
+        try:
+            raw = self._with_lists(
+                lambda given: self._read_page_script(args=fixed + given, tag=tag)
+            )
+            if raw[0] != b"ok":
+                return _page(raw)
+            bodies = [b for b in self.bodies(unpack_ids(raw[5])) if b is not None]  # None: deleted
+        except RedisClusterException as exc:  # e.g. a slot no node serves: not a RedisError
+            raise redis.RedisError(str(exc)) from exc
         raw[5] = b'{"tweets":[' + b",".join(bodies) + b'],"next_max_id":' + raw[9] + b"}"
         return _page(raw)
 
@@ -406,7 +411,7 @@ class TimelineStore(GenerationStore):
             given = [str(len(authors))]
             for author, packed in zip(authors, self._lists(int(raw[1]), authors), strict=True):
                 given += [str(author), packed or b""]
-        raise RuntimeError("the user's pulled authors kept changing during the read")
+        raise redis.RedisError("the user's pulled authors kept changing during the read")
 
     def _lists(self, generation: int, authors: Sequence[int]) -> list[bytes | None]:
         tag = self.shards.tag_of

@@ -179,16 +179,19 @@ class TimelineModel:
         as_of: int,
         pulled: tuple[int, ...] = (),
     ) -> None:
-        if self._dropped(owner):  # a refill for a timeline dropped since
+        placeholder = owner in self.regenerating
+        if owner in self.idle and not placeholder:  # a refill for a timeline dropped since
+            self.skipped += 1
             return
         existed = owner in self.timelines
-        placeholder = owner in self.regenerating
         tl = self.timelines.get(owner, ModelTimeline())
         if (existed and tl.fence > as_of) or set(pulled) != self.pulls.get(owner, set()):
-            # Asked for again: a regeneration (still cold), or a short timeline.
+            # Asked for again: a regeneration (still cold, its tombstone kept until
+            # a write or a reset replaces it), or a short timeline.
             if placeholder or (len(tl.ids) < self.cap and tl.horizon > 0):
                 self.refill.add(owner)
             return
+        self.idle.discard(owner)  # the reset replaces the tombstone
         self.regenerating.discard(owner)
         if not existed:
             tl.horizon = h
