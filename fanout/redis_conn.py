@@ -49,6 +49,11 @@ def command(name: str, key: str, *args: Any) -> Command:
     return key, lambda c: c.execute_command(name, key, *args)
 
 
+def script_command(script: Script, tag: str, args: list[Any]) -> Command:
+    """A :func:`run` command calling ``script`` on shard ``tag``."""
+    return Script.route(tag), lambda c: script(args=args, client=c, tag=tag)
+
+
 def connect(config: Any, *, timeout: float = 5.0) -> Client:
     """The client of a configuration's timeline store: its Redis Cluster
     (``redis_cluster_urls``) or its single Redis (``redis_url``)."""

@@ -5,7 +5,8 @@ by :mod:`fanout.scripts`), the packed format and the batching of writes from
 :mod:`fanout.timeline_ops`. Timelines belong to a *generation* (a rebuild
 writes a new one and switches readers to it at once; their lifecycle is
 :mod:`fanout.generations`, part of this store); tweet bodies are shared by
-all generations.
+all generations. The reads are :mod:`fanout.timeline_reads`, the rebuild's
+bulk writes :mod:`fanout.timeline_bulk`: parts of this store too.
 
 Every write is idempotent, so replaying a micro-batch changes nothing.
 
@@ -24,38 +25,37 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import orjson
 import redis
-from redis.cluster import RedisCluster
-from redis.exceptions import RedisClusterException
 
 from fanout import keys
 from fanout.config import StarlingConfig
 from fanout.generations import GenerationMissing, GenerationStore
 from fanout.join import SLACK, Mutation
-from fanout.redis_conn import Client, Command, HotScript, command, connect, is_cluster, run
+from fanout.redis_conn import (
+    Client,
+    Command,
+    HotScript,
+    command,
+    connect,
+    is_cluster,
+    run,
+    script_command,
+)
 from fanout.scripts import Script, explain
+from fanout.timeline_bulk import TimelineBulk
 from fanout.timeline_ops import (
-    HEADER,
-    IDLE,
     OpCode,
     encode_ops,
     group_by_timeline,
-    is_timeline,
     pack_ids,
     split_by_shard,
     unpack_ids,
 )
+from fanout.timeline_reads import TimelineReads
 from fanout.watermark import Watermark
-
-
-@dataclass(frozen=True)
-class Timeline:
-    horizon: int
-    ids: list[int]  # newest first, at most cap
-    version: int = 0  # entries that arrived below its newest (see fanout.timeline_ops)
 
 
 @dataclass(frozen=True)
@@ -85,24 +85,6 @@ class ApplyStats:
         return cls(added, removed, created, short, 1, skipped)
 
 
-@dataclass(frozen=True)
-class Page:
-    """A home-timeline page as the read script returns it."""
-
-    status: str  # ok | beyond | cold | nogen | revoked
-    generation: int | None = None
-    watermark_seq: int = 0  # contiguous: every seq up to it is applied
-    applied_at: float = 0.0
-    event_time: float = 0.0
-    body: bytes = b""  # the response JSON, assembled by the script
-    version: int = 0  # the timeline's version (pollers re-read when it changes)
-    #: Redis ran out of entries before the page was full while the join has
-    #: older ones: the rest of the page comes from the database.
-    partial: bool = False
-    #: The user's first read of the day: the caller records the activity.
-    first: bool = False
-
-
 def store_for(config: StarlingConfig, *, timeout: float = 5.0) -> TimelineStore:
     """The store with the configured Redis, cap and slack."""
     return TimelineStore(
@@ -113,7 +95,7 @@ def store_for(config: StarlingConfig, *, timeout: float = 5.0) -> TimelineStore:
     )
 
 
-class TimelineStore(GenerationStore):
+class TimelineStore(TimelineReads, TimelineBulk, GenerationStore):
     """Reads and idempotent bulk writes of timelines, bodies and bookkeeping."""
 
     #: Units of work per script call (ids, body bytes, ops: timeline_ops.encode_ops):
@@ -153,76 +135,6 @@ class TimelineStore(GenerationStore):
         the read path; kept ``ttl`` seconds, after which those tokens expired anyway."""
         key = keys.tokens(user_id, self.shards.tag_of(user_id))
         self.redis.set(key, valid_after, ex=max(1, ttl))
-
-    def write_timelines(self, generation: int, timelines: Iterable[tuple[int, bytes]]) -> int:
-        """Set packed timelines (a rebuild's output), pipelined; returns how many."""
-        tag = self.shards.tag_of
-        return self._set_many((keys.timeline(generation, o, tag(o)), p) for o, p in timelines)
-
-    def write_lists(self, generation: int, lists: Iterable[tuple[int, bytes]]) -> int:
-        """Set pulled authors' packed lists (a rebuild's output); returns how many."""
-        tag = self.shards.tag_of
-        return self._set_many((keys.author_list(generation, a, tag(a)), p) for a, p in lists)
-
-    def write_pulls(self, generation: int, pulls: Iterable[tuple[int, Sequence[int]]]) -> int:
-        """Set each owner's pulled authors (a rebuild's output), 1,000 owners per
-        round trip; returns how many owners."""
-        n = 0
-        commands: list[Command] = []
-        for owner, authors in pulls:
-            key = keys.pulls(generation, owner, self.shards.tag_of(owner))
-            commands += [command("DEL", key), command("SADD", key, *authors)]
-            n += 1
-            if len(commands) >= 2000:
-                run(self.redis, commands, per_trip=2000)
-                commands.clear()
-        run(self.redis, commands, per_trip=2000)
-        return n
-
-    def write_bodies(self, bodies: Iterable[tuple[int, bytes]]) -> int:
-        """Put tweet bodies in the cache. A body never changes, and the fanout
-        job writes the same bytes (``events.tweet_json``), so overwriting one
-        that is there changes nothing."""
-        return self._set_many((keys.tweet(t, self.shards.tag_of(t)), b) for t, b in bodies)
-
-    def _set_many(self, items: Iterable[tuple[str, bytes]]) -> int:
-        """SET each key, 1,000 per ``MSET`` (per shard); returns how many. One
-        command per thousand keys costs the client a fifth of what a pipeline
-        of single SETs does (measured: ~850,000 against ~165,000 keys/s)."""
-        n = 0
-        per_shard: dict[int, list[str | bytes]] = {}
-        pending = 0
-        for key, value in items:
-            chunk = per_shard.setdefault(keys.slot(key) if not self.one_shard else 0, [])
-            chunk += (key, value)
-            n += 1
-            pending += 1
-            if pending >= 16_000:
-                self._mset(per_shard)
-                per_shard.clear()
-                pending = 0
-        self._mset(per_shard)
-        return n
-
-    def _mset(self, per_shard: Mapping[int, list[str | bytes]]) -> None:
-        commands: list[Command] = []
-        for chunk in per_shard.values():
-            for start in range(0, len(chunk), 2000):
-                pairs = chunk[start : start + 2000]
-                commands.append(command("MSET", str(pairs[0]), *pairs[1:]))
-        run(self.redis, commands, per_trip=16)
-
-    def packed_timelines(self, generation: int, owners: Sequence[int]) -> list[bytes | None]:
-        """The raw packed timelines of ``owners`` (None where missing or dropped),
-        pipelined."""
-        raws = self._per_timeline(generation, owners, "GET")
-        return [raw if raw is None or is_timeline(raw) else None for raw in raws]
-
-    def _per_timeline(self, generation: int, owners: Sequence[int], name: str) -> list[Any]:
-        """Command ``name`` on each of the owners' timeline keys, 1,000 per round trip."""
-        tag = self.shards.tag_of
-        names = [keys.timeline(generation, o, tag(o)) for o in owners]
-        return run(self.redis, [command(name, k) for k in names])
 
     # --- writes ----------------------------------------------------------------
 
@@ -271,7 +183,7 @@ class TimelineStore(GenerationStore):
     def _apply_calls(self, generation: int, calls: Sequence[tuple[str, list[Any]]]) -> ApplyStats:
         """Apply-script calls (shard tag, operations), :data:`PIPELINE` per round trip."""
         prefix = [generation, self.cap, self.slack]
-        commands = [_call(self._apply, tag, prefix + chunk) for tag, chunk in calls]
+        commands = [script_command(self._apply, tag, prefix + chunk) for tag, chunk in calls]
         try:
             results = run(self.redis, commands, per_trip=self.PIPELINE)
         except redis.ResponseError as exc:
@@ -359,125 +271,6 @@ class TimelineStore(GenerationStore):
             self.redis.hset(keys.DEAD_LETTERS, mapping=mapping)  # type: ignore[arg-type]
         return len(mapping)
 
-    # --- reads -----------------------------------------------------------------
-
-    def read_page(
-        self,
-        user_id: int,
-        *,
-        count: int,
-        max_id: int | None = None,
-        since_id: int | None = None,
-        issued_at: float = 0.0,
-    ) -> Page:
-        """A page of a home timeline.
-
-        One script call (one round trip) on one shard. With more shards the
-        pulled authors' lists and the bodies are in other shards: the script
-        says which lists the user reads (a second call gets them passed in,
-        after one pipelined fetch), and returns the page's ids, whose bodies
-        come from one pipelined ``MGET`` per shard. Calls per read: 2 for a
-        user who reads no pulled author (the script, the bodies), 4 for one
-        who does; on a cluster, the bodies' and the lists' fetches take one
-        round trip per node they touch.
-        """
-        fixed = [user_id, count, max_id or 0, since_id or 0, self.cap, int(issued_at), *_today()]
-        if self._read_page_hot is not None:
-            return _page(self._read_page_hot(*fixed, "-"))
-        tag = self.shards.tag_of(user_id)
-        try:
-            raw = self._with_lists(
-                lambda given: self._read_page_script(args=fixed + given, tag=tag)
-            )
-            if raw[0] != b"ok":
-                return _page(raw)
-            bodies = [b for b in self.bodies(unpack_ids(raw[5])) if b is not None]  # None: deleted
-        except RedisClusterException as exc:  # e.g. a slot no node serves: not a RedisError
-            raise redis.RedisError(str(exc)) from exc
-        raw[5] = b'{"tweets":[' + b",".join(bodies) + b'],"next_max_id":' + raw[9] + b"}"
-        return _page(raw)
-
-    def _with_lists(self, call: Any) -> Any:
-        """A read script's reply, given the pulled authors' lists it asks for
-        (``{'lists', generation, authors}``: fetched from their shards). The
-        lists a user reads can change between the calls: the script then asks
-        again."""
-        given: list[Any] = ["0"]
-        for _ in range(5):
-            raw = call(given)
-            if not raw or raw[0] != b"lists":
-                return raw
-            authors = [int(a) for a in raw[2:]]
-            given = [str(len(authors))]
-            for author, packed in zip(authors, self._lists(int(raw[1]), authors), strict=True):
-                given += [str(author), packed or b""]
-        raise redis.RedisError("the user's pulled authors kept changing during the read")
-
-    def _lists(self, generation: int, authors: Sequence[int]) -> list[bytes | None]:
-        tag = self.shards.tag_of
-        names = [keys.author_list(generation, a, tag(a)) for a in authors]
-        return run(self.redis, [command("GET", k) for k in names])
-
-    def bodies(self, tweets: Sequence[int]) -> list[bytes | None]:
-        """The tweets' bodies (None where deleted). On a cluster, one script call
-        per node holding some (``fanout/lua/bodies.lua``), pipelined: a page's
-        bodies are in as many slots as it has tweets, and one ``MGET`` per slot
-        cost 45 commands for a 50-tweet page. While slots move, a node may no
-        longer hold a key it was sent: then each slot's are read with
-        redirects followed."""
-        names = [keys.tweet(t, self.shards.tag_of(t)) for t in tweets]
-        if not names:
-            return []
-        if not isinstance(self.redis, RedisCluster):
-            return cast(list[bytes | None], self.redis.mget(names))
-        per_node: dict[str, list[int]] = {}
-        for i, name in enumerate(names):
-            per_node.setdefault(self.redis.get_node_from_key(name).name, []).append(i)
-        calls = [_bodies_call(self._bodies, [names[i] for i in at]) for at in per_node.values()]
-        try:
-            replies = run(self.redis, calls)
-        except redis.RedisError:
-            return cast(list[bytes | None], self.redis.mget_nonatomic(names))
-        found: list[bytes | None] = [None] * len(names)
-        for at, values in zip(per_node.values(), replies, strict=True):
-            for i, value in zip(at, values, strict=True):
-                found[i] = value or None
-        return found
-
-    def read_page_command(self, user_id: int, *, count: int) -> list[str]:
-        """The Redis command :meth:`read_page` sends for a first page (``EVALSHA``
-        and its arguments), for a benchmark to send with ``redis-benchmark``. The
-        script is loaded into Redis first. One shard on a single Redis only."""
-        if self._read_page_hot is None:
-            raise ValueError("read_page_command needs one shard on a single Redis")
-        self.redis.script_load(self._read_page_script.source.text)
-        args = self._read_page_script.arguments([user_id, count, 0, 0, self.cap, 0, *_today(), "-"])
-        return ["EVALSHA", self._read_page_script.sha, "0", *map(str, args)]
-
-    def timeline(self, generation: int, user_id: int) -> Timeline | None:
-        return self.timelines(generation, [user_id])[0]
-
-    def timelines(self, generation: int, owners: Sequence[int]) -> list[Timeline | None]:
-        """:meth:`timeline` of each owner, 1,000 script calls per round trip (per
-        node). With more than one shard, an owner who reads pulled authors'
-        lists takes two more calls (see read_page)."""
-        lists = ["-" if self.one_shard else "0"]
-        raws = self._read_ids_calls(generation, [(o, lists) for o in owners])
-        for i, raw in enumerate(raws):
-            if raw and raw[0] == b"lists":
-                owner = owners[i]
-                raws[i] = self._with_lists(
-                    lambda given, o=owner: self._read_ids_calls(generation, [(o, given)])[0]
-                )
-        return [_timeline(raw) for raw in raws]
-
-    def _read_ids_calls(self, generation: int, calls: Sequence[tuple[int, list[Any]]]) -> list[Any]:
-        commands = [
-            _call(self._read_ids, self.shards.tag_of(o), [generation, o, self.cap, *given])
-            for o, given in calls
-        ]
-        return run(self.redis, commands)
-
     def contiguous_watermark(self, generation: int) -> int:
         """Every seq up to this one is applied in ``generation`` (0 if unknown)."""
         return int(self.redis.hget(keys.watermark(generation), "contiguous") or 0)
@@ -499,22 +292,6 @@ class TimelineStore(GenerationStore):
             counters={k: int(v) for k, v in data.items() if k not in known},
         )
 
-    def dropped(self, generation: int, owners: Sequence[int]) -> set[int]:
-        """Those of ``owners`` whose timeline was dropped (idle users), pipelined."""
-        lengths = self._per_timeline(generation, owners, "STRLEN")
-        return {o for o, n in zip(owners, lengths, strict=True) if 0 < n < HEADER.size}
-
-    def write_dropped(self, generation: int, owners: Iterable[int]) -> int:
-        """Write dropped timelines (tombstones), as a rebuild keeps idle users idle."""
-        tag = self.shards.tag_of
-        return self._set_many((keys.timeline(generation, o, tag(o)), IDLE) for o in owners)
-
-    def _by_shard(self, ids: Iterable[int]) -> dict[str, list[int]]:
-        out: dict[str, list[int]] = {}
-        for i in ids:
-            out.setdefault(self.shards.tag_of(i), []).append(i)
-        return out
-
     def drop_idle(self, generation: int, user_ids: Sequence[int], *, batch: int = 1000) -> int:
         """Drop the timelines of idle users (a tombstone each, which the job does
         not write to), except those being regenerated; returns how many went."""
@@ -522,7 +299,7 @@ class TimelineStore(GenerationStore):
         for tag, owners in self._by_shard(user_ids).items():
             for start in range(0, len(owners), batch):
                 args = [generation, *owners[start : start + batch]]
-                commands.append(_call(self._drop_idle, tag, args))
+                commands.append(script_command(self._drop_idle, tag, args))
         return sum(int(n) for n in run(self.redis, commands, per_trip=16))
 
     def pulled_authors(self, user_id: int) -> tuple[int, ...]:
@@ -582,53 +359,11 @@ class TimelineStore(GenerationStore):
         return int(self.redis.hlen(keys.DEAD_LETTERS))
 
 
-def _call(script: Script, tag: str, args: list[Any]) -> Command:
-    """A :func:`fanout.redis_conn.run` command calling ``script`` on shard ``tag``."""
-    return Script.route(tag), lambda c: script(args=args, client=c, tag=tag)
-
-
-def _bodies_call(script: Script, names: list[str]) -> Command:
-    """A :func:`fanout.redis_conn.run` command reading ``names`` (on one node)."""
-    return names[0], lambda c: script(args=names, client=c)
-
-
-def _page(raw: Any) -> Page:
-    """A page as the read script returns it (its body the page's JSON)."""
-    status = raw[0].decode()
-    if len(raw) == 1:
-        return Page(status)
-    return Page(
-        status=status,
-        generation=int(raw[1]),
-        watermark_seq=int(raw[2]),
-        applied_at=float(raw[3]),
-        event_time=float(raw[4]),
-        body=raw[5] if len(raw) > 5 else b"",
-        version=int(raw[6]) if len(raw) > 6 else 0,
-        partial=len(raw) > 7 and raw[7] == b"1",
-        first=len(raw) > 8 and raw[8] == b"1",
-    )
-
-
 def _reset_ids(member: bytes) -> list[int]:
     """The tweet ids of a reset waiting in Redis (apply.lua's op 5 packs it: owner,
     horizon, seq, as_of, how many pulled authors, them, then the ids; 8 bytes each)."""
     start = 40 + 8 * int.from_bytes(member[32:40], "big")
     return unpack_ids(member[start:])
-
-
-def _timeline(raw: Any) -> Timeline | None:
-    """A timeline as the read_ids script returns it."""
-    if not raw:
-        return None
-    values = [int(v) for v in raw]
-    return Timeline(horizon=values[0], version=values[1], ids=values[2:])
-
-
-def _today() -> tuple[int, int]:
-    """The read script's activity arguments: the day (since the epoch) and how
-    long its mark is kept (two days: it only has to tell today from another day)."""
-    return int(time.time() // 86400), 2 * 86400
 
 
 def _position(record: Mapping[str, Any]) -> str:

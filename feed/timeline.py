@@ -36,7 +36,8 @@ import orjson
 import redis
 
 from fanout import ids
-from fanout.timelines import Page, TimelineStore
+from fanout.timeline_reads import Page
+from fanout.timelines import TimelineStore
 from feed.auth import InvalidToken, bearer_token, verify_token_cached
 
 log = logging.getLogger("starling.timeline")

@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 
-from fanout.timelines import Page
+from fanout.timeline_reads import Page
 from feed.timeline import (
     HEADER_SOURCE,
     HEADER_STALE,
