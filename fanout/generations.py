@@ -173,11 +173,14 @@ class GenerationStore:
         """Delete a generation's timelines and bookkeeping; returns keys deleted.
         UNLINK in batches: Redis frees the memory in the background."""
         deleted = 0
-        for tag in self.shards.tags():
-            per_shard = [keys.resets(generation, tag)]
-            if tag:
-                per_shard += [keys.generation(generation, tag), keys.watermark(generation, tag)]
-            deleted += sum(int(self.redis.unlink(key)) for key in per_shard)
+        per_shard = [keys.resets(generation, tag) for tag in self.shards.tags()]
+        per_shard += [
+            key
+            for tag in self.shards.tags()
+            if tag
+            for key in (keys.generation(generation, tag), keys.watermark(generation, tag))
+        ]
+        deleted += sum(int(n) for n in run(self.redis, [command("UNLINK", k) for k in per_shard]))
         prefixes = (
             keys.timeline_prefix(generation),
             keys.regeneration_prefix(generation),
