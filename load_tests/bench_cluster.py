@@ -24,7 +24,6 @@ import random
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 import redis
 from redis.cluster import RedisCluster
@@ -36,7 +35,7 @@ from fanout.join import Mutation, Op, join_events, newest
 from fanout.keys import Shards
 from fanout.timelines import TimelineStore
 from load_tests import network
-from load_tests.harness import Report, mark_applied, ratio
+from load_tests.harness import Report, mark_applied, ratio, round_trips_per_read
 
 CAP, SLACK = 800, 64
 
@@ -103,27 +102,6 @@ def read_rate(store: TimelineStore, users: list[int], seconds: float, seed: int)
             assert page.status == "ok", page.status
         n += 50
     return n / (time.perf_counter() - started)
-
-
-def round_trips_per_read(store: TimelineStore, users: list[int]) -> float:
-    """Round trips to Redis per page read (a pipeline to one node is one),
-    counted by wrapping redis-py's connection."""
-    reads = users[:200]
-    cls = redis.connection.AbstractConnection
-    send = cls.send_packed_command
-    sent = [0]
-
-    def counted(conn: Any, *args: Any, **kwargs: Any) -> Any:
-        sent[0] += 1
-        return send(conn, *args, **kwargs)
-
-    setattr(cls, "send_packed_command", counted)  # noqa: B010 - patched for the count
-    try:
-        for user in reads:
-            store.read_page(user, count=50)
-    finally:
-        setattr(cls, "send_packed_command", send)  # noqa: B010
-    return sent[0] / len(reads)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,6 +2,7 @@
 
     python -m load_tests.bench_fanout [--users 10000] [--follows 50] [--backlog 50000]
                                       [--rate 1000] [--seconds 60]
+    python -m load_tests.bench_fanout --cluster [--users 10000] [--backlog 50000] [--seconds 60]
     python -m load_tests.bench_fanout --celebrity [--celebrity-followers 1000000]
                                       [--users 10000] [--follows 50] [--rate 1000] [--seconds 60]
                                       [--pull-threshold 10000]
@@ -77,24 +78,28 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def start_services(
-    name: str, pull_threshold: int = DEFAULT_PULL_THRESHOLD
+    name: str, pull_threshold: int = DEFAULT_PULL_THRESHOLD, *, cluster: bool = False
 ) -> tuple[Path, StarlingConfig, list[subprocess.Popen[bytes]]]:
     """A work directory, and a broker and a Redis of the benchmark's own (stop
-    them with :func:`stop_services`), with the configuration pointing at them."""
+    them with :func:`stop_services`), with the configuration pointing at them.
+    With ``cluster``, the timelines go to a Redis Cluster of three primaries and
+    three replicas started here as well."""
     workdir = ROOT / "var" / "bench" / f"{name}-{uuid.uuid4().hex[:6]}"
     workdir.mkdir(parents=True)
     kport, rport = embedded.free_port(), embedded.free_port()
     broker = embedded.start(embedded.broker_command(kport), kport, log=workdir / "broker.log")
     redis_proc = embedded.start(embedded.redis_command(rport), rport, log=workdir / "redis.log")
+    nodes = embedded.start_redis_cluster(workdir / "cluster") if cluster else []
     config = StarlingConfig(
         redis_url=f"redis://127.0.0.1:{rport}/0",
+        redis_cluster_urls=tuple(node.url for node in nodes),
         kafka_bootstrap_servers=f"127.0.0.1:{kport}",
         topics=TopicNames("bench."),
         partitions=2,
         timeline_size=800,
         pull_threshold=pull_threshold,
     )
-    return workdir, config, [redis_proc, broker]
+    return workdir, config, [*(node.proc for node in nodes), redis_proc, broker]
 
 
 def stop_services(services: list[subprocess.Popen[bytes]]) -> None:
@@ -142,6 +147,7 @@ class Job:
         env = {
             **os.environ,
             "REDIS_URL": config.redis_url,
+            "REDIS_CLUSTER_URLS": ",".join(config.redis_cluster_urls),
             "KAFKA_BOOTSTRAP_SERVERS": config.kafka_bootstrap_servers,
             "STARLING_TOPIC_PREFIX": config.topics.prefix,
             "STARLING_PARTITIONS": str(config.partitions),
@@ -293,6 +299,42 @@ class SteadyLoad:
         self._thread.join()
 
 
+def drain_backlog(
+    log: Changelog, store: TimelineStore, job: Job, backlog: list[events.TweetPosted]
+) -> tuple[int, float, list[dict[str, Any]]]:
+    """Write ``backlog`` at once and wait for the job to apply it: the deliveries
+    made, deliveries per second from the first write to the last batch's
+    application, and the micro-batches that drained it."""
+    before = deliveries_counter(store)
+    started = time.time()
+    for tweet in backlog:
+        log.send(tweet)
+    log.flush()
+    done_at = wait_for_seq(store, job, log.last_seq, timeout=1800)
+    delivered = deliveries_counter(store) - before
+    return delivered, delivered / (done_at - started), job.batches(since=started)
+
+
+def steady_phase(
+    log: Changelog,
+    store: TimelineStore,
+    job: Job,
+    args: argparse.Namespace,
+    authors: network.Popularity | None,
+    gen: ids.IdGenerator,
+) -> list[dict[str, Any]]:
+    """Tweets at ``args.rate`` per second for ``args.seconds``; the micro-batches
+    of that time, the first 10 seconds (warm-up) left out."""
+    load = SteadyLoad(log, args.rate, authors, args.users, random.Random(args.seed + 1), gen)
+    started = time.time()
+    load.start()
+    time.sleep(args.seconds)
+    load.stop()
+    log.flush()
+    wait_for_seq(store, job, log.last_seq, timeout=600)
+    return [b for b in job.batches(since=started + 10) if b["at"] <= started + args.seconds]
+
+
 def baseline_mutations(
     pairs: list[tuple[int, int]],
     users: int,
@@ -322,6 +364,24 @@ def baseline_mutations(
         total += sum(m.deliveries for m in mutations)
         batches.append((bodies, mutations))
     return batches, total
+
+
+def script_rate(
+    store: TimelineStore,
+    pairs: list[tuple[int, int]],
+    backlog: list[events.TweetPosted],
+    args: argparse.Namespace,
+) -> tuple[list[tuple[dict[int, bytes], list[Mutation]]], float]:
+    """The job's mutations for ``backlog`` (same rules, batches of
+    ``--max-records``) and the deliveries per second of the store's own script
+    applying them to a spare generation of the same Redis (or cluster)."""
+    batches, planned = baseline_mutations(pairs, args.users, backlog, 800, args.max_records)
+    spare = TimelineStore(store.redis, cap=800, shards=store.shards)
+    spare.create_generation(99)
+    started = time.perf_counter()
+    for bodies, mutations in batches:
+        spare.apply(99, bodies, mutations)
+    return batches, planned / (time.perf_counter() - started)
 
 
 def raw_append_rate(client: Client, mutations: list[Mutation], limit: int) -> float:
@@ -730,9 +790,19 @@ def main(argv: list[str] | None = None) -> int:
         default=DEFAULT_PULL_THRESHOLD,
         help="FANOUT_PULL_THRESHOLD of the job (0: every author pushed)",
     )
+    parser.add_argument(
+        "--cluster",
+        action="store_true",
+        help="run the job on a single Redis, then on a Redis Cluster (three primaries, "
+        "three replicas on this machine), same workload; report cluster ÷ single",
+    )
     args = parser.parse_args(argv)
     if args.celebrity:
         return celebrity(args)
+    if args.cluster:
+        from load_tests import fanout_cluster  # it builds on this module
+
+        return fanout_cluster.run(args)
 
     workdir, config, services = start_services("fanout", args.pull_threshold)
     params = {k: v for k, v in vars(args).items() if not k.startswith("celebrity")}
@@ -766,15 +836,7 @@ def main(argv: list[str] | None = None) -> int:
             else None
         )
         backlog = make_tweets(args.backlog, authors, args.users, rnd, gen)
-        before = deliveries_counter(store)
-        t0 = time.time()
-        for tweet in backlog:
-            log.send(tweet)
-        log.flush()
-        done_at = wait_for_seq(store, job, log.last_seq, timeout=1800)
-        delivered = deliveries_counter(store) - before
-        e2e_rate = delivered / (done_at - t0)
-        drain = job.batches(since=t0)
+        delivered, e2e_rate, drain = drain_backlog(log, store, job, backlog)
         report.add("backlog tweets", len(backlog))
         report.add("deliveries", delivered, f"{delivered / len(backlog):.0f} per tweet")
         report.add(
@@ -790,16 +852,7 @@ def main(argv: list[str] | None = None) -> int:
         )
 
         # --- 2. latency while tweets arrive at a steady rate ---------------------------------
-        load = SteadyLoad(log, args.rate, authors, args.users, random.Random(args.seed + 1), gen)
-        t1 = time.time()
-        load.start()
-        time.sleep(args.seconds)
-        load.stop()
-        log.flush()
-        wait_for_seq(store, job, log.last_seq, timeout=600)
-        steady = [
-            b for b in job.batches(since=t1 + 10) if b["at"] <= t1 + args.seconds
-        ]  # skip warm-up
+        steady = steady_phase(log, store, job, args, authors, gen)
         durations = [b["duration"] for b in steady]
         lags = [b["lag"] for b in steady]
         s = summary(durations)
@@ -833,13 +886,7 @@ def main(argv: list[str] | None = None) -> int:
         job = None
 
         # --- 3. baseline: the same mutations straight to Redis --------------------------------
-        batches, planned = baseline_mutations(pairs, args.users, backlog, 800, args.max_records)
-        base_store = TimelineStore(client, cap=800)
-        base_store.create_generation(99)
-        t = time.perf_counter()
-        for bodies, mutations in batches:
-            base_store.apply(99, bodies, mutations)
-        base_rate = planned / (time.perf_counter() - t)
+        batches, base_rate = script_rate(store, pairs, backlog, args)
         flat = [m for _, ms in batches for m in ms]
         raw = raw_append_rate(client, flat, limit=500_000)
         naive = naive_zset_rate(client, flat, 800, limit=300_000)

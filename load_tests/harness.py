@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+import redis
+
 T = TypeVar("T")
 REPORTS = Path(__file__).resolve().parent / "reports"
 
@@ -67,6 +69,27 @@ def mark_applied(store: Any, generation: int) -> None:
         offsets={},
         counters={},
     )
+
+
+def round_trips_per_read(store: Any, users: list[int]) -> float:
+    """Round trips to Redis per page read (a pipeline to one node is one),
+    counted by wrapping redis-py's connection."""
+    reads = users[:200]
+    cls = redis.connection.AbstractConnection
+    send = cls.send_packed_command
+    sent = [0]
+
+    def counted(conn: Any, *args: Any, **kwargs: Any) -> Any:
+        sent[0] += 1
+        return send(conn, *args, **kwargs)
+
+    setattr(cls, "send_packed_command", counted)  # noqa: B010 - patched for the count
+    try:
+        for user in reads:
+            store.read_page(user, count=50)
+    finally:
+        setattr(cls, "send_packed_command", send)  # noqa: B010
+    return sent[0] / len(reads)
 
 
 def ratio(value: float, baseline: float) -> float:
