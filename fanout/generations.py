@@ -23,7 +23,8 @@ from typing import Any
 import orjson
 
 from fanout import ids, keys
-from fanout.redis_conn import Client, command, is_cluster, run
+from fanout.redis_conn import Client, Command, command, is_cluster, run
+from fanout.scripts import Script
 
 
 class GenerationMissing(RuntimeError):
@@ -35,6 +36,7 @@ class GenerationStore:
 
     redis: Client
     shards: keys.Shards
+    _copy_watermark: Script
 
     def _per_shard(self, name: str, key: Any, *args: Any) -> None:
         """Command ``name`` on ``key(tag)`` in every shard, when there is more than one."""
@@ -235,19 +237,37 @@ class GenerationStore:
         contiguous: int,
         applied_at: float,
         event_time: float,
-    ) -> None:
+        after: int | None = None,
+    ) -> list[str]:
         """Give every shard what its reads need of the watermark, and the batch it
         belongs to (with more than one shard; on one, reads use the watermark).
 
         Written after the batch's writes, a shard's copy reaches a replica after
         them (a primary replicates in order): a failover that lost some of a
-        batch's writes lost that batch's copy too (:meth:`applied_batch`)."""
+        batch's writes lost that batch's copy too (:meth:`applied_batch`).
+        ``after`` is the batch each copy must hold already: a copy behind it
+        stays behind (``copy_watermark.lua``), so a later batch cannot hide the
+        loss. None sets every copy (a rebuilt generation's seed). Returns the
+        tags of the shards whose copies stayed behind."""
         fields: tuple[str | float, ...] = (
             "batch_id", batch_id, "contiguous", contiguous, "applied_at", applied_at
         )  # fmt: skip
         if event_time > 0:
             fields += ("event_time", event_time)
-        self._per_shard("HSET", lambda tag: keys.watermark(generation, tag), *fields)
+        if after is None:
+            self._per_shard("HSET", lambda tag: keys.watermark(generation, tag), *fields)
+            return []
+        if self.shards.count == 1:
+            return []
+        tags = list(self.shards.tags())
+        held = run(
+            self.redis,
+            [self._copy_command(keys.watermark(generation, tag), [after, *fields]) for tag in tags],
+        )
+        return [tag for tag, ok in zip(tags, held, strict=True) if not ok]
+
+    def _copy_command(self, key: str, args: list[Any]) -> Command:
+        return key, lambda c: self._copy_watermark(keys=[key], args=args, client=c)
 
     def applied_batch(self, generation: int) -> int | None:
         """The last micro-batch every shard holds all the writes of (None: no

@@ -31,6 +31,7 @@ PARTS: dict[str, tuple[str, ...]] = {
     "watermark": (),
     "rate_limit": (),
     "bodies": (),
+    "copy_watermark": (),
 }
 _LINE = re.compile(r"user_script:(\d+)")
 

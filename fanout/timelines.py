@@ -22,6 +22,7 @@ and passed in. Reads on a cluster cost more round trips: see
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -56,6 +57,8 @@ from fanout.timeline_ops import (
 )
 from fanout.timeline_reads import TimelineReads
 from fanout.watermark import Watermark
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -128,6 +131,7 @@ class TimelineStore(TimelineReads, TimelineBulk, GenerationStore):
         )
         self._drop_idle = Script(client, "drop_idle")
         self._watermark = Script(client, "watermark")
+        self._copy_watermark = Script(client, "copy_watermark")
         self._bodies = Script(client, "bodies")
 
     def revoke_tokens(self, user_id: int, valid_after: int, ttl: int) -> None:
@@ -254,13 +258,22 @@ class TimelineStore(TimelineReads, TimelineBulk, GenerationStore):
         for name, value in counters.items():
             args += [name, int(value)]
         recorded = bool(self._watermark(keys=[keys.watermark(generation)], args=args))
-        if recorded:
-            self.copy_watermark(
+        behind = self.copy_watermark(
+            generation,
+            batch_id=batch_id,
+            contiguous=contiguous,
+            applied_at=float(args[4]),
+            event_time=event_time,
+            after=batch_id - 1,
+        )
+        if behind:
+            log.warning(
+                "%d shards of generation %d lack the writes of batch %d or earlier (a "
+                "failover to a replica that had not received them?); their watermark "
+                "stays behind until those batches are run again",
+                len(behind),
                 generation,
-                batch_id=batch_id,
-                contiguous=contiguous,
-                applied_at=float(args[4]),
-                event_time=event_time,
+                batch_id - 1,
             )
         return recorded
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import time
 
+from redis.cluster import RedisCluster
+
 from fanout.embedded import RedisNode as Node
 from fanout.embedded import start_redis_cluster as start_cluster
 from fanout.embedded import stop_redis_cluster as stop_cluster
@@ -13,6 +15,8 @@ from fanout.embedded import wait_cluster_ok as wait_until_ok
 __all__ = [
     "Node",
     "primaries",
+    "replica_of",
+    "stall_replication",
     "start_cluster",
     "stop_cluster",
     "wait_for_failover",
@@ -41,3 +45,29 @@ def wait_for_failover(nodes: list[Node], dead: Node, timeout: float = 30.0) -> N
             raise TimeoutError(f"no replica took over from port {dead.port}")
         time.sleep(0.2)
     wait_until_ok(nodes, max(1.0, deadline - time.monotonic()))
+
+
+def replica_of(nodes: list[Node], primary: Node) -> Node:
+    """The running node that replicates ``primary``."""
+    for node in nodes:
+        if node.proc.poll() is None and node is not primary:
+            role = node.client().execute_command("ROLE")
+            if role[0] in (b"slave", "slave") and int(role[2]) == primary.port:
+                return node
+    raise LookupError(f"no replica of port {primary.port}")
+
+
+def stall_replication(primary: Node, megabytes: int = 32) -> None:
+    """Write a value bigger than the socket buffers between ``primary`` and its
+    (stopped) replica: every write after it stays in the primary's own memory,
+    so a primary killed now takes those writes with it."""
+    slots = RedisCluster(host="127.0.0.1", port=primary.port)
+    try:
+        key = next(
+            k
+            for k in (f"stall:{i}" for i in range(100_000))
+            if slots.get_node_from_key(k).port == primary.port
+        )
+    finally:
+        slots.close()
+    primary.client().set(key, b"x" * (megabytes << 20))

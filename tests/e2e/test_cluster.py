@@ -5,9 +5,12 @@ corrupted timelines and switches every shard."""
 
 from __future__ import annotations
 
+import os
 import random
+import signal
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -24,7 +27,14 @@ from tests.e2e.test_fanout_oracle import (
     pulled_authors,
 )
 from tests.e2e.test_rebuild import corrupt, finish, rebuild, user_id
-from tests.redis_cluster import Node, primaries, wait_for_failover, wait_until_ok
+from tests.redis_cluster import (
+    Node,
+    primaries,
+    replica_of,
+    stall_replication,
+    wait_for_failover,
+    wait_until_ok,
+)
 from tests.stack import Stack, running_stack
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
@@ -154,6 +164,52 @@ def test_a_failover_and_a_resharding_mid_workload_leave_every_timeline_exact(
         f"\nafter a failover and a resharding of 1,000 slots: {stats}; "
         f"the job ran batches again {log.count('Redis lost writes')} times"
     )
+
+
+def test_writes_a_failover_lost_are_noticed_and_run_again(
+    cluster_stack: Stack, redis_cluster: list[Node]
+) -> None:
+    """A replica that falls behind its primary (stopped here, a slow network or
+    machine elsewhere) is promoted when the primary dies: the batches the
+    primary had applied and not passed on are gone from that shard. The shard's
+    copy of the watermark stays behind even as the job goes on, the job runs
+    those batches again, and every timeline ends equal to the join."""
+    stack = cluster_stack
+    work = Workload(stack, random.Random(47), prefix="l")
+    work.register(60)
+    work.run(200)
+    stack.wait_for_seq(work.max_seq)
+    store = stack.store
+    generation = store.active_generation()
+    assert generation is not None
+    victim = primaries(redis_cluster)[0]
+    replica = replica_of(redis_cluster, victim)
+    log_path = stack.logs / "fanout.log"
+    log_mark = log_path.stat().st_size
+    os.kill(replica.proc.pid, signal.SIGSTOP)
+    try:
+        stall_replication(victim)
+        before = store.applied_batch(generation)
+        assert before is not None
+        while (store.applied_batch(generation) or 0) < before + 3:
+            work.run(10)
+            stack.wait_for_seq(work.max_seq)
+        victim.kill()  # with the batches it never passed on
+    finally:
+        os.kill(replica.proc.pid, signal.SIGCONT)
+    wait_for_failover(redis_cluster, victim, timeout=60)
+    work.run(100)  # the job goes on: the loss must not be hidden by new batches
+    deadline = time.monotonic() + 180
+    while "running them again" not in log_path.read_text(errors="replace")[log_mark:]:
+        assert time.monotonic() < deadline, "the job did not notice the lost writes"
+        time.sleep(0.5)
+    victim.start()
+    wait_until_ok(redis_cluster)
+    work.run(100)
+    stack.wait_for_seq(work.max_seq)
+    stats = check_against_oracle(stack, sorted(work.users))
+    assert stats["timelines"] == len(work.users)
+    print(f"\nafter a failover that lost batches {before + 1}-: run again, {stats}")
 
 
 def reshard(source: Node, target: Node, slots: int) -> None:

@@ -219,14 +219,16 @@ def test_a_shard_that_lost_a_batch_holds_the_applied_batch_back(
     """Each shard's copy of the watermark names its batch; a shard whose primary
     failed over before it had the last batch's writes brings the applied batch
     back to its own (the supervisor then runs the batches since again), and
-    its reads see the watermark its copy has."""
+    its reads see the watermark its copy has. The next batch does not hide the
+    loss: that shard's copy stays behind until the lost batches run again."""
     client, shards = layout_client(request, layout)
     store = TimelineStore(client, cap=5, slack=2, shards=shards)
     store.create_generation(GEN)
     store.activate(GEN)
     store.seed_watermark(GEN, seq=0, marks={}, contiguous=0, offsets={})
     assert store.applied_batch(GEN) == -1
-    for batch in range(3):
+
+    def run_batch(batch: int) -> None:
         store.apply(GEN, {}, [Mutation(Op.ADD, (7,), (100 + batch,), 0, batch + 1)])
         store.record_watermark(
             GEN,
@@ -238,14 +240,24 @@ def test_a_shard_that_lost_a_batch_holds_the_applied_batch_back(
             offsets={},
             counters={},
         )
+
+    for batch in range(3):
+        run_batch(batch)
     assert store.applied_batch(GEN) == 2
     page = store.read_page(7, count=5)
     assert (page.status, page.watermark_seq) == ("ok", 3)
-    # What a replica one batch behind becomes once promoted.
+    # What a replica two batches behind becomes once promoted.
     tag = shards.tag_of(7)
-    client.hset(keys.watermark(GEN, tag), mapping={"batch_id": 1, "contiguous": 2})
-    assert store.applied_batch(GEN) == 1
-    assert store.read_page(7, count=5).watermark_seq == 2
+    client.hset(keys.watermark(GEN, tag), mapping={"batch_id": 0, "contiguous": 1})
+    assert store.applied_batch(GEN) == 0
+    assert store.read_page(7, count=5).watermark_seq == 1
+    run_batch(3)  # the job went on before the supervisor looked
+    assert store.applied_batch(GEN) == 0
+    assert store.read_page(7, count=5).watermark_seq == 1
+    for batch in (1, 2, 3):  # run again from the shard's batch on (the supervisor's rewind)
+        run_batch(batch)
+    assert store.applied_batch(GEN) == 3
+    assert store.read_page(7, count=5).watermark_seq == 4
 
 
 def test_dead_letters_are_keyed_by_position(store: TimelineStore) -> None:
