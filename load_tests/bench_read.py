@@ -564,7 +564,10 @@ def half_load_panel(runs: dict[str, dict[str, dict[str, float]]]) -> Any:
 
     return charts.bars(
         {
-            LABELS.get(name, name): {"p50": run["half"]["p50"], "p99": run["half"]["p99"]}
+            LABELS.get(name, name).replace(": ", "\n"): {
+                "p50": run["half"]["p50"],
+                "p99": run["half"]["p99"],
+            }
             for name, run in runs.items()
         },
         "ms",
