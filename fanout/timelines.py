@@ -243,9 +243,11 @@ class TimelineStore(TimelineReads, TimelineBulk, GenerationStore):
         offsets: Mapping[str, Any],
         counters: Mapping[str, int],
     ) -> bool:
-        """Record a micro-batch as applied; a replayed batch changes nothing.
-        ``marks`` are the relay marks applied so far per ``topic/partition`` and
-        ``contiguous`` what they make certain (see fanout.watermark)."""
+        """Record a micro-batch as applied; a replayed batch changes nothing but
+        the copies of shards still behind it (a failover lost their writes: see
+        ``copy_watermark``). ``marks`` are the relay marks applied so far per
+        ``topic/partition`` and ``contiguous`` what they make certain (see
+        fanout.watermark)."""
         args: list[Any] = [
             batch_id,
             seq,

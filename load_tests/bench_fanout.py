@@ -327,12 +327,17 @@ def steady_phase(
     of that time, the first 10 seconds (warm-up) left out."""
     load = SteadyLoad(log, args.rate, authors, args.users, random.Random(args.seed + 1), gen)
     started = time.time()
-    load.start()
-    time.sleep(args.seconds)
-    load.stop()
-    log.flush()
-    wait_for_seq(store, job, log.last_seq, timeout=600)
-    return [b for b in job.batches(since=started + 10) if b["at"] <= started + args.seconds]
+    batches = phase(log, store, job, args, load, warm_up=10.0)
+    return [b for b in batches if b["at"] <= started + args.seconds]
+
+
+def tweet_authors(args: argparse.Namespace) -> network.Popularity | None:
+    """Who tweets (``--authors``): a Zipf draw by popularity (activity is
+    independent of popularity: a tweet reaches the average follower count), or
+    None for every user alike."""
+    if args.authors == "zipf":
+        return network.Popularity(args.users, random.Random(args.seed + 2))
+    return None
 
 
 def baseline_mutations(
@@ -648,11 +653,7 @@ def celebrity(args: argparse.Namespace) -> int:
         rss.take()
 
         gen = ids.IdGenerator(7)
-        authors = (
-            network.Popularity(args.users, random.Random(args.seed + 2))
-            if args.authors == "zipf"
-            else None
-        )
+        authors = tweet_authors(args)
         prng = random.Random(args.seed + 1)
 
         # --- baseline: the graph's authors at --rate, C silent --------------------------------
@@ -829,12 +830,7 @@ def main(argv: list[str] | None = None) -> int:
 
         # --- 1. sustained throughput: drain a backlog ----------------------------------------
         gen = ids.IdGenerator(7)
-        # Activity is independent of popularity: a tweet reaches the average follower count.
-        authors = (
-            network.Popularity(args.users, random.Random(args.seed + 2))
-            if args.authors == "zipf"
-            else None
-        )
+        authors = tweet_authors(args)
         backlog = make_tweets(args.backlog, authors, args.users, rnd, gen)
         delivered, e2e_rate, drain = drain_backlog(log, store, job, backlog)
         report.add("backlog tweets", len(backlog))

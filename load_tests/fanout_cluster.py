@@ -24,7 +24,7 @@ from typing import Any
 from fanout import ids
 from fanout.kafka import ensure_topics
 from fanout.timelines import store_for
-from load_tests import charts, network
+from load_tests import charts
 from load_tests.bench_fanout import (
     Changelog,
     Job,
@@ -34,6 +34,7 @@ from load_tests.bench_fanout import (
     start_services,
     steady_phase,
     stop_services,
+    tweet_authors,
     wait_for_seq,
     write_graph,
 )
@@ -59,11 +60,7 @@ def run_layout(args: argparse.Namespace, layout: str, report: Report) -> dict[st
         job = Job(config, workdir, args.max_records)
         wait_for_seq(store, job, log.last_seq, timeout=900)
         gen = ids.IdGenerator(7)
-        authors = (
-            network.Popularity(args.users, random.Random(args.seed + 2))
-            if args.authors == "zipf"
-            else None
-        )
+        authors = tweet_authors(args)
         backlog = make_tweets(args.backlog, authors, args.users, rnd, gen)
         delivered, e2e_rate, _ = drain_backlog(log, store, job, backlog)
         steady = steady_phase(log, store, job, args, authors, gen)

@@ -194,6 +194,7 @@ def test_writes_a_failover_lost_are_noticed_and_run_again(
         while (store.applied_batch(generation) or 0) < before + 3:
             work.run(10)
             stack.wait_for_seq(work.max_seq)
+        last = store.applied_batch(generation)
         victim.kill()  # with the batches it never passed on
     finally:
         os.kill(replica.proc.pid, signal.SIGCONT)
@@ -209,7 +210,7 @@ def test_writes_a_failover_lost_are_noticed_and_run_again(
     stack.wait_for_seq(work.max_seq)
     stats = check_against_oracle(stack, sorted(work.users))
     assert stats["timelines"] == len(work.users)
-    print(f"\nafter a failover that lost batches {before + 1}-: run again, {stats}")
+    print(f"\nafter a failover that lost batches {before + 1}-{last}: run again, {stats}")
 
 
 def reshard(source: Node, target: Node, slots: int) -> None:
