@@ -260,21 +260,30 @@ def join_events(
 
 def coalesce(mutations: list[Mutation]) -> list[Mutation]:
     """Merge adjacent tweet ADDs to the same owners (an author posting several
-    tweets in one micro-batch becomes one write per follower)."""
+    tweets in one micro-batch becomes one write per follower).
+
+    Linear in the tweets: a run's ids are gathered first and sorted once (an
+    author posting k tweets in a batch used to cost k sorted merges), and the
+    owners, one cached tuple per audience, compare by identity first."""
     out: list[Mutation] = []
+    runs: dict[int, tuple[set[int], int]] = {}  # index in out -> (ids, highest seq)
     for m in mutations:
         prev = out[-1] if out else None
         if (
             prev is not None
             and m.op is Op.ADD
             and prev.op is Op.ADD
-            and prev.owners == m.owners
             and prev.horizon == m.horizon == 0
+            and (prev.owners is m.owners or prev.owners == m.owners)
         ):
-            merged = tuple(sorted({*prev.tweets, *m.tweets}))
-            out[-1] = Mutation(Op.ADD, m.owners, merged, 0, max(prev.seq, m.seq))
+            at = len(out) - 1
+            ids, seq = runs.get(at) or (set(prev.tweets), prev.seq)
+            ids.update(m.tweets)
+            runs[at] = (ids, max(seq, m.seq))
         else:
             out.append(m)
+    for at, (ids, seq) in runs.items():
+        out[at] = Mutation(Op.ADD, out[at].owners, tuple(sorted(ids)), 0, seq)
     return out
 
 
