@@ -98,20 +98,22 @@ class TimelineReads:
         raw[5] = b'{"tweets":[' + b",".join(bodies) + b'],"next_max_id":' + raw[9] + b"}"
         return _page(raw)
 
-    def _with_lists(self, call: Any) -> Any:
+    def _with_lists(self, call: Any, raw: Any = None) -> Any:
         """A read script's reply, given the pulled authors' lists it asks for
         (``{'lists', generation, authors}``: fetched from their shards). The
         lists a user reads can change between the calls: the script then asks
-        again."""
+        again. ``raw``: the reply of a call already made with no lists."""
         given: list[Any] = ["0"]
         for _ in range(5):
-            raw = call(given)
+            if raw is None:
+                raw = call(given)
             if not raw or raw[0] != b"lists":
                 return raw
             authors = [int(a) for a in raw[2:]]
             given = [str(len(authors))]
             for author, packed in zip(authors, self._lists(int(raw[1]), authors), strict=True):
                 given += [str(author), packed or b""]
+            raw = None
         raise redis.RedisError("the user's pulled authors kept changing during the read")
 
     def _lists(self, generation: int, authors: Sequence[int]) -> list[bytes | None]:
@@ -161,14 +163,15 @@ class TimelineReads:
     def timelines(self, generation: int, owners: Sequence[int]) -> list[Timeline | None]:
         """:meth:`timeline` of each owner, 1,000 script calls per round trip (per
         node). With more than one shard, an owner who reads pulled authors'
-        lists takes two more calls (see read_page)."""
+        lists takes one more script call, after its lists are fetched (see
+        read_page)."""
         lists = ["-" if self.one_shard else "0"]
         raws = self._read_ids_calls(generation, [(o, lists) for o in owners])
         for i, raw in enumerate(raws):
             if raw and raw[0] == b"lists":
                 owner = owners[i]
                 raws[i] = self._with_lists(
-                    lambda given, o=owner: self._read_ids_calls(generation, [(o, given)])[0]
+                    lambda given, o=owner: self._read_ids_calls(generation, [(o, given)])[0], raw
                 )
         return [_timeline(raw) for raw in raws]
 
