@@ -254,10 +254,10 @@ class GenerationStore:
         )  # fmt: skip
         if event_time > 0:
             fields += ("event_time", event_time)
+        if self.shards.count == 1:
+            return []
         if after is None:
             self._per_shard("HSET", lambda tag: keys.watermark(generation, tag), *fields)
-            return []
-        if self.shards.count == 1:
             return []
         tags = list(self.shards.tags())
         held = run(

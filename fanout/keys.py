@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import binascii
 import functools
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 TIMELINE_PREFIX = "tl:"
@@ -118,6 +119,13 @@ class Shards:
 
     def tags(self) -> tuple[str, ...]:
         return _slot_tags(self.count) if self.count > 1 else ("",)
+
+    def group(self, key_ids: Iterable[int]) -> dict[str, list[int]]:
+        """``key_ids`` by the tag of their shard, each group in their order."""
+        out: dict[str, list[int]] = {}
+        for i in key_ids:
+            out.setdefault(self.tag_of(i), []).append(i)
+        return out
 
 
 @functools.cache

@@ -101,9 +101,3 @@ class TimelineBulk:
         """Write dropped timelines (tombstones), as a rebuild keeps idle users idle."""
         tag = self.shards.tag_of
         return self._set_many((keys.timeline(generation, o, tag(o)), IDLE) for o in owners)
-
-    def _by_shard(self, ids: Iterable[int]) -> dict[str, list[int]]:
-        out: dict[str, list[int]] = {}
-        for i in ids:
-            out.setdefault(self.shards.tag_of(i), []).append(i)
-        return out

@@ -77,10 +77,10 @@ class TimelineReads:
         pulled authors' lists and the bodies are in other shards: the script
         says which lists the user reads (a second call gets them passed in,
         after one pipelined fetch), and returns the page's ids, whose bodies
-        come from one pipelined ``MGET`` per shard. Calls per read: 2 for a
-        user who reads no pulled author (the script, the bodies), 4 for one
-        who does; on a cluster, the bodies' and the lists' fetches take one
-        round trip per node they touch.
+        come from :meth:`bodies`. Round trips per read: 2 for a user who reads
+        no pulled author (the script, the bodies), 4 for one who does; on a
+        cluster of N primaries the bodies' and the lists' fetches take up to
+        one round trip per node each (1 + N and 2 + 2N).
         """
         fixed = [user_id, count, max_id or 0, since_id or 0, self.cap, int(issued_at), *_today()]
         if self._read_page_hot is not None:

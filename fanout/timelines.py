@@ -311,7 +311,7 @@ class TimelineStore(TimelineReads, TimelineBulk, GenerationStore):
         """Drop the timelines of idle users (a tombstone each, which the job does
         not write to), except those being regenerated; returns how many went."""
         commands: list[Command] = []
-        for tag, owners in self._by_shard(user_ids).items():
+        for tag, owners in self.shards.group(user_ids).items():
             for start in range(0, len(owners), batch):
                 args = [generation, *owners[start : start + batch]]
                 commands.append(script_command(self._drop_idle, tag, args))
@@ -331,7 +331,7 @@ class TimelineStore(TimelineReads, TimelineBulk, GenerationStore):
         this itself for the timelines it leaves short)."""
         run(
             self.redis,
-            [command("SADD", keys.refill(t), *o) for t, o in self._by_shard(user_ids).items()],
+            [command("SADD", keys.refill(t), *o) for t, o in self.shards.group(user_ids).items()],
         )
 
     def take_refills(self, limit: int) -> list[int]:
