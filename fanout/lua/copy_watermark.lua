@@ -5,12 +5,20 @@
 -- replica that had not received them): it stays behind, so the loss shows in the
 -- applied batch (the lowest copy) until the batches are run again, instead of being
 -- hidden by the next batch's copy. A copy at -1 (none yet, or a rebuilt generation's
--- seed) takes any batch; a copy at this batch or past it (a batch run again) is left.
+-- seed) takes any batch; a copy at this batch or past it (a batch run again) keeps its
+-- batch, and takes only a `contiguous` past its own (ARGV[4] is 'contiguous'): a batch
+-- run again may hold more than it first did (see watermark.lua).
 -- Returns 1 if the copy holds this batch now, 0 if it stayed behind.
 
-local held = tonumber(redis.call('HGET', KEYS[1], 'batch_id') or '-1')
+local now = redis.call('HMGET', KEYS[1], 'batch_id', 'contiguous')
+local held = tonumber(now[1] or '-1')
 local batch = tonumber(ARGV[3])
-if held >= batch then return 1 end
+if held >= batch then
+  if tonumber(ARGV[5]) > tonumber(now[2] or '0') then
+    redis.call('HSET', KEYS[1], 'contiguous', ARGV[5])
+  end
+  return 1
+end
 if held ~= -1 and held < tonumber(ARGV[1]) then return 0 end
 redis.call('HSET', KEYS[1], unpack(ARGV, 2))
 return 1

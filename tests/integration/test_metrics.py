@@ -71,7 +71,7 @@ def test_metrics_report_backlog_watermark_batches_and_freshness(starling: Starli
         batch_id=2,
         seq=seq,
         marks={},
-        contiguous=seq,
+        contiguous=seq - 1,
         event_time=0,
         offsets={},
         counters={"batches": 1},

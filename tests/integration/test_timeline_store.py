@@ -5,6 +5,7 @@ Redis lost, and the timeline header (horizon, fence, top, version) as specified.
 from __future__ import annotations
 
 import random
+import time
 
 import orjson
 import pytest
@@ -258,6 +259,53 @@ def test_a_shard_that_lost_a_batch_holds_the_applied_batch_back(
         run_batch(batch)
     assert store.applied_batch(GEN) == 3
     assert store.read_page(7, count=5).watermark_seq == 4
+
+
+@pytest.mark.parametrize("layout", ["sharded", "cluster"])
+def test_a_batch_run_again_with_more_records_moves_every_watermark(
+    request: pytest.FixtureRequest, layout: str
+) -> None:
+    """The supervisor's rewind drops the offsets of the batches it runs again,
+    so Spark plans them anew: the first one run again takes what the log holds
+    by then, more than it first had. What it applied shows at once, in the
+    watermark and in every shard's copy, the copies past that batch (the shards
+    that kept their writes) too; not only once a batch past the old last one
+    runs, which may be never if the writes stop."""
+    client, shards = layout_client(request, layout)
+    store = TimelineStore(client, cap=5, slack=2, shards=shards)
+    store.create_generation(GEN)
+    store.activate(GEN)
+    store.seed_watermark(GEN, seq=0, marks={}, contiguous=0, offsets={})
+    users = list({shards.tag_of(u): u for u in range(1, 5000)}.values())
+    assert len(users) == shards.count
+    start = time.time()  # after the seed's event time
+
+    def run_batch(batch: int, seq: int) -> bool:
+        store.apply(GEN, {}, [Mutation(Op.ADD, tuple(users), (100 + seq,), 0, seq)])
+        return store.record_watermark(
+            GEN,
+            batch_id=batch,
+            seq=seq,
+            marks={"t/0": seq},
+            contiguous=seq,
+            event_time=start + seq,
+            offsets={"t": {"0": seq}},
+            counters={"deliveries": len(users)},
+        )
+
+    for batch in range(3):
+        assert run_batch(batch, seq=batch + 1)
+    lost = users[0]  # its shard's primary failed over to a replica two batches behind
+    client.hset(keys.watermark(GEN, shards.tag_of(lost)), mapping={"batch_id": 0, "contiguous": 1})
+    assert store.applied_batch(GEN) == 0
+    assert not run_batch(1, seq=9)  # run again, planned anew: everything up to seq 9
+    wm = store.watermark(GEN)
+    assert wm is not None
+    assert (wm.batch_id, wm.seq, wm.contiguous, wm.event_time) == (2, 9, 9, start + 9)
+    assert wm.marks == {"t/0": 9} and wm.offsets == {"t": {"0": 3}}
+    assert wm.counters == {"deliveries": 3 * len(users)}  # a batch run again counts once
+    assert store.applied_batch(GEN) == 1  # the lost shard's copy moved one batch on
+    assert [store.read_page(u, count=5).watermark_seq for u in users] == [9] * len(users)
 
 
 def test_dead_letters_are_keyed_by_position(store: TimelineStore) -> None:
