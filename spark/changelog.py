@@ -1,20 +1,28 @@
 """Extract: the changelogs as the streaming job reads them (the rebuild
 decodes them in its read tasks instead: spark.rebuild_tasks).
 
-Rows have the columns of the Kafka source (``key``, ``value``, ``topic``,
-``partition``, ``offset``, ``timestamp``) plus the record headers parsed once
-here: ``seq`` (the outbox seq), ``jk`` (the join key, as the header says) and
-``mark`` (set on the relay's marks only), and ``join_key``, what the join
-groups by: ``jk``; :data:`MARKS` for the relay's marks; a negative
+The job hands the join two columns: ``join_key``, what it groups by, and
+``record``, everything else about the Kafka record packed into one binary
+value (:class:`ChangelogRecord`: the source's ``topic``, ``partition``,
+``offset``, ``timestamp``, ``key`` and ``value``, plus the headers parsed
+once here in SQL: ``seq``, the outbox seq; ``jk``, the join key the header
+names; ``mark``, set on the relay's marks only).
+
+``join_key`` is ``jk``; :data:`MARKS` for the relay's marks; a negative
 per-partition key for a record without a usable one (decoding then fails
-and dead-letters it). The nested ``headers`` column is dropped: nested
-columns are slow to hand to Python.
+and dead-letters it).
+
+Why one packed column: PySpark hands a stateful operator its input as one
+``Row`` per record, built cell by cell from Arrow (a pyarrow scalar and its
+``as_py()`` per cell). With ten columns that conversion cost about as much
+as the join itself; packed, it is two cells and one ``bytes.partition``
+(docs/performance.md has the figures).
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, NamedTuple
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -44,6 +52,72 @@ def join_key_column() -> Any:
         .when(jk > 0, jk)
         .otherwise(-(F.col("partition") + 1))
     )
+
+
+class ChangelogRecord(NamedTuple):
+    """One changelog record as the join receives it (:func:`record_column`)."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int | None
+    key: bytes | None
+    value: bytes | None
+    seq: int | None
+    jk: int | None
+    mark: int | None = None
+
+
+#: The fields of :func:`record_column`'s text head, in order, before the two lengths.
+_HEAD = ("topic", "partition", "offset", "timestamp", "seq", "jk", "mark")
+
+
+def record_column() -> Any:
+    """The record packed into one binary column (what :func:`unpack_record`
+    reads): a UTF-8 head ``topic|partition|offset|timestamp|seq|jk|mark|
+    key length|value length`` (an empty field for a null, -1 for a null key or
+    value), a newline, then the key's bytes and the value's. Kafka topic names
+    hold neither ``|`` nor a newline."""
+    text = [F.coalesce(F.col(name).cast("string"), F.lit("")) for name in _HEAD]
+    lengths = [F.coalesce(F.length(name), F.lit(-1)).cast("string") for name in ("key", "value")]
+    return F.concat(
+        F.encode(F.concat_ws("|", *text, *lengths), "UTF-8"),
+        F.lit(b"\n"),
+        F.coalesce(F.col("key"), F.lit(b"")),
+        F.coalesce(F.col("value"), F.lit(b"")),
+    )
+
+
+def _number(text: str) -> int | None:
+    return int(text) if text else None
+
+
+def unpack_record(raw: bytes) -> ChangelogRecord:
+    """A record packed by :func:`record_column`."""
+    head, _, body = raw.partition(b"\n")
+    fields = head.decode().split("|")
+    topic, partition, offset, timestamp, seq, jk, mark, key_len, value_len = fields
+    k, v = int(key_len), int(value_len)
+    return ChangelogRecord(
+        topic,
+        int(partition),
+        int(offset),
+        _number(timestamp),
+        None if k < 0 else body[:k],
+        None if v < 0 else body[max(k, 0) :],
+        _number(seq),
+        _number(jk),
+        _number(mark),
+    )
+
+
+def pack_record(record: ChangelogRecord) -> bytes:
+    """:func:`record_column` in Python, for tests that hand the join records
+    without Spark (a test checks that both agree)."""
+    values = [getattr(record, name) for name in _HEAD]
+    head = ["" if value is None else str(value) for value in values]
+    head += [str(-1 if b is None else len(b)) for b in (record.key, record.value)]
+    return "|".join(head).encode() + b"\n" + (record.key or b"") + (record.value or b"")
 
 
 def changelog_options(
@@ -76,9 +150,10 @@ def read_changelogs(
     max_records: int | None = None,
     fail_on_data_loss: bool = True,
 ) -> DataFrame:
-    """Both changelogs as a stream, from ``starting`` (default: the start of the
-    log; it applies only to a checkpoint that has not committed a batch), at
-    most ``max_records`` records per micro-batch."""
+    """Both changelogs as a stream of (``join_key``, ``record``), from
+    ``starting`` (default: the start of the log; it applies only to a
+    checkpoint that has not committed a batch), at most ``max_records``
+    records per micro-batch."""
     options = changelog_options(config, starting, None, max_records, fail_on_data_loss)
     return (
         spark.readStream.format(SOURCE)
@@ -87,6 +162,5 @@ def read_changelogs(
         .withColumn("seq", header_column(events.HEADER_SEQ))
         .withColumn("jk", header_column(events.HEADER_JOIN_KEY))
         .withColumn("mark", header_column(events.HEADER_MARK))
-        .withColumn("join_key", join_key_column())
-        .drop("headers")
+        .select(join_key_column().alias("join_key"), record_column().alias("record"))
     )

@@ -30,7 +30,7 @@ from fanout.author_state import AuthorState
 from fanout.config import StarlingConfig, TopicNames
 from fanout.join import Mutation, Op, join_events
 from fanout.watermark import mark_name
-from spark.changelog import MARKS
+from spark.changelog import MARKS, ChangelogRecord, unpack_record
 
 STATE_SCHEMA = StructType([StructField("blob", BinaryType())])
 OUTPUT_SCHEMA = "bundle binary"
@@ -110,17 +110,18 @@ class JoinProcessor(StatefulProcessor):
         out = Bundle()
         envelopes: list[events.Envelope] = []
         for row in rows:
-            out.ts = max(out.ts, row.timestamp or 0)
+            record = unpack_record(row.record)
+            out.ts = max(out.ts, record.timestamp or 0)
             try:
                 envelope = events.decode_record(
-                    self.topics.logical(row.topic),
-                    _bytes(row.key),
-                    _bytes(row.value),
-                    row.seq,
-                    row.jk,
+                    self.topics.logical(record.topic),
+                    record.key,
+                    record.value,
+                    record.seq,
+                    record.jk,
                 )
             except (events.BadEvent, KeyError) as exc:
-                out.dead_letters.append(dead_letter(row, str(exc)))
+                out.dead_letters.append(dead_letter(record, str(exc)))
                 continue
             envelopes.append(envelope)
             out.seq = max(out.seq, envelope.seq)
@@ -176,29 +177,26 @@ def _marks(rows: Iterator[Row]) -> Bundle:
     """The relay marks of a micro-batch: the newest per partition."""
     out = Bundle()
     for row in rows:
-        out.ts = max(out.ts, row.timestamp or 0)
-        name = mark_name(row.topic, row.partition)
-        out.marks[name] = max(out.marks.get(name, 0), int(row.mark))
+        record = unpack_record(row.record)
+        out.ts = max(out.ts, record.timestamp or 0)
+        name = mark_name(record.topic, record.partition)
+        out.marks[name] = max(out.marks.get(name, 0), record.mark or 0)
     return out
 
 
-def _bytes(value: Any) -> bytes | None:
-    return None if value is None else bytes(value)
+def _b64(value: bytes | None) -> str | None:
+    return None if value is None else base64.b64encode(value).decode()
 
 
-def _b64(value: Any) -> str | None:
-    return None if value is None else base64.b64encode(bytes(value)).decode()
-
-
-def dead_letter(row: Row, error: str) -> dict[str, Any]:
+def dead_letter(record: ChangelogRecord, error: str) -> dict[str, Any]:
     """A bad record as an operator sees it: where it was, what it held, why it failed."""
     return {
-        "topic": row.topic,
-        "partition": row.partition,
-        "offset": row.offset,
-        "timestamp": row.timestamp,
-        "key": _b64(row.key),
-        "value": _b64(row.value),
+        "topic": record.topic,
+        "partition": record.partition,
+        "offset": record.offset,
+        "timestamp": record.timestamp,
+        "key": _b64(record.key),
+        "value": _b64(record.value),
         "error": error,
         "seen_at": time.time(),
     }

@@ -11,7 +11,7 @@ from fanout import events
 from fanout.author_state import AuthorState
 from fanout.config import TopicNames
 from fanout.join import Mutation, Op
-from spark.changelog import MARKS
+from spark.changelog import MARKS, ChangelogRecord, pack_record
 from spark.operator import Bundle, JoinProcessor, decode_bundle, encode_bundle
 
 TOPICS = TopicNames("p.")
@@ -39,10 +39,16 @@ class FakeHandle:
         return self.states.setdefault(name, FakeValueState())
 
 
+def packed(join_key: int, **fields: Any) -> Row:
+    """An input row as the job's changelog read makes it (spark.changelog)."""
+    return Row(join_key=join_key, record=pack_record(ChangelogRecord(**fields)))
+
+
 def row(event: events.Event, seq: int, offset: int = 0) -> Row:
     record = events.encode(event)
     topic = TOPICS.tweets if record.topic == events.TWEETS else TOPICS.follows
-    return Row(
+    return packed(
+        record.join_key,
         topic=topic,
         partition=0,
         offset=offset,
@@ -97,7 +103,8 @@ def test_bad_records_become_dead_letters_with_their_position() -> None:
     processor = JoinProcessor(TOPICS, cap=10, slack=2)
     processor.init(FakeHandle())
     good = row(events.TweetPosted(100, 7, "ann", "ok"), 5, offset=3)
-    bad = Row(
+    bad = packed(
+        7,
         topic=TOPICS.tweets,
         partition=1,
         offset=9,
@@ -107,7 +114,8 @@ def test_bad_records_become_dead_letters_with_their_position() -> None:
         seq=6,
         jk=7,
     )
-    no_seq = Row(
+    no_seq = packed(
+        7,
         topic=TOPICS.tweets,
         partition=1,
         offset=10,
@@ -144,7 +152,8 @@ def test_relay_marks_become_the_newest_mark_per_partition() -> None:
 
     def mark(topic: str, partition: int, seq: int) -> Row:
         key, _ = events.mark_record(partition, seq)
-        return Row(
+        return packed(
+            MARKS,
             topic=topic,
             partition=partition,
             offset=seq,
@@ -171,7 +180,8 @@ def test_a_timeline_reset_becomes_a_reset_of_its_owner() -> None:
         processor,
         8,
         [
-            Row(
+            packed(
+                8,
                 topic=TOPICS.timelines,
                 partition=0,
                 offset=0,
