@@ -57,6 +57,7 @@ from spark.offsets import (
     ranges,
     split_ranges,
 )
+from spark.worker_heap import freeze_heap
 
 log = logging.getLogger(__name__)
 
@@ -293,6 +294,7 @@ def consume_range(
     arrive within ``timeout`` seconds."""
     from confluent_kafka import KafkaError, TopicPartition
 
+    freeze_heap()
     consumer = _worker_consumer(connection(client))
     consumer.assign([TopicPartition(part.topic, part.partition, part.start)])
     deadline = time.monotonic() + timeout

@@ -27,6 +27,7 @@ from fanout.timelines import store_for
 from fanout.watermark import batch_duration_counters, contiguous, merge_marks
 from spark import arrow
 from spark.operator import decode_bundle
+from spark.worker_heap import freeze_heap
 
 STATS_SCHEMA = (
     "seq long, ts long, mutations long, deliveries long, added long, removed long, "
@@ -55,6 +56,7 @@ def apply_bundles(
     tweets in this batch gets one write). One author's events are one bundle,
     so they are never split.
     """
+    freeze_heap()
     store = store_for(config, timeout=120)
     totals: dict[str, Any] = dict.fromkeys(_NUMBERS, 0)
     bodies: dict[int, bytes] = {}

@@ -131,6 +131,7 @@ NOT_FOR_PRODUCTION = {
     "PYSPARK_PYTHON": "defaults to the running interpreter",
     "PYSPARK_DRIVER_PYTHON": "defaults to the running interpreter",
     "PYSPARK_GATEWAY_PORT": "set by spark-submit for the Python driver it starts",
+    "SPARK_REUSE_WORKER": "set by PySpark's worker daemon in the workers it starts",
 }
 #: Runs the app image without the application's settings: the Spark master runs no
 #: Starling code, so it gets no secrets.
