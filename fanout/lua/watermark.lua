@@ -31,7 +31,8 @@ end
 if newer then
   for i = 8, #ARGV, 2 do
     out[#out + 1] = ARGV[i]
-    out[#out + 1] = string.format('%d', tonumber(now[4 + (i - 6) / 2] or '0') + tonumber(ARGV[i + 1]))
+    local total = tonumber(now[4 + (i - 6) / 2] or '0') + tonumber(ARGV[i + 1])
+    out[#out + 1] = string.format('%d', total)
   end
 end
 redis.call('HSET', KEYS[1], unpack(out))
