@@ -57,7 +57,7 @@ from spark.offsets import (
     ranges,
     split_ranges,
 )
-from spark.worker_heap import freeze_heap
+from spark.worker_heap import task_ended, task_started
 
 log = logging.getLogger(__name__)
 
@@ -294,11 +294,11 @@ def consume_range(
     arrive within ``timeout`` seconds."""
     from confluent_kafka import KafkaError, TopicPartition
 
-    freeze_heap()
     consumer = _worker_consumer(connection(client))
     consumer.assign([TopicPartition(part.topic, part.partition, part.start)])
     deadline = time.monotonic() + timeout
     position = part.start
+    task_started()
     try:
         while position < part.end:
             if time.monotonic() > deadline:
@@ -334,6 +334,7 @@ def consume_range(
                 yield columns
     finally:
         consumer.unassign()
+        task_ended()
 
 
 def read_range(

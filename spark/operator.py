@@ -31,7 +31,7 @@ from fanout.config import StarlingConfig, TopicNames
 from fanout.join import Mutation, Op, join_events
 from fanout.watermark import mark_name
 from spark.changelog import MARKS, ChangelogRecord, unpack_record
-from spark.worker_heap import freeze_heap
+from spark.worker_heap import task_ended, task_started
 
 STATE_SCHEMA = StructType([StructField("blob", BinaryType())])
 OUTPUT_SCHEMA = "bundle binary"
@@ -94,7 +94,7 @@ class JoinProcessor(StatefulProcessor):
         self.pull_threshold = pull_threshold
 
     def init(self, handle: StatefulProcessorHandle) -> None:
-        freeze_heap()
+        task_started()
         self.state = handle.getValueState("author", STATE_SCHEMA)
         #: A pulled author's follower ids (AuthorState.encode_split): read only when
         #: a batch needs them, so its posts do not move megabytes of followers.
@@ -155,7 +155,7 @@ class JoinProcessor(StatefulProcessor):
         return bytes(stored[0]) if stored else None
 
     def close(self) -> None:
-        pass
+        task_ended()
 
 
 def join_by_author(

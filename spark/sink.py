@@ -27,7 +27,7 @@ from fanout.timelines import store_for
 from fanout.watermark import batch_duration_counters, contiguous, merge_marks
 from spark import arrow
 from spark.operator import decode_bundle
-from spark.worker_heap import freeze_heap
+from spark.worker_heap import worker_task
 
 STATS_SCHEMA = (
     "seq long, ts long, mutations long, deliveries long, added long, removed long, "
@@ -56,7 +56,14 @@ def apply_bundles(
     tweets in this batch gets one write). One author's events are one bundle,
     so they are never split.
     """
-    freeze_heap()
+    with worker_task():
+        stats = _apply(batches, config=config, generation=generation)
+    yield stats
+
+
+def _apply(
+    batches: Iterator[pa.RecordBatch], *, config: StarlingConfig, generation: int
+) -> pa.RecordBatch:
     store = store_for(config, timeout=120)
     totals: dict[str, Any] = dict.fromkeys(_NUMBERS, 0)
     bodies: dict[int, bytes] = {}
@@ -94,7 +101,7 @@ def apply_bundles(
         flush()
     totals["dead_letters"] = store.dead_letter(dead)
     totals["marks"] = json.dumps(marks)
-    yield arrow.batch({k: [v] for k, v in totals.items()}, STATS_SCHEMA)
+    return arrow.batch({k: [v] for k, v in totals.items()}, STATS_SCHEMA)
 
 
 @dataclass

@@ -10,33 +10,61 @@ was the Python workers' largest single cost, larger than the join and the
 Redis writes together; and a worker still collecting is one the next task
 waits for.
 
-:func:`freeze_heap`, called as a task starts, freezes what is alive then
-(``gc.freeze``): the imports, the clients, the caches. Later collections
-leave those out (~30 ms -> well under 1 ms) and still collect what tasks
-allocate. A frozen object is still freed when its last reference goes; only
-a reference cycle among objects alive at a freeze would stay. Only in a
-reused worker (the daemon says so with ``SPARK_REUSE_WORKER``): a test
-process calling the join directly keeps its collector as it was.
+Starling's tasks say when they start and end (:func:`worker_task`, or
+:func:`task_started` and :func:`task_ended` where a ``with`` does not fit).
+The first one in a worker adds a hook to the collector that runs after each
+full collection: when no task is in progress, that is the daemon's collection
+between two tasks, and the hook freezes what survived it (``gc.freeze``). Those
+objects are what the worker keeps between tasks (the imports, the clients,
+the caches); later collections skip them (~30 ms -> well under 1 ms), and
+modules a later task imports are frozen after that task. A task's own
+objects are never frozen, so everything it leaves behind is collected as
+before. Only in a reused worker (the daemon says so with
+``SPARK_REUSE_WORKER``): a test process calling the join directly keeps its
+collector as it was.
 """
 
 from __future__ import annotations
 
 import gc
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
-from fanout.procs import per_process
-
-
-@per_process
-def _first_collection() -> None:
-    """One full collection per process, before its first freeze: no garbage
-    goes into the frozen generation."""
-    gc.collect()
+#: Starling tasks in progress in this process (one at a time in a Spark worker).
+_running = 0
 
 
-def freeze_heap() -> None:
-    """In a reused Spark worker, freeze the objects alive now (a task is starting)."""
+def task_started() -> None:
+    """A task of the job starts in this process: its objects are not to be frozen."""
+    global _running
     if not os.environ.get("SPARK_REUSE_WORKER"):
         return
-    _first_collection()
-    gc.freeze()
+    if _freeze_after_collection not in gc.callbacks:
+        gc.callbacks.append(_freeze_after_collection)
+    _running += 1
+
+
+def task_ended() -> None:
+    """The task :func:`task_started` announced is done."""
+    global _running
+    _running = max(0, _running - 1)
+
+
+@contextmanager
+def worker_task() -> Iterator[None]:
+    """The body of a task (see :func:`task_started`)."""
+    task_started()
+    try:
+        yield
+    finally:
+        task_ended()
+
+
+def _freeze_after_collection(phase: str, info: dict[str, Any]) -> None:
+    """After a full collection outside any task (the daemon's, between two
+    tasks), freeze the survivors. A stray count left by a task that never
+    ended only stops the freezing: the worker collects as it did without it."""
+    if phase == "stop" and info["generation"] == 2 and _running == 0:
+        gc.freeze()
