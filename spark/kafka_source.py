@@ -57,7 +57,7 @@ from spark.offsets import (
     ranges,
     split_ranges,
 )
-from spark.worker_heap import task_ended, task_started
+from spark.worker_heap import spark_task
 
 log = logging.getLogger(__name__)
 
@@ -286,6 +286,7 @@ Columns = tuple[
 ]
 
 
+@spark_task
 def consume_range(
     client: str | KafkaClient, part: OffsetRange, timeout: float
 ) -> Iterator[Columns]:
@@ -298,7 +299,6 @@ def consume_range(
     consumer.assign([TopicPartition(part.topic, part.partition, part.start)])
     deadline = time.monotonic() + timeout
     position = part.start
-    task_started()
     try:
         while position < part.end:
             if time.monotonic() > deadline:
@@ -334,7 +334,6 @@ def consume_range(
                 yield columns
     finally:
         consumer.unassign()
-        task_ended()
 
 
 def read_range(

@@ -30,6 +30,7 @@ from spark.kafka_source import (
     consume_range,
 )
 from spark.offsets import OffsetRange, Offsets, ranges
+from spark.worker_heap import spark_task
 
 #: The rebuild's read (:class:`NewestRecordSource`): the newest record of each
 #: key, decoded where it is read (``a`` = the partition and ``b`` = the seq of
@@ -228,6 +229,7 @@ class NewestRecordSource(KafkaChangelogSource):
         return NewestRecordReader(SourceOptions.parse(self.options), self.options, topics)
 
 
+@spark_task
 def state_partition(
     batches: Iterator[pa.RecordBatch], cap: int, slack: int, pull_threshold: int
 ) -> Iterator[pa.RecordBatch]:
@@ -251,6 +253,7 @@ def state_partition(
         yield arrow.batch(out, STATE)
 
 
+@spark_task
 def write_lists_partition(
     batches: Iterator[pa.RecordBatch], config: StarlingConfig, generation: int
 ) -> Iterator[pa.RecordBatch]:
@@ -276,6 +279,7 @@ def _timelines(
         yield row["owner"], horizon, kept
 
 
+@spark_task
 def write_timelines_partition(
     batches: Iterator[pa.RecordBatch], config: StarlingConfig, generation: int
 ) -> Iterator[pa.RecordBatch]:
@@ -299,6 +303,7 @@ def write_timelines_partition(
         )
 
 
+@spark_task
 def diff_partition(
     batches: Iterator[pa.RecordBatch], config: StarlingConfig, live: int, newest_tweet: int
 ) -> Iterator[pa.RecordBatch]:

@@ -27,7 +27,7 @@ from fanout.timelines import store_for
 from fanout.watermark import batch_duration_counters, contiguous, merge_marks
 from spark import arrow
 from spark.operator import decode_bundle
-from spark.worker_heap import worker_task
+from spark.worker_heap import spark_task
 
 STATS_SCHEMA = (
     "seq long, ts long, mutations long, deliveries long, added long, removed long, "
@@ -46,6 +46,7 @@ _NUMBERS = [name for name in arrow.names(STATS_SCHEMA) if name != "marks"]
 SLICE_WEIGHT = 500_000
 
 
+@spark_task
 def apply_bundles(
     batches: Iterator[pa.RecordBatch], *, config: StarlingConfig, generation: int
 ) -> Iterator[pa.RecordBatch]:
@@ -56,14 +57,6 @@ def apply_bundles(
     tweets in this batch gets one write). One author's events are one bundle,
     so they are never split.
     """
-    with worker_task():
-        stats = _apply(batches, config=config, generation=generation)
-    yield stats
-
-
-def _apply(
-    batches: Iterator[pa.RecordBatch], *, config: StarlingConfig, generation: int
-) -> pa.RecordBatch:
     store = store_for(config, timeout=120)
     totals: dict[str, Any] = dict.fromkeys(_NUMBERS, 0)
     bodies: dict[int, bytes] = {}
@@ -101,7 +94,7 @@ def _apply(
         flush()
     totals["dead_letters"] = store.dead_letter(dead)
     totals["marks"] = json.dumps(marks)
-    return arrow.batch({k: [v] for k, v in totals.items()}, STATS_SCHEMA)
+    yield arrow.batch({k: [v] for k, v in totals.items()}, STATS_SCHEMA)
 
 
 @dataclass

@@ -10,8 +10,9 @@ was the Python workers' largest single cost, larger than the join and the
 Redis writes together; and a worker still collecting is one the next task
 waits for.
 
-Starling's tasks say when they start and end (:func:`worker_task`, or
-:func:`task_started` and :func:`task_ended` where a ``with`` does not fit).
+Starling's tasks say when they start and end: the functions Spark runs
+over a partition are :func:`spark_task` generators, and the join calls
+:func:`task_started` and :func:`task_ended` from its ``init`` and ``close``.
 The first one in a worker adds a hook to the collector that runs after each
 full collection: when no task is in progress, that is the daemon's collection
 between two tasks, and the hook freezes what survived it (``gc.freeze``). Those
@@ -26,11 +27,15 @@ collector as it was.
 
 from __future__ import annotations
 
+import functools
 import gc
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 #: Starling tasks in progress in this process (one at a time in a Spark worker).
 _running = 0
@@ -60,6 +65,18 @@ def worker_task() -> Iterator[None]:
         yield
     finally:
         task_ended()
+
+
+def spark_task(fn: Callable[P, Iterator[T]]) -> Callable[P, Iterator[T]]:
+    """``fn``, a generator Spark runs over a partition (``mapInArrow``, a data
+    source's read), as a task from its first step to its last."""
+
+    @functools.wraps(fn)
+    def run(*args: P.args, **kwargs: P.kwargs) -> Iterator[T]:
+        with worker_task():
+            yield from fn(*args, **kwargs)
+
+    return run
 
 
 def _freeze_after_collection(phase: str, info: dict[str, Any]) -> None:

@@ -11,7 +11,7 @@ import textwrap
 
 PRELUDE = """
 import gc, os, weakref
-from spark.worker_heap import task_ended, task_started, worker_task
+from spark.worker_heap import spark_task, task_ended, task_started, worker_task
 
 class Node:
     pass
@@ -58,6 +58,23 @@ def test_what_outlives_a_task_is_frozen_and_what_the_task_left_is_collected() ->
             pass
         gc.collect()
         assert frozen(later)
+        """)
+
+
+def test_a_spark_task_generator_is_a_task_from_its_first_step_to_its_last() -> None:
+    run("""
+        @spark_task
+        def rows(n):
+            yield from range(n)
+
+        kept = cycle()
+        it = rows(2)
+        assert next(it) == 0
+        gc.collect()                    # between two steps: still inside the task
+        assert gc.get_freeze_count() == 0
+        assert list(it) == [1]
+        gc.collect()
+        assert frozen(kept)
         """)
 
 
