@@ -13,7 +13,7 @@ waits for.
 Starling's tasks say when they start and end: the functions Spark runs
 over a partition are :func:`spark_task` generators, and the join calls
 :func:`task_started` and :func:`task_ended` from its ``init`` and ``close``.
-The first one in a worker adds a hook to the collector that runs after each
+The first task in a worker adds a hook to the collector that runs after each
 full collection: when no task is in progress, that is the daemon's collection
 between two tasks, and the hook freezes what survived it (``gc.freeze``). Those
 objects are what the worker keeps between tasks (the imports, the clients,
