@@ -16,12 +16,6 @@ for i = 8, #ARGV, 2 do names[#names + 1] = ARGV[i] end
 local now = redis.call('HMGET', KEYS[1], unpack(names))
 local newer = tonumber(ARGV[1]) > tonumber(now[1] or '-1')
 local out = {'marks', ARGV[4]}
-if newer then
-  for _, pair in ipairs({{'batch_id', 1}, {'applied_at', 5}, {'offsets', 7}}) do
-    out[#out + 1] = pair[1]
-    out[#out + 1] = ARGV[pair[2]]
-  end
-end
 for i, field in ipairs({{'seq', 2}, {'contiguous', 3}, {'event_time', 6}}) do
   if tonumber(ARGV[field[2]]) > tonumber(now[i + 1] or '0') then
     out[#out + 1] = field[1]
@@ -29,6 +23,10 @@ for i, field in ipairs({{'seq', 2}, {'contiguous', 3}, {'event_time', 6}}) do
   end
 end
 if newer then
+  for _, pair in ipairs({{'batch_id', 1}, {'applied_at', 5}, {'offsets', 7}}) do
+    out[#out + 1] = pair[1]
+    out[#out + 1] = ARGV[pair[2]]
+  end
   for i = 8, #ARGV, 2 do
     out[#out + 1] = ARGV[i]
     local total = tonumber(now[4 + (i - 6) / 2] or '0') + tonumber(ARGV[i + 1])
