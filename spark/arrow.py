@@ -33,7 +33,11 @@ def columns(schema: str) -> dict[str, list[Any]]:
     return {name: [] for name in names(schema)}
 
 
-def batch(data: dict[str, list[Any]], schema: str) -> pa.RecordBatch:
-    """An Arrow batch with exactly the types of ``schema``."""
-    arrow = pa.schema([(name, _ARROW_TYPES[kind]) for name, kind in fields(schema)])
-    return pa.RecordBatch.from_pydict(data, schema=arrow)
+def schema(ddl: str) -> pa.Schema:
+    """The Arrow schema of a Spark DDL string."""
+    return pa.schema([(name, _ARROW_TYPES[kind]) for name, kind in fields(ddl)])
+
+
+def batch(data: dict[str, list[Any]], ddl: str) -> pa.RecordBatch:
+    """An Arrow batch with exactly the types of ``ddl``."""
+    return pa.RecordBatch.from_pydict(data, schema=schema(ddl))

@@ -3,7 +3,7 @@
 
 The read keeps the newest record of each key and decodes it in its read
 tasks (:class:`NewestRecordSource`, :func:`newest_per_key`,
-:func:`decode_records`); every other function here is run by ``mapInArrow``:
+:func:`spark.rebuild_decode.decode_records`); every other function here is run by ``mapInArrow``:
 it takes an iterator of Arrow batches and yields batches of the schema named
 beside it (a Spark DDL string).
 """
@@ -16,7 +16,6 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 
-from fanout import events
 from fanout.config import StarlingConfig, TopicNames
 from fanout.join import newest, rebuilt_author_state, rebuilt_timeline
 from fanout.timeline_ops import pack_timeline, visible
@@ -30,14 +29,9 @@ from spark.kafka_source import (
     consume_range,
 )
 from spark.offsets import OffsetRange, Offsets, ranges
+from spark.rebuild_decode import DECODED, decode_records
 from spark.worker_heap import spark_task
 
-#: The rebuild's read (:class:`NewestRecordSource`): the newest record of each
-#: key, decoded where it is read (``a`` = the partition and ``b`` = the seq of
-#: a relay mark). See :func:`decode_records`.
-DECODED = (
-    "kind string, a long, b long, seq long, topic string, partition int, offset long, error string"
-)
 #: Records decoded (and handed to Spark) per Arrow batch of the read.
 DECODE_CHUNK = 10_000
 #: Bytes of Python memory a read task holds per record of its partition
@@ -52,77 +46,6 @@ WRITTEN = "owner long, entries int"
 DIFF = "owner long, live_missing boolean, missing int, extra int"
 #: write_lists_partition: how many pulled authors' lists were written.
 COUNT = "n long"
-
-
-def _decode(
-    topic: str, partition: int, key: bytes | None, value: bytes | None, headers: Any
-) -> tuple[str, Any, Any, Any, int | None, str | None]:
-    """(kind, a, b, body, seq, error) of one record (see :func:`decode_records`)."""
-    seq, jk, mark = events.header_numbers(headers)
-    if mark is not None:
-        return "mark", partition, mark, None, seq, None
-    try:
-        envelope = events.decode_record(topic, key, value, seq, jk)
-    except events.BadEvent as exc:
-        return "bad", None, None, None, seq, str(exc)
-    ev = envelope.event
-    if isinstance(ev, events.TweetPosted):
-        return "tweet", ev.author_id, ev.tweet_id, events.tweet_json(ev), seq, None
-    if isinstance(ev, events.Followed):
-        return "follow", ev.followee_id, ev.follower_id, None, seq, None
-    if isinstance(ev, events.TimelineReset):
-        return "command", None, None, None, seq, None
-    return "gone", None, None, None, seq, None
-
-
-def decode_records(
-    part: OffsetRange,
-    keys: list[bytes | None],
-    values: list[bytes | None],
-    offsets: list[int],
-    headers: list[Any],
-    *,
-    topics: TopicNames,
-) -> tuple[pa.RecordBatch, list[tuple[int, bytes]]]:
-    """Records of ``part`` decoded: rows of :data:`DECODED`, and the tweets'
-    (id, body). A row is a ``tweet`` (a=author, b=tweet id), a ``follow``
-    (a=followee, b=follower), ``gone`` (a tombstone), a ``mark`` (a=partition,
-    b=the mark's seq), a ``command`` (a timeline reset, which a rebuild has
-    no use for) or ``bad`` (with the error).
-
-    Decoding where the records are read, from the consumer's own Python
-    objects, spares the rebuild a round trip of every record through Spark
-    and back into Python."""
-    try:
-        topic = topics.logical(part.topic)
-    except KeyError:
-        topic = part.topic  # decoding names it: "unknown topic"
-    out: dict[str, list[Any]] = arrow.columns("kind string, a long, b long")
-    seqs: list[int | None] = []
-    errors: list[str | None] = []
-    bodies: list[tuple[int, bytes]] = []
-    for key, value, hdrs in zip(keys, values, headers, strict=True):
-        kind, a, b, body, seq, error = _decode(topic, part.partition, key, value, hdrs)
-        out["kind"].append(kind)
-        out["a"].append(a)
-        out["b"].append(b)
-        seqs.append(seq)
-        errors.append(error)
-        if body is not None:
-            bodies.append((b, body))
-    n = len(offsets)
-    rows = arrow.batch(
-        {
-            **out,
-            "seq": seqs,
-            "topic": [part.topic] * n,
-            "partition": [part.partition] * n,
-            "offset": offsets,
-            "error": errors,
-        },
-        DECODED,
-    )
-    return rows, bodies
 
 
 def largest_partition(ends: Offsets) -> tuple[str, int, int, float]:

@@ -12,11 +12,10 @@ from fanout.config import TopicNames
 from spark import arrow
 from spark.kafka_source import SourceOptions
 from spark.offsets import OffsetRange
+from spark.rebuild_decode import DECODED, decode_records
 from spark.rebuild_tasks import (
-    DECODED,
     NewestRecordReader,
     NewestRecordSource,
-    decode_records,
     largest_partition,
     newest_per_key,
 )
@@ -150,3 +149,127 @@ def test_the_largest_partition_and_the_memory_its_read_task_needs() -> None:
     assert (topic, partition, records) == ("p.follows", 0, 1_491_308)
     assert gib == pytest.approx(1.03, abs=0.01)  # 740 bytes a record
     assert largest_partition({}) == ("", 0, 0, 0.0)
+
+
+# --- the canonical records' fast path against the Python decode ---------------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from fanout import ids  # noqa: E402
+from spark.rebuild_decode import _decode, _recognise  # noqa: E402
+
+
+def one_by_one(topic: str, records: list[tuple]) -> tuple[list[tuple], list[tuple[int, bytes]]]:
+    """What decode_records must give: each record through events.decode_record."""
+    rows, bodies = [], []
+    for key, value, headers in records:
+        kind, a, b, body, seq, error = _decode(topic, 1, key, value, headers)
+        rows.append((kind, a, b, seq, error))
+        if body is not None:
+            bodies.append((b, body))
+    return rows, bodies
+
+
+def assert_same_as_one_by_one(topic: str, records: list[tuple]) -> None:
+    got, bodies = decode_all(f"p.{topic}", records)
+    want_rows, want_bodies = one_by_one(topic, records)
+    assert [(r["kind"], r["a"], r["b"], r["seq"], r["error"]) for r in got] == want_rows
+    assert sorted(bodies) == sorted(want_bodies)
+
+
+texts = st.text(
+    st.characters(codec="utf-8", exclude_characters="\ud800"), max_size=40
+) | st.sampled_from(['say "hi"', "back\\slash", "tab\there", "\x7f\u2028/é😀", "", "a\nb"])
+id_ = st.integers(1, ids.MAX_ID)
+
+
+@st.composite
+def tweet_records(draw: st.DrawFn) -> tuple:
+    tweet_id, author_id, seq = draw(id_), draw(id_), draw(st.integers(0, 2**40))
+    if draw(st.booleans()):
+        event: events.Event = events.TweetPosted(tweet_id, author_id, draw(texts), draw(texts))
+    else:
+        event = events.TweetDeleted(tweet_id, author_id)
+    return record(event, seq)
+
+
+@st.composite
+def follow_records(draw: st.DrawFn) -> tuple:
+    follower, followee, seq = draw(id_), draw(id_), draw(st.integers(0, 2**40))
+    live = draw(st.booleans())
+    event = events.Followed(follower, followee) if live else events.Unfollowed(follower, followee)
+    return record(event, seq)
+
+
+#: Ways a record can differ from what the relay writes.
+ALTERATIONS = [
+    lambda k, v, h: (b"0" + k, v, h),  # a leading zero in the key
+    lambda k, v, h: (k, v and v.replace(b",", b", ", 1), h),  # JSON with a space
+    lambda k, v, h: (k, v and v.replace(b'"v":1', b'"v":2'), h),
+    lambda k, v, h: (k, v and v[:-1], h),  # not JSON
+    lambda k, v, h: (k, v and v + b"\xff", h),  # not UTF-8
+    lambda k, v, h: (k, b"{}", h),
+    lambda k, v, h: (k, v, h[::-1]),  # headers in the other order
+    lambda k, v, h: (k, v, [*h, ("x", b"1")]),
+    lambda k, v, h: (k, v, h[:1]),  # no jk
+    lambda k, v, h: (k, v, [("seq", b"+5"), h[1]]),
+    lambda k, v, h: (k, v, [("seq", b" 7 "), h[1]]),
+    lambda k, v, h: (k, v, [("seq", b"-1"), h[1]]),
+    lambda k, v, h: (k, v, [("seq", b"007"), h[1]]),
+    lambda k, v, h: (k, v, [h[0], ("jk", b"0")]),
+    lambda k, v, h: (k, v, [h[0], ("jk", b"12")]),  # another join key
+    lambda k, v, h: (k, v, [h[0], ("jk", h[1][1] + b"0")]),
+    lambda k, v, h: (k, v, None),
+    lambda k, v, h: (None, v, h),
+    lambda k, v, h: (b"x" + k, v, h),
+    lambda k, v, h: (str(ids.MAX_ID + 1).encode(), v, h),
+]
+
+
+@st.composite
+def altered(draw: st.DrawFn, records: st.SearchStrategy[tuple]) -> tuple:
+    key, value, headers = draw(records)
+    return draw(st.sampled_from(ALTERATIONS))(key, value, headers)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        tweet_records()
+        | altered(tweet_records())
+        | st.builds(mark, st.integers(0, 3), st.integers(0, 99)),
+        max_size=30,
+    )
+)
+def test_tweets_decode_as_one_by_one(records: list[tuple]) -> None:
+    assert_same_as_one_by_one("tweets", records)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(follow_records() | altered(follow_records()), max_size=30))
+def test_follows_decode_as_one_by_one(records: list[tuple]) -> None:
+    assert_same_as_one_by_one("follows", records)
+
+
+def test_unknown_topics_and_timeline_resets_decode_as_one_by_one() -> None:
+    reset = record(events.TimelineReset(5, (7, 9), 3, 11, ()), 4)
+    assert_same_as_one_by_one("timelines", [reset, (*reset[:2], [])])
+
+
+@given(st.lists(tweet_records(), min_size=1, max_size=20), st.lists(follow_records(), max_size=20))
+def test_what_the_relay_writes_takes_the_fast_path(
+    tweets: list[tuple], follows: list[tuple]
+) -> None:
+    """Every canonical record is recognised, but for a tweet whose text or
+    author needs a JSON escape (those take the Python path)."""
+    for topic, records in ((events.TWEETS, tweets), (events.FOLLOWS, follows)):
+        keys, values, headers = (
+            (list(c) for c in zip(*records, strict=True)) if records else ([], [], [])
+        )
+        fast = _recognise(topic, keys, values, headers)
+        recognised = [
+            lv or g for lv, g in zip(fast.live.to_pylist(), fast.gone.to_pylist(), strict=True)
+        ]
+        escaped = [v is not None and b"\\" in v for v in values]
+        assert recognised == [not e for e in escaped]
