@@ -30,7 +30,7 @@ from spark.kafka_source import (
 )
 from spark.offsets import OffsetRange, Offsets, ranges
 from spark.rebuild_decode import DECODED, decode_records
-from spark.worker_heap import spark_task
+from spark.worker_heap import collector_paused, spark_task
 
 #: Records decoded (and handed to Spark) per Arrow batch of the read.
 DECODE_CHUNK = 10_000
@@ -95,6 +95,10 @@ class NewestRecordReader(KafkaBatchReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, OffsetRange)
+        with collector_paused():  # a million records held, no cycles among them
+            yield from self._read(partition)
+
+    def _read(self, partition: OffsetRange) -> Iterator[pa.RecordBatch]:
         newest, read = newest_per_key(
             consume_range(self.options.client, partition, self.options.read_timeout)
         )

