@@ -78,6 +78,35 @@ def test_a_spark_task_generator_is_a_task_from_its_first_step_to_its_last() -> N
         """)
 
 
+def test_a_task_runs_without_automatic_collections_and_the_collector_resumes_after() -> None:
+    run("""
+        with worker_task():
+            with worker_task():         # nested: still one task in progress
+                assert not gc.isenabled()
+            assert not gc.isenabled()
+            left = weakref.ref(cycle())
+            hold = [[] for _ in range(100_000)]  # would trigger collections
+            assert left() is not None
+        assert gc.isenabled()
+        gc.collect()                    # the daemon's, after the task
+        assert left() is None
+        gc.disable()                    # a worker whose collector was off keeps it off
+        with worker_task():
+            pass
+        assert not gc.isenabled()
+        """)
+
+
+def test_outside_a_reused_worker_the_collector_is_left_alone() -> None:
+    run(
+        """
+        with worker_task():
+            assert gc.isenabled()
+        """,
+        reused=False,
+    )
+
+
 def test_a_task_that_never_ends_stops_the_freezing() -> None:
     run("""
         task_started()
