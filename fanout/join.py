@@ -302,7 +302,17 @@ def rebuilt_timeline(
     floor is not 0, so the result is never short. The horizon is ``floor``,
     or the oldest kept id when older ones were cut.
     """
-    kept, horizon = newest(sorted({i for i in ids if i >= floor}), cap + slack)
+    return distinct_timeline(
+        sorted({i for i in ids if i >= floor}), cap=cap, slack=slack, floor=floor
+    )
+
+
+def distinct_timeline(
+    ids: Sequence[int], *, cap: int, slack: int = SLACK, floor: int = 0
+) -> tuple[int, list[int]]:
+    """:func:`rebuilt_timeline` of ``ids`` that are already distinct, ascending
+    and at or above ``floor`` (a rebuild prepares them in bulk)."""
+    kept, horizon = newest(ids, cap + slack)
     return max(horizon, floor), list(kept)
 
 

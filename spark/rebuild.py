@@ -181,7 +181,7 @@ class Rebuild:
         return decoded
 
     def join(self, decoded: DataFrame) -> tuple[DataFrame, DataFrame]:
-        """(author states, per-owner inputs of the timelines)."""
+        """(author states, the timelines' input: rows of ``rebuild_tasks.EDGES``)."""
         self.progress.stage("joining tweets and follows")
         cap, slack = self.config.timeline_size, self.config.timeline_slack
         tweets = decoded.where("kind = 'tweet'").select(
@@ -213,24 +213,27 @@ class Rebuild:
             .distinct()
         )
         # A pulled author's tweets stay out of its followers' timelines: their
-        # reads merge its list (fanout.join), named in their set of pulls.
+        # reads merge its list (fanout.join), named in their set of pulls. Each
+        # owner's rows end up together (hashed to one partition, sorted there)
+        # and are merged per owner in Python, on NumPy views of the kept ids
+        # (rebuild_tasks.owner_inputs): an aggregation here would box every id
+        # in the JVM and spill.
         pull = F.coalesce("pulled", F.lit(False)) & (F.col("owner") != F.col("author"))
-        empty = F.array().cast("array<long>")
         inputs = (
             edges.join(
                 states.select(F.col("join_key").alias("author"), "kept", "horizon", "pulled"),
                 "author",
                 "left",
             )
-            .groupBy("owner")
-            .agg(
-                F.flatten(F.collect_list(F.when(~pull, F.coalesce("kept", empty)))).alias("ids"),
-                F.max(F.when(~pull, F.coalesce("horizon", F.lit(0)))).alias("floor"),
-                F.collect_list(F.when(pull, F.col("author"))).alias("pulls"),
-                # What readers see, the lists merged in (for the dry run's comparison).
-                F.flatten(F.collect_list(F.coalesce("kept", empty))).alias("seen"),
-                F.max(F.coalesce("horizon", F.lit(0))).alias("seen_floor"),
+            .select(
+                "owner",
+                "author",
+                "kept",
+                F.coalesce("horizon", F.lit(0)).alias("horizon"),
+                pull.alias("pull"),
             )
+            .repartition("owner")
+            .sortWithinPartitions("owner")
         )
         self.summary.authors = states.count()
         self.progress.done(f"{self.summary.authors:,} authors with state")
@@ -241,9 +244,9 @@ class Rebuild:
         config = self.config
         lengths = {
             r["owner"]: r["entries"]
-            for r in inputs.select("owner", "ids", "floor", "pulls")
-            .mapInArrow(lambda it: write_timelines_partition(it, config, generation), WRITTEN)
-            .collect()
+            for r in inputs.mapInArrow(
+                lambda it: write_timelines_partition(it, config, generation), WRITTEN
+            ).collect()
         }
         lists = _first(
             states.where("pulled")
@@ -315,7 +318,7 @@ class Rebuild:
             self.summary.live_missing = -1
             self.progress.done("no live generation: every timeline would be new")
             return
-        newest = int(_first(inputs.select(F.max(F.array_max("seen"))))[0] or 0)
+        newest = int(_first(inputs.select(F.max(F.array_max("kept"))))[0] or 0)
         config = self.config
         rows = inputs.mapInArrow(lambda it: diff_partition(it, config, live, newest), DIFF)
         rows = rows.withColumn("delta", F.col("missing") + F.col("extra"))

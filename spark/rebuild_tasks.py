@@ -10,14 +10,17 @@ beside it (a Spark DDL string).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 
 from fanout.config import StarlingConfig, TopicNames
-from fanout.join import newest, rebuilt_author_state, rebuilt_timeline
+from fanout.join import distinct_timeline, newest, rebuilt_author_state
 from fanout.timeline_ops import pack_timeline, visible
 from fanout.timelines import store_for
 from spark import arrow
@@ -40,6 +43,10 @@ DECODE_CHUNK = 10_000
 READ_BYTES_PER_RECORD = 740
 #: state_partition: an author's join state, and what of it timelines are made from.
 STATE = "join_key long, blob binary, kept array<long>, horizon long, pulled boolean"
+#: The timelines' input: one row per owner and author they follow (the self
+#: edge included), with the author's kept tweets and horizon, and whether the
+#: author is pulled; each owner's rows consecutive (:func:`owner_inputs`).
+EDGES = "owner long, author long, kept array<long>, horizon long, pull boolean"
 #: write_timelines_partition: each timeline written, and its length.
 WRITTEN = "owner long, entries int"
 #: diff_partition: how a rebuilt timeline differs from the live one.
@@ -195,35 +202,132 @@ def write_lists_partition(
         yield arrow.batch({"n": [n]}, COUNT)
 
 
-def _timelines(
-    batch: pa.RecordBatch, cap: int, slack: int, *, ids: str = "ids", floor: str = "floor"
-) -> Iterator[tuple[int, int, list[int]]]:
-    """(owner, horizon, ids) of each timeline, from the columns ``ids`` and ``floor``."""
-    for row in batch.to_pylist():
-        horizon, kept = rebuilt_timeline(
-            row[ids] or (), cap=cap, slack=slack, floor=row[floor] or 0
+@dataclass
+class OwnerInput:
+    """What one owner's timeline is made from: the kept tweets of the authors
+    they follow (and their own), as arrays of ids in any order, duplicates
+    allowed."""
+
+    owner: int
+    #: The pushed authors' kept tweets, and the highest of their horizons.
+    ids: list[np.ndarray] = field(default_factory=list)
+    floor: int = 0
+    #: The pulled authors followed (their tweets are merged at read time).
+    pulls: list[int] = field(default_factory=list)
+    #: Every followed author's kept tweets, pulled ones included (what readers
+    #: see), and the highest horizon among them.
+    seen: list[np.ndarray] = field(default_factory=list)
+    seen_floor: int = 0
+
+    def merge(self, other: OwnerInput) -> None:
+        """Add ``other``, more rows of the same owner."""
+        self.ids += other.ids
+        self.floor = max(self.floor, other.floor)
+        self.pulls += other.pulls
+        self.seen += other.seen
+        self.seen_floor = max(self.seen_floor, other.seen_floor)
+
+    def timeline(self, cap: int, slack: int, *, seen: bool = False) -> tuple[int, list[int]]:
+        """(horizon, ids ascending) of the rebuilt timeline
+        (:func:`fanout.join.rebuilt_timeline`); with ``seen``, of what readers
+        see, the pulled authors' lists merged in."""
+        parts, floor = (self.seen, self.seen_floor) if seen else (self.ids, self.floor)
+        ids = parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else _NO_IDS
+        return distinct_timeline(
+            newest_distinct(ids, floor, cap + slack + 1), cap=cap, slack=slack, floor=floor
         )
-        yield row["owner"], horizon, kept
+
+
+_NO_IDS = np.empty(0, dtype=np.int64)
+
+
+def owner_inputs(batches: Iterable[pa.RecordBatch]) -> Iterator[OwnerInput]:
+    """One :class:`OwnerInput` per owner, from rows of :data:`EDGES` where each
+    owner's rows are consecutive (they may run on into the next batch).
+
+    The ids stay NumPy views of the batches' buffers: a popular author's
+    tweets, repeated for each follower, never become Python ints."""
+    current: OwnerInput | None = None
+    for batch in batches:
+        if not batch.num_rows:
+            continue
+        for part in _batch_inputs(batch):
+            if current is not None and current.owner == part.owner:
+                current.merge(part)
+                continue
+            if current is not None:
+                yield current
+            current = part
+    if current is not None:
+        yield current
+
+
+def _batch_inputs(batch: pa.RecordBatch) -> Iterator[OwnerInput]:
+    """Each run of one owner's rows in ``batch``, as an :class:`OwnerInput`."""
+    owners = batch.column("owner").to_numpy()
+    horizons = batch.column("horizon").to_numpy()
+    pulled = batch.column("pull").to_numpy(zero_copy_only=False)
+    kept = batch.column("kept")
+    if kept.null_count:  # an author without state: no tweets
+        kept = pa.array([ids or [] for ids in kept.to_pylist()], pa.list_(pa.int64()))
+    if kept.values.null_count:
+        raise ValueError("a timeline's input holds a null tweet id")
+    values = kept.values.to_numpy()
+    offsets = kept.offsets.to_numpy()
+    starts = np.flatnonzero(np.concatenate(([True], owners[1:] != owners[:-1])))
+    ends = np.append(starts[1:], len(owners))
+    seen_floors = np.maximum.reduceat(horizons, starts)
+    floors = np.maximum.reduceat(np.where(pulled, 0, horizons), starts)
+    any_pulled = np.logical_or.reduceat(pulled, starts)
+    for run, (a, b) in enumerate(zip(starts.tolist(), ends.tolist(), strict=True)):
+        seen = values[offsets[a] : offsets[b]]
+        ids, pulls = [seen], []
+        if any_pulled[run]:
+            ids = [values[offsets[i] : offsets[i + 1]] for i in range(a, b) if not pulled[i]]
+            pulls = [int(batch.column("author")[i].as_py()) for i in range(a, b) if pulled[i]]
+        yield OwnerInput(
+            int(owners[a]), ids, int(floors[run]), pulls, [seen], int(seen_floors[run])
+        )
+
+
+def newest_distinct(ids: np.ndarray, floor: int, keep: int) -> list[int]:
+    """The newest ``keep`` distinct ids at or above ``floor``, ascending.
+
+    A timeline's input is every followed author's newest tweets, thousands
+    of ids per owner where popular authors are followed: NumPy cuts it down
+    in C, ready for :func:`fanout.join.distinct_timeline` (the rule of
+    :func:`fanout.join.rebuilt_timeline` on ids already distinct and sorted).
+    With ``keep`` one more than the rule keeps, the rule gives the same result
+    on the cut list as on the whole one (and still sees that older ids were
+    cut, which sets the horizon)."""
+    distinct = np.unique(ids[ids >= floor] if floor else ids)
+    return distinct[-keep:].tolist() if keep > 0 else []
+
+
+def _chunks(inputs: Iterator[OwnerInput], size: int = 5_000) -> Iterator[list[OwnerInput]]:
+    while chunk := list(itertools.islice(inputs, size)):
+        yield chunk
 
 
 @spark_task
 def write_timelines_partition(
     batches: Iterator[pa.RecordBatch], config: StarlingConfig, generation: int
 ) -> Iterator[pa.RecordBatch]:
-    """Write this partition's timelines into ``generation``; return their lengths
-    (-1 for the users idle in the active generation: their timelines stay dropped)."""
+    """Write this partition's timelines (from rows of :data:`EDGES`) into
+    ``generation``; return their lengths (-1 for the users idle in the
+    active generation: their timelines stay dropped)."""
     store = store_for(config, timeout=120)
     live = store.active_generation()
-    for batch in batches:
-        rows = list(_timelines(batch, config.timeline_size, config.timeline_slack))
-        owners = [o for o, _, _ in rows]
+    cap, slack = config.timeline_size, config.timeline_slack
+    for chunk in _chunks(owner_inputs(batches)):
+        owners = [i.owner for i in chunk]
+        rows = [(i.owner, *i.timeline(cap, slack)) for i in chunk]
         idle = store.dropped(live, owners) if live is not None and live != generation else set()
         store.write_timelines(
             generation, ((o, pack_timeline(h, ids)) for o, h, ids in rows if o not in idle)
         )
         store.write_dropped(generation, idle)
-        pulls = batch.column("pulls").to_pylist()
-        store.write_pulls(generation, ((o, p) for o, p in zip(owners, pulls, strict=True) if p))
+        store.write_pulls(generation, ((i.owner, i.pulls) for i in chunk if i.pulls))
         yield arrow.batch(
             {"owner": owners, "entries": [-1 if o in idle else len(ids) for o, _, ids in rows]},
             WRITTEN,
@@ -239,14 +343,14 @@ def diff_partition(
     than the snapshot are left out of the live side."""
     store = store_for(config, timeout=120)
     cap = config.timeline_size
-    for batch in batches:
-        rows = list(_timelines(batch, cap, config.timeline_slack, ids="seen", floor="seen_floor"))
-        views = store.timelines(live, [o for o, _, _ in rows])
+    for chunk in _chunks(owner_inputs(batches)):
+        views = store.timelines(live, [i.owner for i in chunk])
         out: dict[str, list[Any]] = arrow.columns(DIFF)
-        for (owner, _, ids), view in zip(rows, views, strict=True):
+        for owner_input, view in zip(chunk, views, strict=True):
+            _, ids = owner_input.timeline(cap, config.timeline_slack, seen=True)
             want = set(visible(ids, cap))
             have = {i for i in view.ids if i <= newest_tweet} if view else set()
-            out["owner"].append(owner)
+            out["owner"].append(owner_input.owner)
             out["live_missing"].append(view is None)
             out["missing"].append(len(want - have))
             out["extra"].append(len(have - want))

@@ -36,13 +36,15 @@ ARCHIVE = "starling-env.tar.gz"
 ENTRY = Path(__file__).with_name("submit.py")
 
 #: What the executors import besides Starling (spark/, fanout/): the Kafka
-#: source's client, the Redis sink's, the stored forms, Arrow batches, and the
-#: protobuf messages of transformWithState's state server. Pinned by the lock.
+#: source's client, the Redis sink's, the stored forms, Arrow batches (and the
+#: rebuild's NumPy views of them), and the protobuf messages of
+#: transformWithState's state server. Pinned by the lock.
 EXECUTOR_REQUIREMENTS = (
     "confluent-kafka",
     "redis[hiredis]",
     "orjson",
     "pyarrow",
+    "numpy",
     "pandas",
     "protobuf",
 )

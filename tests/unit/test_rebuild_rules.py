@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 import struct
 from array import array
 
-from hypothesis import given
+import pyarrow as pa
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fanout import events
 from fanout.author_state import AuthorState
 from fanout.join import join_events, rebuilt_author_state, rebuilt_timeline
+from spark import arrow
+from spark.rebuild_tasks import EDGES, owner_inputs
 
 CAP, SLACK = 5, 2
 
@@ -133,3 +137,51 @@ def test_a_pulled_state_written_whole_moves_its_followers_apart_at_its_next_writ
     main, apart = state.replaced([10, 20], True).encode_split()
     assert AuthorState.apart(main) and apart is not None
     assert AuthorState.decode(main, lambda: apart) == AuthorState({5, 6}, [10, 20], True)
+
+
+_EDGE = st.tuples(
+    st.integers(1, 4),  # owner
+    st.integers(1, 6),  # author
+    st.none() | st.lists(st.integers(1, 60), max_size=30),  # the author's kept tweets
+    st.integers(0, 60),  # the author's horizon
+    st.booleans(),  # pulled
+)
+
+
+@settings(deadline=None)  # the first example pays for pyarrow's first table
+@given(st.lists(_EDGE, max_size=20), st.lists(st.integers(0, 20), max_size=3))
+def test_timelines_merged_per_owner_in_numpy_equal_the_rule_on_whole_lists(
+    edges: list[tuple[int, int, list[int] | None, int, bool]], cuts: list[int]
+) -> None:
+    # The rebuild's write gets each owner's rows together (sorted, running on
+    # from one Arrow batch into the next) and merges them in NumPy before the
+    # rule: the same timelines, horizons and pulls as the rule on whole
+    # Python lists, made here the way the view's SQL defines them.
+    edges = sorted(edges, key=lambda e: e[0])
+    expected = {}
+    for owner in sorted({e[0] for e in edges}):
+        mine = [e for e in edges if e[0] == owner]
+        pushed = [e for e in mine if not e[4]]
+        ids = [i for e in pushed for i in e[2] or ()]
+        floor = max((e[3] for e in pushed), default=0)
+        seen = [i for e in mine for i in e[2] or ()]
+        expected[owner] = (
+            rebuilt_timeline(ids, cap=CAP, slack=SLACK, floor=floor),
+            [e[1] for e in mine if e[4]],
+            rebuilt_timeline(seen, cap=CAP, slack=SLACK, floor=max(e[3] for e in mine)),
+        )
+    table = pa.Table.from_pylist(
+        [dict(zip(("owner", "author", "kept", "horizon", "pull"), e, strict=True)) for e in edges],
+        schema=arrow.schema(EDGES),
+    )
+    bounds = sorted({0, len(edges), *(c for c in cuts if c < len(edges))})
+    batches = [
+        table.slice(a, b - a).combine_chunks().to_batches()[0]
+        for a, b in itertools.pairwise(bounds)
+        if b > a
+    ]
+    got = {
+        i.owner: (i.timeline(CAP, SLACK), i.pulls, i.timeline(CAP, SLACK, seen=True))
+        for i in owner_inputs(batches)
+    }
+    assert got == expected
