@@ -95,6 +95,11 @@ def session_settings(master: str, conf: Mapping[str, Any], given: set[str]) -> d
         "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{LOG4J}",
         "spark.sql.shuffle.partitions": str(shuffle_partitions(master)),
     }
+    if master.startswith("local"):
+        # Workers import PySpark's compiled modules instead of compiling its zip
+        # in every new process (spark.worker_daemon). Local masters only: a
+        # cluster's executors may not have Starling's code at hand.
+        defaults["spark.python.daemon.module"] = "spark.worker_daemon"
     return {
         **{k: v for k, v in defaults.items() if k not in given},
         **{k: str(v) for k, v in conf.items()},

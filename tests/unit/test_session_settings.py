@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from spark.session import TUNING, given_settings, session_settings
+from spark.worker_daemon import installed_zips
 
 
 def test_spark_defaults_conf_and_submit_args_are_given_settings(tmp_path: Path) -> None:
@@ -44,3 +45,29 @@ def test_given_settings_are_not_overridden_and_the_callers_are() -> None:
         ]
         == "false"
     )
+
+
+def test_local_workers_start_from_the_daemon_that_skips_sparks_zip() -> None:
+    assert session_settings("local[2]", {}, set())["spark.python.daemon.module"] == (
+        "spark.worker_daemon"
+    )
+    # A cluster's executors keep Spark's own daemon: they may not have Starling.
+    assert "spark.python.daemon.module" not in session_settings("spark://m:7077", {}, set())
+    # An operator's choice wins, as for every default.
+    given = session_settings("local[2]", {}, {"spark.python.daemon.module"})
+    assert "spark.python.daemon.module" not in given
+
+
+def test_only_zips_inside_the_installed_pyspark_are_moved(tmp_path: Path) -> None:
+    package = tmp_path / "site-packages" / "pyspark"
+    own = package / "python" / "lib"
+    own.mkdir(parents=True)
+    other = tmp_path / "opt" / "spark" / "python" / "lib"
+    path = [
+        str(own / "pyspark.zip"),
+        str(own / "py4j-0.10.9.9-src.zip"),
+        str(other / "pyspark.zip"),  # another Spark's: maybe another version
+        str(tmp_path / "site-packages"),
+    ]
+    assert installed_zips(path, package.resolve()) == path[:2]
+    assert installed_zips(path, None) == []
