@@ -1,19 +1,19 @@
 """Spark's Python worker daemon, importing PySpark's compiled modules.
 
-Spark starts each Python daemon (the executors' workers and the Python data
-source's planning workers) with its own ``pyspark.zip`` first on
+Spark starts its Python daemons with its own ``pyspark.zip`` first on
 ``PYTHONPATH``. Python cannot cache bytecode for modules imported from a
 zip, so every new worker process compiles PySpark's sources again: ~0.8 s
-of CPU per process on the 2-core machine, several times over before a
-rebuild's first stage (docs/performance.md). When that zip is the one
-inside the PySpark package installed here (a ``pip install pyspark``: the
-same files, with compiled bytecode beside them), this daemon moves the zips
-to the end of ``sys.path`` before it hands over to ``pyspark.daemon``, so
-PySpark is imported from the package. With any other Spark installation
-(a cluster's, whose zip may be another version) it changes nothing.
+of CPU per process on the 2-core machine (docs/performance.md). When that
+zip is the one inside the PySpark package installed here (a ``pip install
+pyspark``: the same files, with compiled bytecode beside them), this daemon
+moves the zips to the end of ``sys.path`` before it hands over to
+``pyspark.daemon``, so PySpark is imported from the package. With any other
+Spark installation (a cluster's, whose zip may be another version) it
+changes nothing.
 
 Set as ``spark.python.daemon.module`` by :mod:`spark.session` for local
-masters.
+masters. Spark uses it for the executors' workers only: the Python data
+source's planning workers still start from ``pyspark.daemon``.
 """
 
 from __future__ import annotations
@@ -34,15 +34,13 @@ def installed_zips(path: list[str], package: Path | None) -> list[str]:
 
 def _installed_pyspark() -> Path | None:
     """The installed ``pyspark`` package's directory, looked up without the zips."""
-    zips = [p for p in sys.path if p.endswith(".zip")]
-    rest = [p for p in sys.path if not p.endswith(".zip")]
     saved = sys.path[:]
-    sys.path[:] = rest
+    sys.path[:] = [p for p in saved if not p.endswith(".zip")]
     try:
         spec = find_spec("pyspark")
     finally:
         sys.path[:] = saved
-    if spec is None or not spec.submodule_search_locations or not zips:
+    if spec is None or not spec.submodule_search_locations:
         return None
     return Path(next(iter(spec.submodule_search_locations))).resolve()
 
