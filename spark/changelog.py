@@ -1,16 +1,17 @@
 """Extract: the changelogs as the streaming job reads them (the rebuild
 decodes them in its read tasks instead: spark.rebuild_tasks).
 
-The job hands the join two columns: ``join_key``, what it groups by, and
+The job hands the join two columns: ``bucket``, what it groups by (the
+state bucket of the record's join key: :func:`bucket_column`), and
 ``record``, everything else about the Kafka record packed into one binary
 value (:class:`ChangelogRecord`: the source's ``topic``, ``partition``,
 ``offset``, ``timestamp``, ``key`` and ``value``, plus the headers parsed
 once here in SQL: ``seq``, the outbox seq; ``jk``, the join key the header
 names; ``mark``, set on the relay's marks only).
 
-``join_key`` is ``jk``; :data:`MARKS` for the relay's marks; a negative
+The join key is ``jk``; :data:`MARKS` for the relay's marks; a negative
 per-partition key for a record without a usable one (decoding then fails
-and dead-letters it).
+and dead-letters it). The join reads each author's id back from ``jk``.
 
 Why one packed column: PySpark hands a stateful operator its input as one
 ``Row`` per record, built cell by cell from Arrow (a pyarrow scalar and its
@@ -52,6 +53,21 @@ def join_key_column() -> Any:
         .when(jk > 0, jk)
         .otherwise(-(F.col("partition") + 1))
     )
+
+
+#: How many state buckets the join's authors are spread over (spark.operator).
+#: Fewer buckets, fewer state calls per micro-batch (a bucket's key is set
+#: once however many of its authors are active); it must stay well above the
+#: shuffle partitions so every state partition gets some, and it is fixed for
+#: a checkpoint's life (changing it is a state layout change: a rebuild).
+STATE_BUCKETS = 256
+
+
+def bucket_column(join_key: Any) -> Any:
+    """The state bucket of a join key: 1 to :data:`STATE_BUCKETS` for an
+    author, the key itself for the marks and for records without a key
+    (those never reach an author's state)."""
+    return F.when(join_key > 0, F.pmod(join_key, F.lit(STATE_BUCKETS)) + 1).otherwise(join_key)
 
 
 class ChangelogRecord(NamedTuple):
@@ -150,7 +166,7 @@ def read_changelogs(
     max_records: int | None = None,
     fail_on_data_loss: bool = True,
 ) -> DataFrame:
-    """Both changelogs as a stream of (``join_key``, ``record``), from
+    """Both changelogs as a stream of (``bucket``, ``record``), from
     ``starting`` (default: the start of the log; it applies only to a
     checkpoint that has not committed a batch), at most ``max_records``
     records per micro-batch."""
@@ -162,5 +178,5 @@ def read_changelogs(
         .withColumn("seq", header_column(events.HEADER_SEQ))
         .withColumn("jk", header_column(events.HEADER_JOIN_KEY))
         .withColumn("mark", header_column(events.HEADER_MARK))
-        .select(join_key_column().alias("join_key"), record_column().alias("record"))
+        .select(bucket_column(join_key_column()).alias("bucket"), record_column().alias("record"))
     )

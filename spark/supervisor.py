@@ -19,6 +19,9 @@ timelines cannot be continued.
   (``STARLING_TOMBSTONE_RETENTION_HOURS``): deletes and unfollows it has not
   read may be gone from the log. It refuses to resume and waits for a
   rebuild, saying so.
+* The checkpoint keeps the join's state in another layout than this
+  version's (an upgrade that changed it): resuming would read every author
+  as new. It waits for a rebuild, saying so.
 * Anything else (Redis or Kafka briefly down): restart with back-off.
 
 What went wrong is established by looking (does the generation exist? is
@@ -43,6 +46,7 @@ from fanout.config import StarlingConfig
 from fanout.timelines import TimelineStore
 from spark.kafka_source import MissingTopic, end_offsets
 from spark.offsets import Offsets, data_loss
+from spark.operator import STATE_LAYOUT
 from spark.session import TUNING
 
 log = logging.getLogger("starling.fanout")
@@ -143,6 +147,22 @@ def rewind(checkpoint: Path, to_batch: int) -> list[int]:
 def mark_alive(checkpoint: Path) -> None:
     checkpoint.mkdir(parents=True, exist_ok=True)
     (checkpoint / "alive").touch()
+
+
+#: The file naming the layout of a checkpoint's join state (spark.operator).
+LAYOUT_FILE = "state-layout"
+
+
+def mark_layout(checkpoint: Path) -> None:
+    checkpoint.mkdir(parents=True, exist_ok=True)
+    (checkpoint / LAYOUT_FILE).write_text(STATE_LAYOUT + "\n")
+
+
+def layout_of(checkpoint: Path) -> str | None:
+    """The state layout ``checkpoint`` was written with; None before the file
+    existed (one value per author, grouped by author)."""
+    path = checkpoint / LAYOUT_FILE
+    return path.read_text().strip() if path.exists() else None
 
 
 def idle_hours(checkpoint: Path, now: float) -> float:
@@ -273,6 +293,7 @@ class Supervisor:
                 self.blocked = target.generation
                 continue
             mark_alive(target.checkpoint)
+            mark_layout(target.checkpoint)
             query = self.start(target)
             started = time.monotonic()
             restart = self.watch(query, target)
@@ -301,6 +322,13 @@ class Supervisor:
         """None if the query can start from ``target``'s checkpoint, after
         rewinding it if Redis lost applied batches; else why it cannot."""
         batches = committed_batches(target.checkpoint)
+        layout = layout_of(target.checkpoint)
+        if batches and layout != STATE_LAYOUT:
+            return (
+                f"its checkpoint keeps the join's state as {layout or 'one value per author'}, "
+                f"this version as {STATE_LAYOUT}; rebuild the timelines "
+                "(manage.py rebuild_timelines)"
+            )
         if not batches or target.takeover:
             return None
         hours = idle_hours(target.checkpoint, time.time())

@@ -21,6 +21,8 @@ from spark.supervisor import (
     committed_batches,
     generation_checkpoint,
     idle_hours,
+    layout_of,
+    mark_layout,
     maybe_switch,
 )
 
@@ -32,6 +34,7 @@ def checkpoint_with(root: Path, batches: int) -> Path:
         for b in range(batches):
             (root / log_dir / str(b)).write_text("v1\n{}\n{}\n")
             (root / log_dir / f".{b}.crc").write_text("")
+    mark_layout(root)
     return root
 
 
@@ -95,6 +98,25 @@ def test_a_job_down_longer_than_tombstones_are_kept_refuses_to_resume(
     # Down for less than that: it resumes.
     (checkpoint / "alive").touch()
     assert supervisor(config).check_resumable(Target(generation, checkpoint)) is None
+
+
+def test_a_checkpoint_of_another_state_layout_waits_for_a_rebuild(
+    starling: StarlingConfig, tmp_path: Path
+) -> None:
+    generation = store_for(starling).ensure_active_generation()
+    watermark_at(starling, generation, 2)
+    checkpoint = checkpoint_with(tmp_path / "gen", 3)
+    (checkpoint / "state-layout").unlink()  # written before the layout was recorded
+    refusal = supervisor(starling).check_resumable(Target(generation, checkpoint))
+    assert refusal is not None and "one value per author" in refusal and "rebuild" in refusal
+    (checkpoint / "state-layout").write_text("authors-in-64-buckets\n")
+    refusal = supervisor(starling).check_resumable(Target(generation, checkpoint))
+    assert refusal is not None and "authors-in-64-buckets" in refusal
+    # A checkpoint that has not committed a batch holds no state: it starts.
+    fresh = tmp_path / "fresh"
+    assert supervisor(starling).check_resumable(Target(generation, fresh)) is None
+    mark_layout(fresh)
+    assert layout_of(fresh) == layout_of(checkpoint_with(tmp_path / "now", 1))
 
 
 def test_a_taken_over_generation_becomes_active_only_once_every_seq_is_caught_up(

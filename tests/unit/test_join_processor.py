@@ -17,38 +17,37 @@ from spark.operator import Bundle, JoinProcessor, decode_bundle, encode_bundle
 TOPICS = TopicNames("p.")
 
 
-class FakeValueState:
-    def __init__(self) -> None:
-        self.value: tuple[Any, ...] | None = None
+class FakeMapState(dict[tuple[int, ...], tuple[Any, ...]]):
+    def getValue(self, key: tuple[int, ...]) -> tuple[Any, ...] | None:
+        return self.get(key)
 
-    def get(self) -> tuple[Any, ...] | None:
-        return self.value
+    def updateValue(self, key: tuple[int, ...], value: tuple[Any, ...]) -> None:
+        self[key] = value
 
-    def update(self, value: tuple[Any, ...]) -> None:
-        self.value = value
-
-    def clear(self) -> None:
-        self.value = None
+    def removeKey(self, key: tuple[int, ...]) -> None:
+        self.pop(key, None)
 
 
 class FakeHandle:
+    """The state of one bucket (the processor sees one at a time)."""
+
     def __init__(self) -> None:
-        self.states: dict[str, FakeValueState] = {}
+        self.maps: dict[str, FakeMapState] = {}
 
-    def getValueState(self, name: str, schema: Any) -> FakeValueState:
-        return self.states.setdefault(name, FakeValueState())
+    def getMapState(self, name: str, key_schema: Any, value_schema: Any) -> FakeMapState:
+        return self.maps.setdefault(name, FakeMapState())
 
 
-def packed(join_key: int, **fields: Any) -> Row:
+def packed(bucket: int, **fields: Any) -> Row:
     """An input row as the job's changelog read makes it (spark.changelog)."""
-    return Row(join_key=join_key, record=pack_record(ChangelogRecord(**fields)))
+    return Row(bucket=bucket, record=pack_record(ChangelogRecord(**fields)))
 
 
 def row(event: events.Event, seq: int, offset: int = 0) -> Row:
     record = events.encode(event)
     topic = TOPICS.tweets if record.topic == events.TWEETS else TOPICS.follows
     return packed(
-        record.join_key,
+        BUCKET,
         topic=topic,
         partition=0,
         offset=offset,
@@ -60,8 +59,11 @@ def row(event: events.Event, seq: int, offset: int = 0) -> Row:
     )
 
 
-def run(processor: JoinProcessor, author: int, rows: list[Row]) -> Bundle:
-    (out,) = list(processor.handleInputRows((author,), iter(rows), None))
+BUCKET = 3
+
+
+def run(processor: JoinProcessor, bucket: int, rows: list[Row]) -> Bundle:
+    (out,) = list(processor.handleInputRows((bucket,), iter(rows), None))
     return decode_bundle(out.bundle)
 
 
@@ -71,15 +73,17 @@ def test_processor_applies_the_rules_with_the_configured_cap_and_slack() -> None
     processor.init(handle)
     posts = [events.TweetPosted(100 + i, 7, "ann", f"t{i}") for i in range(5)]
     bundle = run(
-        processor, 7, [row(events.Followed(8, 7), 1)] + [row(p, i + 2) for i, p in enumerate(posts)]
+        processor,
+        BUCKET,
+        [row(events.Followed(8, 7), 1)] + [row(p, i + 2) for i, p in enumerate(posts)],
     )
-    state = AuthorState.decode(handle.states["author"].value[0])  # type: ignore[index]
+    state = AuthorState.decode(handle.maps["authors"][(7,)][0])
     assert state.tweets == [100, 101, 102, 103, 104]  # every live tweet
     assert state.followers == {8}
     assert bundle.seq == 6 and bundle.ts == 1_006
     assert set(bundle.bodies) == {100, 101, 102, 103, 104}
     assert bundle.mutations[-1] == Mutation(Op.ADD, (7, 8), (100, 101, 102, 103, 104), 0, 6)
-    follow = run(processor, 7, [row(events.Followed(9, 7), 7)])
+    follow = run(processor, BUCKET, [row(events.Followed(9, 7), 7)])
     assert follow.mutations == [Mutation(Op.ADD, (9,), (102, 103, 104), 102, 7)]  # cap 2 + slack 1
 
 
@@ -87,16 +91,44 @@ def test_a_pulled_authors_followers_live_apart_until_it_is_pushed_again() -> Non
     processor = JoinProcessor(TOPICS, cap=2, slack=1, pull_threshold=2)
     handle = FakeHandle()
     processor.init(handle)
-    run(processor, 7, [row(events.Followed(8, 7), 1), row(events.Followed(9, 7), 2)])
-    main, audience = handle.states["author"], handle.states["audience"]
-    assert AuthorState.apart(main.value[0]) and audience.value is not None  # type: ignore[index]
-    size = len(main.value[0])  # type: ignore[index]
-    post = run(processor, 7, [row(events.TweetPosted(100, 7, "ann", "hi"), 3)])
+    run(processor, BUCKET, [row(events.Followed(8, 7), 1), row(events.Followed(9, 7), 2)])
+    main, audience = handle.maps["authors"], handle.maps["audiences"]
+    assert AuthorState.apart(main[(7,)][0]) and (7,) in audience
+    size = len(main[(7,)][0])
+    post = run(processor, BUCKET, [row(events.TweetPosted(100, 7, "ann", "hi"), 3)])
     assert [m.op for m in post.mutations] == [Op.LIST, Op.ADD]
-    assert len(main.value[0]) == size + 8  # type: ignore[index]  # one tweet more, no followers
-    run(processor, 7, [row(events.Unfollowed(9, 7), 4)])  # 1 < 9/10 of 2: pushed again
-    state = AuthorState.decode(main.value[0])  # type: ignore[index]
-    assert not state.pulled and state.followers == {8} and audience.value is None
+    assert len(main[(7,)][0]) == size + 8  # one tweet more, no followers
+    run(processor, BUCKET, [row(events.Unfollowed(9, 7), 4)])  # 1 < 9/10 of 2: pushed again
+    state = AuthorState.decode(main[(7,)][0])
+    assert not state.pulled and state.followers == {8} and (7,) not in audience
+
+
+def test_the_authors_of_a_bucket_keep_states_of_their_own_and_share_one_bundle() -> None:
+    processor = JoinProcessor(TOPICS, cap=2, slack=1)
+    handle = FakeHandle()
+    processor.init(handle)
+    # A rebuild's states arrive first (spark.rebuild): author 7 is followed by 8.
+    processor.handleInitialState(
+        (BUCKET,), Row(join_key=7, blob=AuthorState({8}, [50]).encode()), None
+    )
+    bundle = run(
+        processor,
+        BUCKET,
+        [
+            row(events.TweetPosted(100, 7, "ann", "a"), 4),
+            row(events.Followed(9, 263), 2),
+            row(events.TweetPosted(101, 263, "bob", "b"), 3),
+        ],
+    )
+    authors = handle.maps["authors"]
+    assert AuthorState.decode(authors[(7,)][0]) == AuthorState({8}, [50, 100])
+    assert AuthorState.decode(authors[(263,)][0]) == AuthorState({9}, [101])
+    assert sorted(bundle.mutations, key=lambda m: m.seq) == [
+        Mutation(Op.ADD, (9,), (), 0, 2),
+        Mutation(Op.ADD, (9, 263), (101,), 0, 3),
+        Mutation(Op.ADD, (7, 8), (100,), 0, 4),
+    ]
+    assert set(bundle.bodies) == {100, 101} and bundle.seq == 4
 
 
 def test_bad_records_become_dead_letters_with_their_position() -> None:
@@ -104,7 +136,7 @@ def test_bad_records_become_dead_letters_with_their_position() -> None:
     processor.init(FakeHandle())
     good = row(events.TweetPosted(100, 7, "ann", "ok"), 5, offset=3)
     bad = packed(
-        7,
+        BUCKET,
         topic=TOPICS.tweets,
         partition=1,
         offset=9,
@@ -115,7 +147,7 @@ def test_bad_records_become_dead_letters_with_their_position() -> None:
         jk=7,
     )
     no_seq = packed(
-        7,
+        BUCKET,
         topic=TOPICS.tweets,
         partition=1,
         offset=10,
@@ -125,7 +157,7 @@ def test_bad_records_become_dead_letters_with_their_position() -> None:
         seq=None,
         jk=7,
     )
-    bundle = run(processor, 7, [good, bad, no_seq])
+    bundle = run(processor, BUCKET, [good, bad, no_seq])
     assert [(d["partition"], d["offset"]) for d in bundle.dead_letters] == [(1, 9), (1, 10)]
     assert (
         "not JSON" in bundle.dead_letters[0]["error"] and "seq" in bundle.dead_letters[1]["error"]
@@ -178,10 +210,10 @@ def test_a_timeline_reset_becomes_a_reset_of_its_owner() -> None:
     record = events.encode(reset)
     bundle = run(
         processor,
-        8,
+        BUCKET,
         [
             packed(
-                8,
+                BUCKET,
                 topic=TOPICS.timelines,
                 partition=0,
                 offset=0,
