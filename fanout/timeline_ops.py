@@ -99,25 +99,31 @@ def group_by_timeline(
     per_owner: dict[int, Mutation | list[list[Any]]] = {}
     deleted: list[int] = []
     lists: dict[int, TimelineOp] = {}
+    get = per_owner.get
     for m in mutations:
-        if m.op is Op.DELETE_BODY:
+        op = m.op
+        if op is Op.DELETE_BODY:
             deleted.extend(m.tweets)
             continue
-        if m.op is Op.LIST:
+        if op is Op.LIST:
             lists[m.owners[0]] = TimelineOp(Op.LIST, m.owners[0], m.tweets, m.horizon)
             continue
+        # This loop runs once per delivery: the mutation's fields are read once.
+        merges, horizon, seq, tweets = op in _MERGED, m.horizon, m.seq, m.tweets
         for owner in m.owners:
-            ops = per_owner.get(owner)
+            ops = get(owner)
             if ops is None:
                 per_owner[owner] = m
                 continue
             if isinstance(ops, Mutation):
                 ops = per_owner[owner] = [_entry(ops)]
             last = ops[-1]
-            if last[0] is m.op and m.op in _MERGED:
-                last[1] = max(last[1], m.horizon)
-                last[2] = max(last[2], m.seq)
-                last[4].update(m.tweets)
+            if merges and last[0] is op:
+                if horizon > last[1]:
+                    last[1] = horizon
+                if seq > last[2]:
+                    last[2] = seq
+                last[4].update(tweets)
             else:
                 ops.append(_entry(m))
     single: dict[int, tuple[tuple[int, ...], int]] = {}  # per mutation: its trimmed ids

@@ -54,7 +54,7 @@ def apply_bundles(
 
     Bundles are applied in slices of :data:`SLICE_WEIGHT`, in order; within a
     slice the store groups the writes per timeline (a follower who gets five
-    tweets in this batch gets one write). One author's events are one bundle,
+    tweets in this batch gets one write). A bucket's events are one bundle,
     so they are never split.
     """
     store = store_for(config, timeout=120)
