@@ -3,9 +3,9 @@
 PySpark's ``MapState.getValue`` and ``updateValue`` are one synchronous round
 trip each: the Python worker writes a request to the task's state server (a
 JVM thread), waits for its answer, and only then writes the next. On a busy
-machine each wait is two wake-ups of two processes, and the join made
-about two such calls per active author (profiled: ~60% of the operator's
-worker samples, most of it waiting in ``socket.readinto``).
+machine each wait is two wake-ups of two processes, and the join makes
+about two such calls per active author (profiled: 63% of the operator's
+worker samples, two thirds of it waiting in ``socket.readinto``).
 
 The state server reads the requests of its socket one after the other and
 answers each in order, so a batch of requests can be written at once and the
