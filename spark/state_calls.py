@@ -55,14 +55,25 @@ def _request(name: str, **call: Any) -> bytes:
     return bytes(messages.StateRequest(stateVariableRequest=variable).SerializeToString())
 
 
-def _send(api: Any, requests: Sequence[bytes]) -> None:
-    """The requests as the client frames each (version 0, length, message), flushed once."""
+def _exchange(api: Any, requests: Sequence[bytes], failure: str) -> list[bytes]:
+    """Each request's answer (its value bytes), in order: the requests are
+    written a window at a time, framed as the client frames one (version 0,
+    length, message) and flushed once, then the window's answers are read."""
+    answers: list[bytes] = []
     out = api.sockfile
-    for message in requests:
-        write_int(0, out)
-        write_int(len(message), out)
-        out.write(message)
-    out.flush()
+    for start in range(0, len(requests), WINDOW):
+        window = requests[start : start + WINDOW]
+        for message in window:
+            write_int(0, out)
+            write_int(len(message), out)
+            out.write(message)
+        out.flush()
+        for _ in window:
+            status, error, value = api._receive_proto_message()
+            if status != 0:
+                raise PySparkRuntimeError(f"{failure}: {error}")
+            answers.append(value)
+    return answers
 
 
 def get_values(state: Any, keys: Sequence[Key]) -> list[Value | None]:
@@ -73,28 +84,15 @@ def get_values(state: Any, keys: Sequence[Key]) -> list[Value | None]:
     client, api = found
     import pyspark.sql.streaming.proto.StateMessage_pb2 as messages
 
-    name = state._stateName
-    values: list[Value | None] = []
-    for start in range(0, len(keys), WINDOW):
-        window = keys[start : start + WINDOW]
-        _send(
-            api,
-            [
-                _request(
-                    name,
-                    getValue=messages.GetValue(
-                        userKey=api._serialize_to_bytes(client.user_key_schema, key)
-                    ),
-                )
-                for key in window
-            ],
+    requests = [
+        _request(
+            state._stateName,
+            getValue=messages.GetValue(userKey=api._serialize_to_bytes(client.user_key_schema, k)),
         )
-        for _ in window:
-            status, error, value = api._receive_proto_message()
-            if status != 0:
-                raise PySparkRuntimeError(f"Error getting value: {error}")
-            values.append(api._deserialize_from_bytes(value) if value else None)
-    return values
+        for k in keys
+    ]
+    answers = _exchange(api, requests, "Error getting value")
+    return [api._deserialize_from_bytes(value) if value else None for value in answers]
 
 
 def update_values(state: Any, items: Sequence[tuple[Key, Value]]) -> None:
@@ -107,23 +105,14 @@ def update_values(state: Any, items: Sequence[tuple[Key, Value]]) -> None:
     client, api = found
     import pyspark.sql.streaming.proto.StateMessage_pb2 as messages
 
-    name = state._stateName
-    for start in range(0, len(items), WINDOW):
-        window = items[start : start + WINDOW]
-        _send(
-            api,
-            [
-                _request(
-                    name,
-                    updateValue=messages.UpdateValue(
-                        userKey=api._serialize_to_bytes(client.user_key_schema, key),
-                        value=api._serialize_to_bytes(client.value_schema, value),
-                    ),
-                )
-                for key, value in window
-            ],
+    requests = [
+        _request(
+            state._stateName,
+            updateValue=messages.UpdateValue(
+                userKey=api._serialize_to_bytes(client.user_key_schema, key),
+                value=api._serialize_to_bytes(client.value_schema, value),
+            ),
         )
-        for _ in window:
-            status, error, _value = api._receive_proto_message()
-            if status != 0:
-                raise PySparkRuntimeError(f"Error updating map state value: {error}")
+        for key, value in items
+    ]
+    _exchange(api, requests, "Error updating map state value")
