@@ -1,4 +1,12 @@
-"""One log line (and optionally one JSON line) per micro-batch of the job."""
+"""One log line (and optionally one JSON line) per micro-batch of the job.
+
+PySpark hands a Python listener each event converted field by field through
+py4j: a few hundred calls into the JVM per micro-batch (every duration,
+every RocksDB metric of the state operator, every source). On the driver of a
+2-core machine that took ~0.1 s of CPU per micro-batch, beside the
+``foreachBatch`` of the next one. :class:`ProgressLogger` is handed each event
+from its JSON instead: one call.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +17,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from pyspark import SparkContext
 from pyspark.sql.streaming import StreamingQueryListener
+from pyspark.sql.streaming.listener import (
+    QueryIdleEvent,
+    QueryProgressEvent,
+    QueryStartedEvent,
+    QueryTerminatedEvent,
+)
 
 from spark.sink import FanoutSink
 
@@ -22,6 +37,17 @@ class ProgressLogger(StreamingQueryListener):
     def __init__(self, sink: FanoutSink, progress_file: Path | None = None) -> None:
         self.sink = sink
         self.progress_file = progress_file
+
+    @property
+    def _jlistener(self) -> Any:
+        """The JVM's handle on this listener: PySpark's wrapper around
+        :class:`_ProgressFromJson` instead of its field-by-field converter (the
+        property PySpark's ``addListener`` reads; PySpark 4.3)."""
+        if not hasattr(self, "_jlistenerobj"):
+            jvm = SparkContext._jvm
+            assert jvm is not None, "no SparkContext"
+            self._jlistenerobj = jvm.PythonStreamingQueryListenerWrapper(_ProgressFromJson(self))
+        return self._jlistenerobj
 
     def onQueryStarted(self, event: Any) -> None:
         log.info("fanout query started (id %s)", event.id)
@@ -42,7 +68,11 @@ class ProgressLogger(StreamingQueryListener):
                     for t, parts in latest.items()
                     for part, o in parts.items()
                 )
-        lag = time.time() - stats["ts"] / 1000 if stats.get("ts") else 0.0
+        # The newest record's age when the batch's writes were done (visible to
+        # readers), not when this listener is called, which is later by the
+        # commit log and the listener bus.
+        visible_at = self.sink.last.done_at if stats else time.time()
+        lag = visible_at - stats["ts"] / 1000 if stats.get("ts") else 0.0
         duration = p.durationMs.get("triggerExecution", 0) / 1000
         if self.progress_file is not None:
             record = {
@@ -80,3 +110,26 @@ class ProgressLogger(StreamingQueryListener):
     def onQueryTerminated(self, event: Any) -> None:
         if event.exception:
             log.error("fanout query stopped: %s", event.exception.splitlines()[0])
+
+
+class _ProgressFromJson:
+    """The py4j callback the JVM calls: each progress event parsed from its
+    JSON; the others (a few fields, once per query) as PySpark converts them."""
+
+    def __init__(self, listener: StreamingQueryListener) -> None:
+        self.listener = listener
+
+    def onQueryStarted(self, jevent: Any) -> None:
+        self.listener.onQueryStarted(QueryStartedEvent.fromJObject(jevent))
+
+    def onQueryProgress(self, jevent: Any) -> None:
+        self.listener.onQueryProgress(QueryProgressEvent.fromJson(json.loads(jevent.json())))
+
+    def onQueryIdle(self, jevent: Any) -> None:
+        self.listener.onQueryIdle(QueryIdleEvent.fromJObject(jevent))
+
+    def onQueryTerminated(self, jevent: Any) -> None:
+        self.listener.onQueryTerminated(QueryTerminatedEvent.fromJObject(jevent))
+
+    class Java:
+        implements = ["org.apache.spark.sql.streaming.PythonStreamingQueryListener"]

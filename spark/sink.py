@@ -101,6 +101,8 @@ def apply_bundles(
 class BatchReport:
     batch_id: int = -1
     stats: dict[str, int] = field(default_factory=dict)
+    #: When the batch's writes and its watermark were done (epoch seconds).
+    done_at: float = 0.0
 
 
 class FanoutSink:
@@ -150,7 +152,7 @@ class FanoutSink:
                 **batch_duration_counters(time.monotonic() - started),
             },
         )
-        self.last = BatchReport(batch_id, stats)
+        self.last = BatchReport(batch_id, stats, time.time())
 
 
 def batch_offsets(checkpoint: Path, batch_id: int) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from fanout import events
 from fanout.config import StarlingConfig
 from fanout.timelines import TimelineStore
 from spark.job import build_query
+from spark.progress import ProgressLogger
 from tests.conftest import make_config
 from tests.spark_helpers import ChangelogWriter
 
@@ -30,9 +32,10 @@ class Job:
     writer: ChangelogWriter
     checkpoint: Path
     query: Any = None
+    sink: Any = None
 
     def start(self, spark: Any) -> None:
-        self.query, _ = build_query(
+        self.query, self.sink = build_query(
             spark,
             self.config,
             generation=self.generation,
@@ -143,3 +146,28 @@ def test_restart_from_the_checkpoint_neither_loses_nor_repeats(spark: Any, job: 
     job.wait_for(last)
     expected = [311, 310, 304, 303, 302, 301]
     assert job.timeline(ANN) == job.timeline(BOB) == expected
+
+
+def test_each_micro_batch_gets_a_progress_line(spark: Any, job: Job, tmp_path: Path) -> None:
+    """The listener, handed Spark's progress as JSON, writes a line per batch with
+    rows, Spark's phases, the sink's counters and the newest record's lag."""
+    progress = tmp_path / "progress.jsonl"
+    listener = ProgressLogger(job.sink, progress)
+    spark.streams.addListener(listener)
+    try:
+        job.writer.send([events.Followed(u, u) for u in (ANN, BOB)] + [events.Followed(BOB, ANN)])
+        sent = time.time()
+        last = job.writer.send([post(401, ANN)])
+        job.wait_for(last)
+        deadline = time.monotonic() + 30
+        lines: list[dict[str, Any]] = []
+        while time.monotonic() < deadline and not any(r.get("seq") == last for r in lines):
+            time.sleep(0.2)
+            text = progress.read_text() if progress.exists() else ""
+            lines = [json.loads(line) for line in text.splitlines()]
+    finally:
+        spark.streams.removeListener(listener)
+    final = next(r for r in lines if r.get("seq") == last)
+    assert final["rows"] >= 1 and final["deliveries"] == 2  # 401 to ANN and BOB
+    assert final["phases"]["addBatch"] > 0 and final["duration"] >= final["phases"]["addBatch"]
+    assert 0 < final["lag"] < time.time() - sent + 1
