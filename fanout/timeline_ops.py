@@ -26,10 +26,13 @@ no I/O.
 
 from __future__ import annotations
 
+import itertools
 import struct
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
+
+import numpy as np
 
 from fanout.join import Mutation, Op
 from fanout.keys import Shards
@@ -94,20 +97,35 @@ def group_by_timeline(
     one of each author) come first: a follower's read finds a list before
     its timeline says to read it.
     """
-    # An owner reached by one mutation only (every follower of an author who
-    # posted once) points at that mutation: nothing is copied per owner.
-    per_owner: dict[int, Mutation | list[list[Any]]] = {}
     deleted: list[int] = []
     lists: dict[int, TimelineOp] = {}
-    get = per_owner.get
+    timeline_mutations: list[Mutation] = []
+    plain_adds = True
     for m in mutations:
         op = m.op
         if op is Op.DELETE_BODY:
             deleted.extend(m.tweets)
-            continue
-        if op is Op.LIST:
+        elif op is Op.LIST:
             lists[m.owners[0]] = TimelineOp(Op.LIST, m.owners[0], m.tweets, m.horizon)
-            continue
+        else:
+            timeline_mutations.append(m)
+            plain_adds = plain_adds and op is Op.ADD and not m.as_of and not m.authors
+    out = list(lists.values())
+    if plain_adds:
+        out += _group_adds(timeline_mutations, keep)
+    else:
+        out += _group_any(timeline_mutations, keep)
+    return out, deleted
+
+
+def _group_any(mutations: list[Mutation], keep: int | None) -> list[TimelineOp]:
+    """:func:`group_by_timeline` of timeline mutations of any kind, in Python."""
+    # An owner reached by one mutation only (every follower of an author who
+    # posted once) points at that mutation: nothing is copied per owner.
+    per_owner: dict[int, Mutation | list[list[Any]]] = {}
+    get = per_owner.get
+    for m in mutations:
+        op = m.op
         # This loop runs once per delivery: the mutation's fields are read once.
         merges, horizon, seq, tweets = op in _MERGED, m.horizon, m.seq, m.tweets
         for owner in m.owners:
@@ -127,7 +145,7 @@ def group_by_timeline(
             else:
                 ops.append(_entry(m))
     single: dict[int, tuple[tuple[int, ...], int]] = {}  # per mutation: its trimmed ids
-    out = list(lists.values())
+    out: list[TimelineOp] = []
     for owner, ops in per_owner.items():
         if isinstance(ops, Mutation):
             m = ops
@@ -140,7 +158,81 @@ def group_by_timeline(
         for op, horizon, seq, as_of, ids, authors in ops:
             tweets, horizon = _trim(op, tuple(sorted(ids)), horizon, keep)
             out.append(TimelineOp(op, owner, tweets, horizon, seq, as_of, authors))
-    return out, deleted
+    return out
+
+
+def _group_adds(adds: list[Mutation], keep: int | None) -> list[TimelineOp]:
+    """:func:`group_by_timeline` of plain adds (posts, and the merges of
+    follows: the common case), vectorised. Every add to a timeline merges
+    into one, so the deliveries of owners reached more than once are sorted
+    by (owner, tweet) in NumPy, and Python touches each timeline once instead
+    of each (owner, mutation) pair; an owner reached once shares its
+    mutation's ids, as in :func:`_group_any`, whose result this is, in the
+    same order (owners as first reached). One executor's share of a
+    micro-batch of 20,000 posts to 10,000 users (~400,000 deliveries;
+    ``python -m load_tests.bench_grouping [--authors uniform]``): 0.20 s ->
+    0.10 s with uniform authors, 0.12 s -> 0.07 s with Zipf authors."""
+    count = len(adds)
+    n_owners = np.fromiter((len(m.owners) for m in adds), np.int64, count)
+    owners = np.fromiter(
+        itertools.chain.from_iterable(m.owners for m in adds), np.int64, int(n_owners.sum())
+    )
+    if not len(owners):
+        return []
+    entry_mutation = np.repeat(np.arange(count), n_owners)  # one entry per (owner, mutation)
+    by_owner = np.argsort(owners, kind="stable")
+    sorted_owners = owners[by_owner]
+    starts = np.flatnonzero(_run_starts(sorted_owners))
+    reached = np.diff(np.r_[starts, len(owners)])  # entries per owner
+    unique_owners = sorted_owners[starts]
+    first_entry = by_owner[starts]  # the stable sort keeps each owner's first entry first
+    horizons = np.fromiter((m.horizon for m in adds), np.int64, count)[entry_mutation]
+    seqs = np.fromiter((m.seq for m in adds), np.int64, count)[entry_mutation]
+    horizon = np.maximum.reduceat(horizons[by_owner], starts).tolist()
+    seq = np.maximum.reduceat(seqs[by_owner], starts).tolist()
+    # The deliveries of owners reached more than once: (owner, tweet), sorted, distinct.
+    merged = np.empty(len(owners), bool)
+    merged[by_owner] = np.repeat(reached > 1, reached)
+    entries = np.flatnonzero(merged)
+    n_tweets = np.fromiter((len(m.tweets) for m in adds), np.int64, count)
+    tweets = np.fromiter(
+        itertools.chain.from_iterable(m.tweets for m in adds), np.int64, int(n_tweets.sum())
+    )
+    tweet_start = np.cumsum(n_tweets) - n_tweets
+    per_entry = n_tweets[entry_mutation[entries]]
+    delivery_owner = np.repeat(owners[entries], per_entry)
+    entry_start = np.cumsum(per_entry) - per_entry
+    offset = np.arange(int(per_entry.sum())) - np.repeat(entry_start, per_entry)
+    delivery_tweet = tweets[np.repeat(tweet_start[entry_mutation[entries]], per_entry) + offset]
+    order = np.lexsort((delivery_tweet, delivery_owner))
+    delivery_owner, delivery_tweet = delivery_owner[order], delivery_tweet[order]
+    distinct = _run_starts(delivery_owner) | _run_starts(delivery_tweet)
+    delivery_owner, ids = delivery_owner[distinct], delivery_tweet[distinct].tolist()
+    begin = np.searchsorted(delivery_owner, unique_owners, "left").tolist()  # (an add may
+    end = np.searchsorted(delivery_owner, unique_owners, "right").tolist()  # carry no ids)
+    owner_list, reached_list = unique_owners.tolist(), reached.tolist()
+    first_mutation = entry_mutation[first_entry].tolist()
+    single: dict[int, tuple[tuple[int, ...], int]] = {}  # per mutation: its trimmed ids
+    out: list[TimelineOp] = []
+    for k in np.argsort(first_entry, kind="stable").tolist():
+        if reached_list[k] == 1:
+            i = first_mutation[k]
+            trimmed = single.get(i)
+            if trimmed is None:
+                m = adds[i]
+                trimmed = single[i] = _trim(Op.ADD, tuple(sorted(set(m.tweets))), m.horizon, keep)
+            out.append(TimelineOp(Op.ADD, owner_list[k], trimmed[0], trimmed[1], seq[k]))
+            continue
+        tweets_of, h = _trim(Op.ADD, tuple(ids[begin[k] : end[k]]), horizon[k], keep)
+        out.append(TimelineOp(Op.ADD, owner_list[k], tweets_of, h, seq[k]))
+    return out
+
+
+def _run_starts(values: np.ndarray) -> np.ndarray:
+    """Where each run of equal values starts in ``values``."""
+    starts = np.ones(len(values), bool)
+    starts[1:] = values[1:] != values[:-1]
+    return starts
 
 
 #: Consecutive ops of these kinds to one timeline merge into one.

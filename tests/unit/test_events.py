@@ -5,7 +5,7 @@ from datetime import UTC
 
 import orjson
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fanout import events, ids
@@ -166,6 +166,27 @@ def test_grouping_a_post_to_many_followers_shares_one_op_shape() -> None:
     assert by_owner[1] == TimelineOp(Op.ADD, 1, (20, 30), 20, 5)
     assert by_owner[1].tweets is by_owner[999].tweets  # computed once
     assert by_owner[7] == TimelineOp(Op.ADD, 7, (30, 40), 30, 6)  # merged, then cut
+
+
+_ids = st.lists(st.integers(1, 12), max_size=4).map(tuple)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.tuples(_ids, _ids, st.integers(0, 12), st.integers(1, 50)), max_size=12),
+    st.sampled_from([None, 1, 2, 5]),
+)
+def test_plain_adds_group_as_the_general_rules_do(
+    adds: list[tuple[tuple[int, ...], tuple[int, ...], int, int]], keep: int | None
+) -> None:
+    """The vectorised grouping of plain adds gives what the general grouping
+    gives, op for op and in the same order: owners reached once or several
+    times, repeated ids, adds with no ids, trims."""
+    from fanout import timeline_ops
+    from fanout.join import Mutation, Op
+
+    mutations = [Mutation(Op.ADD, o, t, h, q) for o, t, h, q in adds]
+    assert timeline_ops._group_adds(mutations, keep) == timeline_ops._group_any(mutations, keep)
 
 
 @pytest.mark.parametrize(
