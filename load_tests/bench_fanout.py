@@ -872,7 +872,7 @@ def main(argv: list[str] | None = None) -> int:
         report.add(
             "event-time lag p50 / p99",
             f"{percentile(lags, 50):.2f}s / {percentile(lags, 99):.2f}s",
-            "newest record's age when its batch finished",
+            "newest record's age when its batch's writes were done",
         )
         phases = mean_phases(steady)
         report.add("where a micro-batch's time goes (mean):", "")
