@@ -208,8 +208,9 @@ def _group_adds(adds: list[Mutation], keep: int | None) -> list[TimelineOp]:
     delivery_owner, delivery_tweet = delivery_owner[order], delivery_tweet[order]
     distinct = _run_starts(delivery_owner) | _run_starts(delivery_tweet)
     delivery_owner, ids = delivery_owner[distinct], delivery_tweet[distinct].tolist()
-    begin = np.searchsorted(delivery_owner, unique_owners, "left").tolist()  # (an add may
-    end = np.searchsorted(delivery_owner, unique_owners, "right").tolist()  # carry no ids)
+    # Each timeline's slice of them (empty for an owner reached once, or by adds without ids).
+    begin = np.searchsorted(delivery_owner, unique_owners, "left").tolist()
+    end = np.searchsorted(delivery_owner, unique_owners, "right").tolist()
     owner_list, reached_list = unique_owners.tolist(), reached.tolist()
     first_mutation = entry_mutation[first_entry].tolist()
     single: dict[int, tuple[tuple[int, ...], int]] = {}  # per mutation: its trimmed ids
