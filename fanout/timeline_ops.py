@@ -151,8 +151,7 @@ def _group_any(mutations: list[Mutation], keep: int | None) -> list[TimelineOp]:
             m = ops
             trimmed = single.get(id(m))
             if trimmed is None:
-                ids = tuple(sorted(set(m.tweets)))
-                trimmed = single[id(m)] = _trim(m.op, ids, m.horizon, keep)
+                trimmed = single[id(m)] = _own_ids(m, keep)
             out.append(TimelineOp(m.op, owner, trimmed[0], trimmed[1], m.seq, m.as_of, m.authors))
             continue
         for op, horizon, seq, as_of, ids, authors in ops:
@@ -220,8 +219,7 @@ def _group_adds(adds: list[Mutation], keep: int | None) -> list[TimelineOp]:
             i = first_mutation[k]
             trimmed = single.get(i)
             if trimmed is None:
-                m = adds[i]
-                trimmed = single[i] = _trim(Op.ADD, tuple(sorted(set(m.tweets))), m.horizon, keep)
+                trimmed = single[i] = _own_ids(adds[i], keep)
             out.append(TimelineOp(Op.ADD, owner_list[k], trimmed[0], trimmed[1], seq[k]))
             continue
         tweets_of, h = _trim(Op.ADD, tuple(ids[begin[k] : end[k]]), horizon[k], keep)
@@ -242,6 +240,12 @@ _MERGED = (Op.ADD, Op.REMOVE)
 
 def _entry(m: Mutation) -> list[Any]:
     return [m.op, m.horizon, m.seq, m.as_of, set(m.tweets), m.authors]
+
+
+def _own_ids(m: Mutation, keep: int | None) -> tuple[tuple[int, ...], int]:
+    """The ids (and horizon) an owner reached by ``m`` alone receives: its
+    ids sorted and distinct, trimmed to ``keep``."""
+    return _trim(m.op, tuple(sorted(set(m.tweets))), m.horizon, keep)
 
 
 def _trim(

@@ -71,8 +71,7 @@ class ProgressLogger(StreamingQueryListener):
         # The newest record's age when the batch's writes were done (visible to
         # readers), not when this listener is called, which is later by the
         # commit log and the listener bus.
-        visible_at = self.sink.last.done_at if stats else time.time()
-        lag = visible_at - stats["ts"] / 1000 if stats.get("ts") else 0.0
+        lag = self.sink.last.done_at - stats["ts"] / 1000 if stats.get("ts") else 0.0
         duration = p.durationMs.get("triggerExecution", 0) / 1000
         if self.progress_file is not None:
             record = {
