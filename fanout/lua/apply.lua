@@ -144,43 +144,96 @@ local function trim(key, len, seq)
   end
 end
 
+-- Ids in bulk: one struct call per BULK of them, half the cost of a call per
+-- id (Lua's stack bounds how many one call takes).
+local BULK = 500
+local formats = {}
+local function format(m)
+  local f = formats[m]
+  if not f then
+    f = '>' .. string.rep('I8', m)
+    formats[m] = f
+  end
+  return f
+end
+
+-- The `k` ids packed in `s` from its byte `from` on, as numbers.
+local function unpack_ids(s, from, k)
+  if k <= BULK then
+    local got = {struct.unpack(format(k), s, from)}
+    got[k + 1] = nil  -- where the next id would start
+    return got
+  end
+  local out = {}
+  while k > 0 do
+    local m = math.min(k, BULK)
+    local got = {struct.unpack(format(m), s, from)}
+    for x = 1, m do out[#out + 1] = got[x] end
+    from, k = got[m + 1], k - m
+  end
+  return out
+end
+
+local function pack_ids(ids)
+  local parts = {}
+  for x = 1, #ids, BULK do
+    local y = math.min(#ids, x + BULK - 1)
+    parts[#parts + 1] = struct.pack(format(y - x + 1), unpack(ids, x, y))
+  end
+  return table.concat(parts)
+end
+
 -- Insert ids into a timeline without a horizon change, rewriting only the
 -- entries from the first new id on (SETRANGE): when two executors interleave
--- their writes, that is a handful of entries, not 800.
-local function add_inside(key, s, blob, seq)
-  local h, n = read_header(s), count(s)
-  local top = math.max(h.top, n > 0 and id_at(s, n) or 0)
-  local new, below = {}, false
-  for pos = 1, #blob, 8 do
-    local id = upk(blob, pos)
-    if id >= h.horizon then new[#new + 1] = id else below = true end
+-- their writes, that is a handful of entries, not 800. Every micro-batch
+-- takes this path for most timelines (each executor writes its share of a
+-- follower's tweets, and the second share lands among the first), so it
+-- reads what it needs and decodes and packs in bulk: `t` holds the entries
+-- `base` to `n` (the newest ones, or all of them), packed from its byte
+-- `off` + 1. Returns nil, having written nothing, when the first new id is
+-- older than every entry of `t` but `t` does not start at the oldest entry:
+-- the caller then passes the whole timeline.
+local function add_inside(key, h, n, t, off, base, blob, seq)
+  local new, below = unpack_ids(blob, 1, #blob / 8), false
+  if new[1] ~= nil and new[1] < h.horizon then  -- ascending: those below come first
+    local all = new
+    new, below = {}, true
+    for _, id in ipairs(all) do if id >= h.horizon then new[#new + 1] = id end end
+  end
+  local lo, hi = base, n
+  if #new > 0 then
+    while lo <= hi do
+      local mid = math.floor((lo + hi) / 2)
+      if upk(t, off + (mid - base) * 8 + 1) < new[1] then lo = mid + 1 else hi = mid - 1 end
+    end
+    if lo == base and base > 1 then return nil end
   end
   if below and seq > h.fence then
     fence(h, seq)
     redis.call('SETRANGE', key, 8, pk(h.fence))
   end
   if #new == 0 then return 0 end
-  local lo, hi = 1, n
-  while lo <= hi do
-    local mid = math.floor((lo + hi) / 2)
-    if id_at(s, mid) < new[1] then lo = mid + 1 else hi = mid - 1 end
-  end
-  local merged, n_added, late, i, j = {}, 0, false, lo, 1
-  while i <= n or j <= #new do
-    local a = i <= n and id_at(s, i) or nil
+  local old = unpack_ids(t, off + (lo - base) * 8 + 1, n - lo + 1)  -- entries lo to n
+  local top = math.max(h.top, old[#old] or (n > 0 and upk(t, off + (n - base) * 8 + 1)) or 0)
+  local merged, n_added, late, i = {}, 0, false, 1
+  for j = 1, #new do
     local b = new[j]
-    if b == nil or (a ~= nil and a < b) then merged[#merged + 1] = pk(a); i = i + 1
-    elseif a == b then merged[#merged + 1] = pk(a); i = i + 1; j = j + 1
-    else
-      merged[#merged + 1] = pk(b); j = j + 1; n_added = n_added + 1
+    while old[i] ~= nil and old[i] < b do
+      merged[#merged + 1] = old[i]
+      i = i + 1
+    end
+    if old[i] ~= b then
+      merged[#merged + 1] = b
+      n_added = n_added + 1
       if b < top then late = true end
     end
   end
   if n_added == 0 then return 0 end
+  for x = i, #old do merged[#merged + 1] = old[x] end
   if late then h.version = h.version + 1 end
   if h.top ~= 0 and new[#new] >= h.top then h.top = 0 end
   redis.call('SETRANGE', key, 0, pack_header(h))
-  trim(key, redis.call('SETRANGE', key, HEADER + (lo - 1) * 8, table.concat(merged)), seq)
+  trim(key, redis.call('SETRANGE', key, HEADER + (lo - 1) * 8, pack_ids(merged)), seq)
   return n_added
 end
 
@@ -196,17 +249,24 @@ local function add(owner, key, blob, hm, seq)
   end
   if hm == 0 and s_len > 0 then
     if #blob == 0 then return 0 end
-    local head = redis.call('GETRANGE', key, 0, 23)
-    local horizon, top = upk(head, 1), upk(head, 17)
-    local last = s_len > HEADER and upk(redis.call('GETRANGE', key, -8, -1)) or 0
+    local h = read_header(redis.call('GETRANGE', key, 0, HEADER - 1))
+    local n = (s_len - HEADER) / 8
+    local last = n > 0 and upk(redis.call('GETRANGE', key, -8, -1)) or 0
     local first = upk(blob, 1)
-    if first > math.max(top, last) and first >= horizon then
+    if first > math.max(h.top, last) and first >= h.horizon then
       local len = redis.call('APPEND', key, blob)
-      if top ~= 0 then redis.call('SETRANGE', key, 16, pk(0)) end
+      if h.top ~= 0 then redis.call('SETRANGE', key, 16, pk(0)) end
       trim(key, len, seq)
       return #blob / 8
     end
-    return add_inside(key, redis.call('GET', key), blob, seq)
+    -- The newest entries first: another executor's share of this batch is there.
+    local window = 2 * #blob / 8 + 8
+    if n > window then
+      local t = redis.call('GETRANGE', key, s_len - window * 8, -1)
+      local added_here = add_inside(key, h, n, t, 0, n - window + 1, blob, seq)
+      if added_here ~= nil then return added_here end
+    end
+    return add_inside(key, h, n, redis.call('GET', key), HEADER, 1, blob, seq)
   end
   return add_slow(owner, key, s_len > 0 and redis.call('GET', key) or nil, ids_of(blob), hm, seq)
 end

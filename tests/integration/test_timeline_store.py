@@ -96,6 +96,49 @@ def test_out_of_order_inserts_rewrite_only_the_tail_and_change_the_version(
     assert store.timeline(GEN, 7).version == 2  # type: ignore[union-attr]
 
 
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**32), cap=st.integers(20, 60), shares=st.integers(2, 3))
+def test_executors_shares_of_a_batch_land_among_each_other_as_the_model_says(
+    request: pytest.FixtureRequest, seed: int, cap: int, shares: int
+) -> None:
+    """Each executor of a micro-batch writes its share of a follower's new
+    tweets, so every share after the first lands among the entries the
+    others just wrote (the script copies the old entries in runs): headers
+    and ids stay the model's, trims included, with duplicates, tweets older
+    than the whole timeline, and re-sent shares."""
+    redis_client, _ = layout_client(request, "single")
+    store = TimelineStore(redis_client, cap=cap, slack=cap // 4)
+    store.create_generation(GEN)
+    model = TimelineModel(cap=cap, slack=cap // 4)
+    rnd = random.Random(seed)
+    owners, seq, newest = (7, 8), 0, 1000
+    for _ in range(rnd.randint(3, 12)):
+        batch = sorted(rnd.sample(range(newest, newest + 400), rnd.randint(1, 120)))
+        newest += 400
+        if rnd.random() < 0.3:  # a few old tweets arriving late, some already there
+            batch = sorted({*batch, *rnd.sample(range(900, newest), 5)})
+        parts: list[list[int]] = [[] for _ in range(shares)]
+        for tweet in batch:
+            parts[rnd.randrange(shares)].append(tweet)
+        if rnd.random() < 0.2:
+            parts.append(list(parts[0]))  # a share sent again
+        for part in parts:
+            seq += 1
+            mutations = [Mutation(Op.ADD, owners, tuple(part), 0, seq)]
+            model.apply({}, mutations)
+            store.apply(GEN, {}, mutations)
+    for owner in owners:
+        expected = model.timelines[owner]
+        header, ids = raw(redis_client, owner)
+        assert (header.horizon, header.fence, header.top, header.version) == (
+            expected.horizon,
+            expected.fence,
+            expected.top,
+            expected.version,
+        )
+        assert ids == expected.ids
+
+
 def test_an_add_below_the_horizon_of_an_empty_timeline_is_left_out(
     store: TimelineStore, redis_client: redis.Redis
 ) -> None:
