@@ -103,9 +103,10 @@ def test_executors_shares_of_a_batch_land_among_each_other_as_the_model_says(
 ) -> None:
     """Each executor of a micro-batch writes its share of a follower's new
     tweets, so every share after the first lands among the entries the
-    others just wrote (the script copies the old entries in runs): headers
-    and ids stay the model's, trims included, with duplicates, tweets older
-    than the whole timeline, and re-sent shares."""
+    others just wrote (the script reads only the newest entries, or the
+    whole timeline when a share reaches further back): headers and ids stay
+    the model's, trims included, with duplicates, tweets older than the
+    whole timeline, and re-sent shares."""
     redis_client, _ = layout_client(request, "single")
     store = TimelineStore(redis_client, cap=cap, slack=cap // 4)
     store.create_generation(GEN)
@@ -137,6 +138,25 @@ def test_executors_shares_of_a_batch_land_among_each_other_as_the_model_says(
             expected.version,
         )
         assert ids == expected.ids
+
+
+def test_a_long_share_lands_among_a_long_timeline_as_the_model_says(
+    redis_client: redis.Redis,
+) -> None:
+    """Hundreds of ids on both sides of an insert (the script decodes and
+    packs them 500 at a time): the same timeline as the model's."""
+    store = TimelineStore(redis_client, cap=1200, slack=300)
+    store.create_generation(GEN)
+    model = TimelineModel(cap=1200, slack=300)
+    first = [Mutation(Op.ADD, (7,), tuple(range(1000, 15000, 20)), 0, 1)]  # 700 ids
+    second = [Mutation(Op.ADD, (7,), tuple(range(1010, 13010, 20)), 0, 2)]  # 600 among them
+    for mutations in (first, second):
+        model.apply({}, mutations)
+        store.apply(GEN, {}, mutations)
+    header, ids = raw(redis_client, 7)
+    expected = model.timelines[7]
+    assert len(ids) == 1300 and ids == expected.ids
+    assert (header.horizon, header.version) == (expected.horizon, expected.version) == (0, 1)
 
 
 def test_an_add_below_the_horizon_of_an_empty_timeline_is_left_out(
