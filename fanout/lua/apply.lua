@@ -215,21 +215,28 @@ local function add_inside(key, h, n, t, off, base, blob, seq)
   if #new == 0 then return 0 end
   local old = unpack_ids(t, off + (lo - base) * 8 + 1, n - lo + 1)  -- entries lo to n
   local top = math.max(h.top, old[#old] or (n > 0 and upk(t, off + (n - base) * 8 + 1)) or 0)
-  local merged, n_added, late, i = {}, 0, false, 1
+  -- m counts the merged ids (cheaper than the length operator in this loop).
+  local merged, m, n_added, late, i, a = {}, 0, 0, false, 1, old[1]
   for j = 1, #new do
     local b = new[j]
-    while old[i] ~= nil and old[i] < b do
-      merged[#merged + 1] = old[i]
+    while a ~= nil and a < b do
+      m = m + 1
+      merged[m] = a
       i = i + 1
+      a = old[i]
     end
-    if old[i] ~= b then
-      merged[#merged + 1] = b
+    if a ~= b then
+      m = m + 1
+      merged[m] = b
       n_added = n_added + 1
       if b < top then late = true end
     end
   end
   if n_added == 0 then return 0 end
-  for x = i, #old do merged[#merged + 1] = old[x] end
+  for x = i, #old do
+    m = m + 1
+    merged[m] = old[x]
+  end
   if late then h.version = h.version + 1 end
   if h.top ~= 0 and new[#new] >= h.top then h.top = 0 end
   redis.call('SETRANGE', key, 0, pack_header(h))
