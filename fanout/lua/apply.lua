@@ -60,11 +60,47 @@ local function pulls(owner) return P.pulls .. gen .. ':' .. T .. owner end
 local function list_key(author) return P.list .. gen .. ':' .. T .. author end
 local function pending(owner) return redis.call('EXISTS', regeneration(owner)) == 1 end
 
-local function ids_of(blob)
-  local out = {}
-  for pos = 1, #blob, 8 do out[#out + 1] = upk(blob, pos) end
+-- Ids in bulk: one struct call per BULK of them, half the cost of a call per
+-- id (Lua's stack bounds how many one call takes).
+local BULK = 500
+local formats = {}
+local function format(m)
+  local f = formats[m]
+  if not f then
+    f = '>' .. string.rep('I8', m)
+    formats[m] = f
+  end
+  return f
+end
+
+-- The `k` ids packed in `s` from its byte `from` on, as numbers.
+local function unpack_ids(s, from, k)
+  if k <= BULK then
+    local got = {struct.unpack(format(k), s, from)}
+    got[k + 1] = nil  -- where the next id would start
+    return got
+  end
+  local out, o = {}, 0
+  while k > 0 do
+    local m = math.min(k, BULK)
+    local got = {struct.unpack(format(m), s, from)}
+    for x = 1, m do out[o + x] = got[x] end
+    from, k, o = got[m + 1], k - m, o + m
+  end
   return out
 end
+
+local function pack_ids(ids)
+  local parts = {}
+  for x = 1, #ids, BULK do
+    local y = math.min(#ids, x + BULK - 1)
+    parts[#parts + 1] = struct.pack(format(y - x + 1), unpack(ids, x, y))
+  end
+  return table.concat(parts)
+end
+
+-- The ids packed in `blob`, as numbers.
+local function ids_of(blob) return unpack_ids(blob, 1, #blob / 8) end
 
 -- The newest id a timeline holds or held: an entry arriving below it is late.
 local function ceiling(h, ids) return math.max(h.top, ids[#ids] or 0) end
@@ -144,45 +180,6 @@ local function trim(key, len, seq)
   end
 end
 
--- Ids in bulk: one struct call per BULK of them, half the cost of a call per
--- id (Lua's stack bounds how many one call takes).
-local BULK = 500
-local formats = {}
-local function format(m)
-  local f = formats[m]
-  if not f then
-    f = '>' .. string.rep('I8', m)
-    formats[m] = f
-  end
-  return f
-end
-
--- The `k` ids packed in `s` from its byte `from` on, as numbers.
-local function unpack_ids(s, from, k)
-  if k <= BULK then
-    local got = {struct.unpack(format(k), s, from)}
-    got[k + 1] = nil  -- where the next id would start
-    return got
-  end
-  local out = {}
-  while k > 0 do
-    local m = math.min(k, BULK)
-    local got = {struct.unpack(format(m), s, from)}
-    for x = 1, m do out[#out + 1] = got[x] end
-    from, k = got[m + 1], k - m
-  end
-  return out
-end
-
-local function pack_ids(ids)
-  local parts = {}
-  for x = 1, #ids, BULK do
-    local y = math.min(#ids, x + BULK - 1)
-    parts[#parts + 1] = struct.pack(format(y - x + 1), unpack(ids, x, y))
-  end
-  return table.concat(parts)
-end
-
 -- Insert ids into a timeline without a horizon change, rewriting only the
 -- entries from the first new id on (SETRANGE): when two executors interleave
 -- their writes, that is a handful of entries, not 800. Every micro-batch
@@ -194,7 +191,7 @@ end
 -- older than every entry of `t` but `t` does not start at the oldest entry:
 -- the caller then passes the whole timeline.
 local function add_inside(key, h, n, t, off, base, blob, seq)
-  local new, below = unpack_ids(blob, 1, #blob / 8), false
+  local new, below = ids_of(blob), false
   if new[1] ~= nil and new[1] < h.horizon then  -- ascending: those below come first
     local all = new
     new, below = {}, true
