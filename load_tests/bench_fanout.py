@@ -71,7 +71,7 @@ from fanout.timeline_ops import entries, timeline_ids
 from fanout.timelines import TimelineStore, store_for
 from load_tests import charts, network
 from load_tests.harness import Report, percentile, ratio, summary
-from spark.kafka_source import end_offsets
+from spark.kafka_io import end_offsets
 from spark.offsets import Offsets
 
 ROOT = Path(__file__).resolve().parent.parent

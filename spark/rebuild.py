@@ -54,7 +54,7 @@ from fanout.timeline_ops import entries
 from fanout.timelines import TimelineStore
 from fanout.watermark import contiguous, mark_name
 from spark.changelog import changelog_options
-from spark.kafka_source import end_offsets
+from spark.kafka_io import end_offsets
 from spark.offsets import Offsets
 from spark.rebuild_report import Progress, Summary
 from spark.rebuild_tasks import (

@@ -24,13 +24,8 @@ from fanout.join import distinct_timeline, newest, rebuilt_author_state
 from fanout.timeline_ops import pack_timeline, visible
 from fanout.timelines import store_for
 from spark import arrow
-from spark.kafka_source import (
-    Columns,
-    KafkaBatchReader,
-    KafkaChangelogSource,
-    SourceOptions,
-    consume_range,
-)
+from spark.kafka_io import Columns, consume_range
+from spark.kafka_source import KafkaBatchReader, KafkaChangelogSource, SourceOptions
 from spark.offsets import OffsetRange, Offsets, ranges
 from spark.rebuild_decode import DECODED, decode_records
 from spark.worker_heap import collector_paused, spark_task

@@ -44,7 +44,7 @@ import redis
 
 from fanout.config import StarlingConfig
 from fanout.timelines import TimelineStore
-from spark.kafka_source import MissingTopic, end_offsets
+from spark.kafka_io import MissingTopic, end_offsets
 from spark.offsets import Offsets, data_loss
 from spark.operator import STATE_LAYOUT
 from spark.session import TUNING

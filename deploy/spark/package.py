@@ -51,6 +51,7 @@ EXECUTOR_REQUIREMENTS = (
 
 #: The modules an executor's Python worker loads; imported once as a check.
 EXECUTOR_MODULES = (
+    "spark.kafka_io",
     "spark.kafka_source",
     "spark.operator",
     "spark.sink",

@@ -21,7 +21,8 @@ import requests
 from confluent_kafka import Producer
 
 from fanout import events
-from spark.kafka_source import EndOffsetProbe, read_range
+from spark.kafka_io import EndOffsetProbe
+from spark.kafka_source import read_range
 from spark.offsets import ranges
 from spark.supervisor import REPLAYABLE_BATCHES, generation_checkpoint
 from tests.conftest import SERVICES

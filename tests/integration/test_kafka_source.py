@@ -9,7 +9,8 @@ import pytest
 
 from fanout import embedded, events
 from fanout.config import StarlingConfig
-from spark.kafka_source import NAME, EndOffsetProbe
+from spark.kafka_io import EndOffsetProbe
+from spark.kafka_source import NAME
 from tests.conftest import make_config
 from tests.spark_helpers import ChangelogWriter
 

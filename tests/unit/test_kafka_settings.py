@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from fanout.config import KAFKA_CLIENT_ENV, StarlingConfig
 from fanout.kafka import admin_settings, producer_settings
-from spark.kafka_source import SourceOptions, connection, consumer_settings, source_options
+from spark.kafka_io import connection, consumer_settings
+from spark.kafka_source import SourceOptions, source_options
 
 ENV = {
     "KAFKA_BOOTSTRAP_SERVERS": "kafka-1:9093,kafka-2:9093",
