@@ -12,7 +12,7 @@ from typing import Any
 
 from fanout import keys
 from fanout.redis_conn import Client, Command, command, run
-from fanout.timeline_ops import HEADER, IDLE, is_timeline
+from fanout.timeline_ops import HEADER, IDLE, entries_in
 
 
 class TimelineBulk:
@@ -80,11 +80,12 @@ class TimelineBulk:
                 commands.append(command("MSET", str(pairs[0]), *pairs[1:]))
         run(self.redis, commands, per_trip=16)
 
-    def packed_timelines(self, generation: int, owners: Sequence[int]) -> list[bytes | None]:
-        """The raw packed timelines of ``owners`` (None where missing or dropped),
-        pipelined."""
-        raws = self._per_timeline(generation, owners, "GET")
-        return [raw if raw is None or is_timeline(raw) else None for raw in raws]
+    def timeline_lengths(self, generation: int, owners: Sequence[int]) -> list[int | None]:
+        """How many ids each of ``owners``' timelines holds, from its size alone
+        (``STRLEN``, pipelined: no timeline travels): None where there is none,
+        -1 where it was dropped (an idle user's tombstone)."""
+        sizes = self._per_timeline(generation, owners, "STRLEN")
+        return [None if not n else -1 if n < HEADER.size else entries_in(n) for n in sizes]
 
     def _per_timeline(self, generation: int, owners: Sequence[int], name: str) -> list[Any]:
         """Command ``name`` on each of the owners' timeline keys, 1,000 per round trip."""

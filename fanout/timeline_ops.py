@@ -391,7 +391,12 @@ def timeline_ids(packed: bytes) -> list[int]:
 
 def entries(packed: bytes) -> int:
     """How many ids a packed timeline holds."""
-    return (len(packed) - HEADER.size) // 8
+    return entries_in(len(packed))
+
+
+def entries_in(size: int) -> int:
+    """How many ids a packed timeline of ``size`` bytes holds."""
+    return (size - HEADER.size) // 8
 
 
 def visible(ids_ascending: Sequence[int], cap: int) -> list[int]:

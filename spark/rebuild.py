@@ -50,7 +50,6 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from fanout.config import StarlingConfig
-from fanout.timeline_ops import entries
 from fanout.timelines import TimelineStore
 from fanout.watermark import contiguous, mark_name
 from spark.changelog import changelog_options
@@ -269,14 +268,8 @@ class Rebuild:
     def verify(self, generation: int, lengths: dict[int, int]) -> None:
         self.progress.stage("verifying")
         owners = sorted(lengths)
-        packed = self.store.packed_timelines(generation, owners)
-        idle = [o for o in owners if lengths[o] < 0]
-        dropped = self.store.dropped(generation, idle)
-        wrong = [o for o in idle if o not in dropped] + [
-            o
-            for o, raw in zip(owners, packed, strict=True)
-            if lengths[o] >= 0 and (raw is None or entries(raw) != lengths[o])
-        ]
+        stored = self.store.timeline_lengths(generation, owners)  # -1: dropped, as computed
+        wrong = [o for o, n in zip(owners, stored, strict=True) if n != lengths[o]]
         if wrong:
             raise RebuildFailed(
                 f"{len(wrong)} timelines in Redis do not have the computed length "

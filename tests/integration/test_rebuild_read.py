@@ -10,9 +10,10 @@ import pytest
 
 from fanout import events, keys
 from fanout.config import StarlingConfig
+from fanout.timeline_ops import pack_timeline
 from fanout.timelines import store_for
 from spark.changelog import header_column
-from spark.rebuild import Rebuild
+from spark.rebuild import Rebuild, RebuildFailed
 from spark.rebuild_report import Progress
 from tests.conftest import make_config
 from tests.spark_helpers import ChangelogWriter
@@ -82,3 +83,19 @@ def test_the_newest_record_of_each_key_decoded_and_the_bad_ones_set_aside(
     (dead,) = store.dead_letters()
     assert dead["topic"] == config.topics.tweets and dead["by"] == "rebuild"
     assert "JSON" in dead["error"]
+
+
+def test_verify_refuses_a_timeline_whose_length_in_redis_is_not_the_computed_one(
+    spark, kafka_bootstrap: str, redis_url: str, tmp_path: Path
+) -> None:
+    config: StarlingConfig = make_config(kafka_bootstrap, redis_url)
+    store = store_for(config)
+    generation = store.new_generation(state="building")
+    store.write_timelines(generation, [(1, pack_timeline(0, [5, 6])), (2, pack_timeline(0, []))])
+    store.write_dropped(generation, [3])
+    rebuild = Rebuild(spark, config, store, Progress(store, out=io.StringIO()), tmp_path)
+    rebuild.verify(generation, {1: 2, 2: 0, 3: -1})  # as computed: passes
+    assert rebuild.summary.verified_counts == 3
+    for lengths in ({1: 3, 2: 0, 3: -1}, {1: 2, 2: 0, 3: 0}, {1: 2, 2: 0, 3: -1, 4: 0}):
+        with pytest.raises(RebuildFailed, match="do not have the computed length"):
+            rebuild.verify(generation, lengths)

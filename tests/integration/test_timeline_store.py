@@ -378,6 +378,15 @@ def test_dead_letters_are_keyed_by_position(store: TimelineStore) -> None:
     assert store.dead_letter_count() == 1 and store.dead_letters() == [record]
 
 
+def test_timeline_lengths_come_from_sizes_and_tell_dropped_and_missing_apart(
+    store: TimelineStore,
+) -> None:
+    store.write_timelines(GEN, [(1, pack_timeline(0, [])), (2, pack_timeline(5, [7, 8, 9]))])
+    store.write_timelines(GEN, [(3, pack_timeline(0, list(range(10, 1010))))])
+    store.write_dropped(GEN, [4])
+    assert store.timeline_lengths(GEN, [1, 2, 3, 4, 5]) == [0, 3, 1000, -1, None]
+
+
 def test_generations(store: TimelineStore, redis_client: redis.Redis) -> None:
     assert store.active_generation() is None
     assert store.ensure_active_generation() == 1
