@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark import Broadcast
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 
 from fanout.config import StarlingConfig, TopicNames
@@ -197,6 +199,83 @@ def write_lists_partition(
         yield arrow.batch({"n": [n]}, COUNT)
 
 
+#: The edges a write task joins with the broadcast :class:`KeptIds`: one row
+#: per owner and author they follow, each owner's rows consecutive.
+OWNED = "owner long, author long"
+
+
+@dataclass(frozen=True)
+class KeptIds:
+    """Every author's kept tweets, horizon and whether it is pulled (rows of
+    :data:`STATE`), as NumPy arrays ordered by author: the side of the
+    timelines' join that is small enough to broadcast (see
+    :func:`spark.rebuild.Rebuild.join`)."""
+
+    authors: np.ndarray
+    values: np.ndarray
+    offsets: np.ndarray
+    horizons: np.ndarray
+    pulled: np.ndarray
+
+    @classmethod
+    def of(cls, table: pa.Table) -> KeptIds:
+        """From ``join_key, kept, horizon, pulled`` columns, one row per author."""
+        table = table.sort_by("join_key").combine_chunks()
+        kept = pa.concat_arrays(table.column("kept").chunks or [pa.array([], pa.list_(pa.int64()))])
+        if kept.null_count or kept.values.null_count:
+            raise ValueError("an author's kept tweets hold a null")
+        flat = kept.flatten()  # from the first list's first id, whatever the array's offset
+        lengths = pc.list_value_length(kept).to_numpy(zero_copy_only=False)
+        return cls(
+            authors=table.column("join_key").to_numpy(),
+            values=flat.to_numpy(),
+            offsets=np.concatenate(([0], np.cumsum(lengths, dtype=np.int64))),
+            horizons=table.column("horizon").to_numpy(),
+            pulled=table.column("pulled").to_numpy(zero_copy_only=False),
+        )
+
+    def join(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """Rows of :data:`OWNED` in, rows of :data:`EDGES` out, in the same order
+        (an author without state has no tweets, horizon 0, and is not pulled).
+        The ids are gathered in NumPy: a popular author's tweets are copied to
+        each follower's row in C."""
+        owners = batch.column("owner").to_numpy()
+        authors = batch.column("author").to_numpy()
+        at = np.searchsorted(self.authors, authors)
+        found = at < len(self.authors)
+        found[found] = self.authors[at[found]] == authors[found]
+        at = at[found]
+        lengths = np.zeros(len(authors), dtype=np.int64)
+        lengths[found] = self.offsets[at + 1] - self.offsets[at]
+        offsets = np.concatenate(([0], np.cumsum(lengths)))
+        starts = np.zeros(len(authors), dtype=np.int64)
+        starts[found] = self.offsets[at]
+        gather = np.repeat(starts - offsets[:-1], lengths) + np.arange(offsets[-1])
+        horizons = np.zeros(len(authors), dtype=np.int64)
+        horizons[found] = self.horizons[at]
+        pull = np.zeros(len(authors), dtype=bool)
+        pull[found] = self.pulled[at]
+        columns = [
+            batch.column("owner"),
+            batch.column("author"),
+            pa.LargeListArray.from_arrays(offsets, self.values[gather]),
+            pa.array(horizons),
+            pa.array(pull & (owners != authors)),
+        ]
+        return pa.RecordBatch.from_arrays(columns, names=arrow.names(EDGES))
+
+
+def joined(
+    batches: Iterable[pa.RecordBatch], kept: Broadcast[KeptIds] | None
+) -> Iterable[pa.RecordBatch]:
+    """Rows of :data:`EDGES`: ``batches`` as they are without ``kept``, else
+    rows of :data:`OWNED` joined with it."""
+    if kept is None:
+        return batches
+    ids = kept.value
+    return (ids.join(batch) for batch in batches)
+
+
 @dataclass
 class OwnerInput:
     """What one owner's timeline is made from: the kept tweets of the authors
@@ -306,15 +385,19 @@ def _chunks(inputs: Iterator[OwnerInput], size: int = 5_000) -> Iterator[list[Ow
 
 @spark_task
 def write_timelines_partition(
-    batches: Iterator[pa.RecordBatch], config: StarlingConfig, generation: int
+    batches: Iterator[pa.RecordBatch],
+    config: StarlingConfig,
+    generation: int,
+    kept: Broadcast[KeptIds] | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    """Write this partition's timelines (from rows of :data:`EDGES`) into
-    ``generation``; return their lengths (-1 for the users idle in the
-    active generation: their timelines stay dropped)."""
+    """Write this partition's timelines (from rows of :data:`EDGES`, or of
+    :data:`OWNED` with ``kept``) into ``generation``; return their lengths
+    (-1 for the users idle in the active generation: their timelines stay
+    dropped)."""
     store = store_for(config, timeout=120)
     live = store.active_generation()
     cap, slack = config.timeline_size, config.timeline_slack
-    for chunk in _chunks(owner_inputs(batches)):
+    for chunk in _chunks(owner_inputs(joined(batches, kept))):
         owners = [i.owner for i in chunk]
         rows = [(i.owner, *i.timeline(cap, slack)) for i in chunk]
         idle = store.dropped(live, owners) if live is not None and live != generation else set()
@@ -331,14 +414,18 @@ def write_timelines_partition(
 
 @spark_task
 def diff_partition(
-    batches: Iterator[pa.RecordBatch], config: StarlingConfig, live: int, newest_tweet: int
+    batches: Iterator[pa.RecordBatch],
+    config: StarlingConfig,
+    live: int,
+    newest_tweet: int,
+    kept: Broadcast[KeptIds] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Compare what readers see of the rebuilt timelines (the pulled authors'
     lists merged in) with what they see of the live generation's; tweets newer
     than the snapshot are left out of the live side."""
     store = store_for(config, timeout=120)
     cap = config.timeline_size
-    for chunk in _chunks(owner_inputs(batches)):
+    for chunk in _chunks(owner_inputs(joined(batches, kept))):
         views = store.timelines(live, [i.owner for i in chunk])
         out: dict[str, list[Any]] = arrow.columns(DIFF)
         for owner_input, view in zip(chunk, views, strict=True):

@@ -99,3 +99,41 @@ def test_verify_refuses_a_timeline_whose_length_in_redis_is_not_the_computed_one
     for lengths in ({1: 3, 2: 0, 3: -1}, {1: 2, 2: 0, 3: 0}, {1: 2, 2: 0, 3: -1, 4: 0}):
         with pytest.raises(RebuildFailed, match="do not have the computed length"):
             rebuild.verify(generation, lengths)
+
+
+def test_kept_ids_broadcast_or_joined_in_spark_write_the_same_timelines(
+    spark, kafka_bootstrap: str, redis_url: str, redis_client, tmp_path: Path
+) -> None:
+    """Below ``broadcast_ids`` the write tasks join the edges with every author's
+    kept tweets themselves; above it Spark does: the same timelines, lengths,
+    pulled lists and pulls either way."""
+    config: StarlingConfig = make_config(
+        kafka_bootstrap, redis_url, partitions=2, timeline_size=3, timeline_slack=1,
+        pull_threshold=3,
+    )  # fmt: skip
+    writer = ChangelogWriter(config)
+    network = [events.Followed(u, u) for u in range(1, 7)]
+    network += [events.Followed(f, 1) for f in (2, 3, 4, 5)]  # 1 is pulled (> 3 followers)
+    network += [events.Followed(2, 3), events.Followed(4, 3), events.Followed(5, 2)]
+    tweets = [events.TweetPosted(100 + i, 1 + i % 4, "u", f"t{i}") for i in range(24)]
+    writer.send(network + tweets + [events.TweetDeleted(101, 2), events.Unfollowed(5, 2)])
+    store = store_for(config)
+    written = {}
+    for broadcast_ids in (10**6, 0):
+        rebuild = Rebuild(
+            spark, config, store, Progress(store, out=io.StringIO()), tmp_path,
+            broadcast_ids=broadcast_ids,
+        )  # fmt: skip
+        states, inputs = rebuild.join(rebuild.read(rebuild.snapshot()))
+        assert (inputs.kept is not None) == (broadcast_ids > 0)
+        generation = store.new_generation(state="building")
+        lengths = rebuild.write(generation, states, inputs)
+        timelines = store.timelines(generation, sorted(lengths))
+        pulls = {u: redis_client.smembers(keys.pulls(generation, u)) for u in lengths}
+        lists = redis_client.get(keys.author_list(generation, 1))
+        written[broadcast_ids] = (lengths, [t.ids if t else None for t in timelines], pulls, lists)
+    assert written[10**6] == written[0]
+    lengths, timelines, pulls, lists = written[0]
+    assert sorted(lengths) == [1, 2, 3, 4, 5, 6] and lengths[3] == 3 + 1  # cap + slack
+    assert timelines[1] == [122, 121, 120]  # 2's view: 3's, its own and the pulled 1's newest
+    assert pulls[2] == {b"1"} and pulls[6] == set() and lists is not None

@@ -15,7 +15,7 @@ from fanout import events
 from fanout.author_state import AuthorState
 from fanout.join import join_events, rebuilt_author_state, rebuilt_timeline
 from spark import arrow
-from spark.rebuild_tasks import EDGES, owner_inputs
+from spark.rebuild_tasks import EDGES, OWNED, KeptIds, owner_inputs
 
 CAP, SLACK = 5, 2
 
@@ -184,4 +184,56 @@ def test_timelines_merged_per_owner_in_numpy_equal_the_rule_on_whole_lists(
         i.owner: (i.timeline(CAP, SLACK), i.pulls, i.timeline(CAP, SLACK, seen=True))
         for i in owner_inputs(batches)
     }
+    assert got == expected
+
+
+_STATE = st.tuples(
+    st.lists(st.integers(1, 60), max_size=12),  # the author's kept tweets
+    st.integers(0, 60),  # horizon
+    st.booleans(),  # pulled
+)
+
+
+@settings(deadline=None)
+@given(
+    st.dictionaries(st.integers(1, 8), _STATE, max_size=8),
+    st.lists(st.tuples(st.integers(1, 5), st.integers(1, 10)), max_size=25),
+    st.lists(st.integers(0, 25), max_size=3),
+)
+def test_edges_joined_with_the_broadcast_kept_ids_equal_the_left_join(
+    states: dict[int, tuple[list[int], int, bool]],
+    edges: list[tuple[int, int]],
+    cuts: list[int],
+) -> None:
+    # The write tasks join each edge with its author's kept tweets from a
+    # broadcast (rebuild_tasks.KeptIds) instead of Spark's join: the same rows,
+    # in the edges' order, as the left join the rebuild would otherwise run
+    # (an author without state: no tweets, horizon 0, not pulled; an author is
+    # never pulled from its own timeline).
+    rows = [
+        {"join_key": a, "kept": k, "horizon": h, "pulled": p} for a, (k, h, p) in states.items()
+    ]
+    half = len(rows) // 2  # in two chunks, in no order
+    schema = pa.schema(
+        [("join_key", pa.int64()), ("kept", pa.list_(pa.int64())), ("horizon", pa.int64()),
+         ("pulled", pa.bool_())]
+    )  # fmt: skip
+    table = pa.concat_tables(
+        [pa.Table.from_pylist(rows[half:], schema), pa.Table.from_pylist(rows[:half], schema)]
+    )
+    kept = KeptIds.of(table)
+    expected = []
+    for owner, author in edges:
+        ids, horizon, pulled = states.get(author, ([], 0, False))
+        expected.append((owner, author, ids, horizon, pulled and owner != author))
+    owned = pa.Table.from_pylist([{"owner": o, "author": a} for o, a in edges], arrow.schema(OWNED))
+    bounds = sorted({0, len(edges), *(c for c in cuts if c < len(edges))})
+    got = []
+    for a, b in itertools.pairwise(bounds):
+        batch = owned.slice(a, b - a).combine_chunks().to_batches()
+        out = kept.join(batch[0] if batch else pa.RecordBatch.from_pylist([], arrow.schema(OWNED)))
+        assert out.schema.names == arrow.names(EDGES)
+        got += [
+            (r["owner"], r["author"], r["kept"], r["horizon"], r["pull"]) for r in out.to_pylist()
+        ]
     assert got == expected
