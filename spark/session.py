@@ -21,6 +21,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from spark import jvm_archive
 from spark.kafka_source import KafkaChangelogSource
 
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
@@ -92,7 +93,9 @@ def session_settings(master: str, conf: Mapping[str, Any], given: set[str]) -> d
     operator, then ``conf`` (the caller's, which always applies)."""
     defaults = {
         **TUNING,
-        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{LOG4J}",
+        "spark.driver.extraJavaOptions": " ".join(
+            filter(None, [f"-Dlog4j2.configurationFile=file:{LOG4J}", jvm_archive.java_options()])
+        ),
         "spark.sql.shuffle.partitions": str(shuffle_partitions(master)),
     }
     if master.startswith("local"):

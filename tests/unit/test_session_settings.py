@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
+from spark import jvm_archive
 from spark.session import TUNING, given_settings, session_settings
 from spark.worker_daemon import installed_zips
 
@@ -71,3 +73,25 @@ def test_only_zips_inside_the_installed_pyspark_are_moved(tmp_path: Path) -> Non
     ]
     assert installed_zips(path, package.resolve()) == path[:2]
     assert installed_zips(path, None) == []
+
+
+def test_the_jvm_starts_from_the_class_archive_when_there_is_one(
+    tmp_path: Path, monkeypatch
+) -> None:
+    archive = tmp_path / "spark.jsa"
+    monkeypatch.setenv(jvm_archive.ENV, str(archive))
+    options = session_settings("local[2]", {}, set())["spark.driver.extraJavaOptions"]
+    assert "SharedArchiveFile" not in options and "log4j2.configurationFile" in options
+    archive.write_bytes(b"an archive")  # the JVM checks it, and ignores one that does not fit
+    options = session_settings("local[2]", {}, set())["spark.driver.extraJavaOptions"]
+    assert f"-XX:SharedArchiveFile={archive}" in options and "log4j2.configurationFile" in options
+    # An operator's Java options replace Starling's, the archive included.
+    given = session_settings("local[2]", {}, {"spark.driver.extraJavaOptions"})
+    assert "spark.driver.extraJavaOptions" not in given
+
+
+def test_the_class_archive_lives_beside_the_environment_unless_told_otherwise() -> None:
+    assert jvm_archive.archive_path({}) == Path(sys.prefix) / "starling-spark.jsa"
+    assert jvm_archive.archive_path({jvm_archive.ENV: "/x/y.jsa"}) == Path("/x/y.jsa")
+    assert jvm_archive.archive_path({jvm_archive.ENV: ""}) is None  # turned off
+    assert jvm_archive.java_options({jvm_archive.ENV: ""}) == ""
