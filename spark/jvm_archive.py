@@ -101,8 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     if path is None:
         print(f"{ENV} is empty: no JVM archive")
         return 0
-    if args == ["--train"]:
-        train(Path(os.environ["STARLING_JVM_ARCHIVE_OUT"]))
+    if args[:1] == ["--train"]:  # the child below
+        train(Path(args[1]))
         return 0
     started = time.monotonic()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -111,8 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     # In a process of its own: the JVM started here must have exited (and
     # written the archive) before the archive is put in place.
     subprocess.run(
-        [sys.executable, "-m", "spark.jvm_archive", "--train"],
-        env={**os.environ, ENV: str(path), "STARLING_JVM_ARCHIVE_OUT": str(partial)},
+        [sys.executable, "-m", "spark.jvm_archive", "--train", str(partial)],
         check=True,
     )
     if not partial.is_file():

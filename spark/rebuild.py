@@ -4,7 +4,8 @@
 
 What an operator runs after fixing a bug in the fanout logic, and what
 brings Redis back after it lost its data. This module holds the stages
-(the driver); :mod:`spark.rebuild_tasks` what they run on the executors;
+(the driver); :mod:`spark.rebuild_join` the join's Spark plans;
+:mod:`spark.rebuild_tasks` what they run on the executors;
 :mod:`spark.rebuild_command` the command line around them.
 
 1. **snapshot**: the end offsets of the topics (both changelogs and the refills);
@@ -46,7 +47,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pyspark import Broadcast
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -56,17 +56,21 @@ from fanout.watermark import contiguous, mark_name
 from spark.changelog import changelog_options
 from spark.kafka_io import end_offsets
 from spark.offsets import Offsets
+from spark.rebuild_join import (
+    BROADCAST_KEPT_IDS,
+    TimelineInputs,
+    author_states,
+    timeline_inputs,
+    tweets_and_follows,
+)
 from spark.rebuild_report import Progress, Summary
 from spark.rebuild_tasks import (
     COUNT,
     DIFF,
-    STATE,
     WRITTEN,
-    KeptIds,
     NewestRecordSource,
     diff_partition,
     largest_partition,
-    state_partition,
     write_lists_partition,
     write_timelines_partition,
 )
@@ -75,21 +79,6 @@ from spark.rebuild_tasks import (
 #: database, and Settled(user_ids, seq) -> the users no write after ``seq`` touched.
 Oracle = Callable[[Sequence[int], int], dict[int, list[int]]]
 Settled = Callable[[Sequence[int], int], set[int]]
-
-
-#: 20 million ids: 160 MB in the driver and in each Python worker.
-BROADCAST_KEPT_IDS = 20_000_000
-
-
-@dataclass
-class TimelineInputs:
-    """What the timelines are made from: rows of ``rebuild_tasks.EDGES``, or rows
-    of ``rebuild_tasks.OWNED`` and every author's kept tweets as a broadcast
-    (:class:`spark.rebuild_tasks.KeptIds`). Either way each owner's rows are
-    consecutive within a partition."""
-
-    rows: DataFrame
-    kept: Broadcast[KeptIds] | None = None
 
 
 class RebuildFailed(RuntimeError):
@@ -116,8 +105,7 @@ class Rebuild:
     oracle: Oracle | None = None
     settled: Settled | None = None
     sample: int = 200
-    #: The most kept tweet ids (all authors together) that go to the write
-    #: tasks as a broadcast; above it, Spark joins them to the edges.
+    #: The most kept tweet ids that go to the write tasks as a broadcast.
     broadcast_ids: int = BROADCAST_KEPT_IDS
     #: Called once Spark is no longer needed (before the hand-over's wait): the
     #: command stops its session, so no idle Python worker is reaped (and
@@ -202,70 +190,11 @@ class Rebuild:
     def join(self, decoded: DataFrame) -> tuple[DataFrame, TimelineInputs]:
         """(author states, the timelines' input)."""
         self.progress.stage("joining tweets and follows")
-        cap, slack = self.config.timeline_size, self.config.timeline_slack
-        tweets = decoded.where("kind = 'tweet'").select(
-            F.col("a").alias("author"), F.col("b").alias("id")
-        )
-        follows = decoded.where("kind = 'follow'").select(
-            F.col("b").alias("follower"), F.col("a").alias("followee")
-        )
-        authors = (
-            tweets.groupBy("author")
-            .agg(F.collect_list("id").alias("tweets"))
-            .join(
-                follows.groupBy(F.col("followee").alias("author")).agg(
-                    F.collect_list("follower").alias("followers")
-                ),
-                "author",
-                "full_outer",
-            )
-        )
-        threshold = self.config.pull_threshold
-        states = authors.mapInArrow(
-            lambda it: state_partition(it, cap, slack, threshold), STATE
-        ).persist()
-        # Owners: every follower (the self edge makes a user's own timeline) and
-        # every author (their own tweets are in their timeline). A user who
-        # follows themselves and tweets has their self edge twice: their ids
-        # are merged as distinct ids, so it changes nothing.
-        edges = follows.select(
-            F.col("follower").alias("owner"), F.col("followee").alias("author")
-        ).union(tweets.select(F.col("author").alias("owner"), "author").distinct())
-        # A pulled author's tweets stay out of its followers' timelines: their
-        # reads merge its list (fanout.join), named in their set of pulls. Each
-        # owner's rows end up together (hashed to one partition, sorted there)
-        # and are merged per owner in Python, on NumPy views of the kept ids
-        # (rebuild_tasks.owner_inputs): an aggregation here would box every id
-        # in the JVM and spill.
+        tweets, follows = tweets_and_follows(decoded)
+        states = author_states(tweets, follows, self.config)
         totals = _first(states.agg(F.count("*"), F.sum(F.size("kept"))))
         self.summary.authors, kept_ids = int(totals[0]), int(totals[1] or 0)
-        if kept_ids <= self.broadcast_ids:
-            # The authors' kept ids go to every write task, which joins them to
-            # the edges itself: a popular author's ids are copied to each
-            # follower's row in NumPy instead of being shuffled and sorted in
-            # the JVM once per follower (measured: the write 11-12 -> 8 s at
-            # 100,000 users and 2,000,000 follows).
-            table = states.select("join_key", "kept", "horizon", "pulled").toArrow()
-            inputs = TimelineInputs(
-                edges.repartition("owner").sortWithinPartitions("owner"),
-                self.spark.sparkContext.broadcast(KeptIds.of(table)),
-            )
-        else:
-            pull = F.coalesce("pulled", F.lit(False)) & (F.col("owner") != F.col("author"))
-            kept = states.select(F.col("join_key").alias("author"), "kept", "horizon", "pulled")
-            rows = (
-                edges.join(kept, "author", "left")
-                .select(
-                    "owner",
-                    "author",
-                    "kept",
-                    F.coalesce("horizon", F.lit(0)).alias("horizon"),
-                    pull.alias("pull"),
-                )
-                .repartition("owner")
-                .sortWithinPartitions("owner")
-            )
-            inputs = TimelineInputs(rows)
+        inputs = timeline_inputs(self.spark, tweets, follows, states, kept_ids, self.broadcast_ids)
         self.progress.done(
             f"{self.summary.authors:,} authors with state, {kept_ids:,} kept tweet ids "
             + ("(broadcast)" if inputs.kept is not None else "(joined in Spark)")

@@ -115,6 +115,7 @@ OPTIONAL = {
     "STARLING_METRICS_REFRESH_SECONDS",
     "SPARK_CONF_DIR",
     "SPARK_HOME",
+    "STARLING_JVM_ARCHIVE",
 }
 #: Read by the code, deliberately not part of the production deployment.
 NOT_FOR_PRODUCTION = {

@@ -1,0 +1,116 @@
+"""The rebuild's join as Spark plans: the tables read from the changelogs in,
+every author's join state and every timeline's input out (the rules they
+feed are :func:`fanout.join.rebuilt_author_state` and
+:func:`fanout.join.rebuilt_timeline`, run by :mod:`spark.rebuild_tasks`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyspark import Broadcast
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from fanout.config import StarlingConfig
+from spark.rebuild_tasks import STATE, KeptIds, state_partition
+
+#: The most kept tweet ids (all authors together) that go to the write tasks
+#: as a broadcast: 20 million ids, 160 MB in the driver and in each Python
+#: worker. Above it, Spark joins them to the edges.
+BROADCAST_KEPT_IDS = 20_000_000
+
+
+def tweets_and_follows(decoded: DataFrame) -> tuple[DataFrame, DataFrame]:
+    """The live tweets (author, id) and follows (follower, followee) among the
+    read's rows (``rebuild_decode.DECODED``)."""
+    tweets = decoded.where("kind = 'tweet'").select(
+        F.col("a").alias("author"), F.col("b").alias("id")
+    )
+    follows = decoded.where("kind = 'follow'").select(
+        F.col("b").alias("follower"), F.col("a").alias("followee")
+    )
+    return tweets, follows
+
+
+def author_states(tweets: DataFrame, follows: DataFrame, config: StarlingConfig) -> DataFrame:
+    """Rows of ``rebuild_tasks.STATE``, one per author with tweets or followers
+    (persisted: the write and the verification use them again)."""
+    cap, slack = config.timeline_size, config.timeline_slack
+    threshold = config.pull_threshold
+    authors = (
+        tweets.groupBy("author")
+        .agg(F.collect_list("id").alias("tweets"))
+        .join(
+            follows.groupBy(F.col("followee").alias("author")).agg(
+                F.collect_list("follower").alias("followers")
+            ),
+            "author",
+            "full_outer",
+        )
+    )
+    return authors.mapInArrow(
+        lambda it: state_partition(it, cap, slack, threshold), STATE
+    ).persist()
+
+
+@dataclass
+class TimelineInputs:
+    """What the timelines are made from: rows of ``rebuild_tasks.EDGES``, or rows
+    of ``rebuild_tasks.OWNED`` and every author's kept tweets as a broadcast
+    (:class:`spark.rebuild_tasks.KeptIds`). Either way each owner's rows are
+    consecutive within a partition."""
+
+    rows: DataFrame
+    kept: Broadcast[KeptIds] | None = None
+
+
+def timeline_inputs(
+    spark: SparkSession,
+    tweets: DataFrame,
+    follows: DataFrame,
+    states: DataFrame,
+    kept_ids: int,
+    broadcast_ids: int = BROADCAST_KEPT_IDS,
+) -> TimelineInputs:
+    """Every owner's edges with the kept tweets of the authors they follow;
+    ``kept_ids``: how many kept ids ``states`` holds in all.
+
+    Owners: every follower (the self edge makes a user's own timeline) and
+    every author (their own tweets are in their timeline). A user who follows
+    themselves and tweets has their self edge twice: their ids are merged as
+    distinct ids, so it changes nothing. A pulled author's tweets stay out of
+    its followers' timelines: their reads merge its list (fanout.join), named
+    in their set of pulls. Each owner's rows end up together (hashed to one
+    partition, sorted there) and are merged per owner in Python, on NumPy
+    views of the kept ids (``rebuild_tasks.owner_inputs``): an aggregation
+    here would box every id in the JVM and spill."""
+    edges = follows.select(
+        F.col("follower").alias("owner"), F.col("followee").alias("author")
+    ).union(tweets.select(F.col("author").alias("owner"), "author").distinct())
+    if kept_ids <= broadcast_ids:
+        # The authors' kept ids go to every write task, which joins them to the
+        # edges itself: a popular author's ids are copied to each follower's
+        # row in NumPy instead of being shuffled and sorted in the JVM once per
+        # follower (measured: the write 11-12 -> 8 s at 100,000 users and
+        # 2,000,000 follows).
+        table = states.select("join_key", "kept", "horizon", "pulled").toArrow()
+        return TimelineInputs(
+            edges.repartition("owner").sortWithinPartitions("owner"),
+            spark.sparkContext.broadcast(KeptIds.of(table)),
+        )
+    pull = F.coalesce("pulled", F.lit(False)) & (F.col("owner") != F.col("author"))
+    kept = states.select(F.col("join_key").alias("author"), "kept", "horizon", "pulled")
+    rows = (
+        edges.join(kept, "author", "left")
+        .select(
+            "owner",
+            "author",
+            "kept",
+            F.coalesce("horizon", F.lit(0)).alias("horizon"),
+            pull.alias("pull"),
+        )
+        .repartition("owner")
+        .sortWithinPartitions("owner")
+    )
+    return TimelineInputs(rows)
