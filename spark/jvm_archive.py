@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     partial.unlink(missing_ok=True)
     # In a process of its own: the JVM started here must have exited (and
     # written the archive) before the archive is put in place.
-    subprocess.run(
+    subprocess.run(  # noqa: S603 - our own interpreter, module and path
         [sys.executable, "-m", "spark.jvm_archive", "--train", str(partial)],
         check=True,
     )
