@@ -95,8 +95,8 @@ class TimelineBulk:
 
     def dropped(self, generation: int, owners: Sequence[int]) -> set[int]:
         """Those of ``owners`` whose timeline was dropped (idle users), pipelined."""
-        lengths = self._per_timeline(generation, owners, "STRLEN")
-        return {o for o, n in zip(owners, lengths, strict=True) if 0 < n < HEADER.size}
+        lengths = self.timeline_lengths(generation, owners)
+        return {o for o, n in zip(owners, lengths, strict=True) if n == -1}
 
     def write_dropped(self, generation: int, owners: Iterable[int]) -> int:
         """Write dropped timelines (tombstones), as a rebuild keeps idle users idle."""

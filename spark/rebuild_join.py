@@ -71,10 +71,11 @@ def timeline_inputs(
     follows: DataFrame,
     states: DataFrame,
     kept_ids: int,
-    broadcast_ids: int = BROADCAST_KEPT_IDS,
+    broadcast_ids: int,
 ) -> TimelineInputs:
     """Every owner's edges with the kept tweets of the authors they follow;
-    ``kept_ids``: how many kept ids ``states`` holds in all.
+    ``kept_ids``: how many kept ids ``states`` holds in all, broadcast to the
+    write tasks if at most ``broadcast_ids`` (:data:`BROADCAST_KEPT_IDS`).
 
     Owners: every follower (the self edge makes a user's own timeline) and
     every author (their own tweets are in their timeline). A user who follows

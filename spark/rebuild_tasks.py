@@ -245,11 +245,11 @@ class KeptIds:
         found = at < len(self.authors)
         found[found] = self.authors[at[found]] == authors[found]
         at = at[found]
-        lengths = np.zeros(len(authors), dtype=np.int64)
-        lengths[found] = self.offsets[at + 1] - self.offsets[at]
-        offsets = np.concatenate(([0], np.cumsum(lengths)))
         starts = np.zeros(len(authors), dtype=np.int64)
         starts[found] = self.offsets[at]
+        lengths = np.zeros(len(authors), dtype=np.int64)
+        lengths[found] = self.offsets[at + 1] - starts[found]
+        offsets = np.concatenate(([0], np.cumsum(lengths)))
         gather = np.repeat(starts - offsets[:-1], lengths) + np.arange(offsets[-1])
         horizons = np.zeros(len(authors), dtype=np.int64)
         horizons[found] = self.horizons[at]
