@@ -135,6 +135,59 @@ class GenerationStore:
 
     def clear_rebuild_status(self) -> None:
         self.redis.delete(keys.REBUILD_STATUS)
+        self.redis.delete(keys.REBUILD_LOG)
+
+    # --- rebuilds run by the fanout job (spark.rebuild_service)
+
+    def announce_fanout_job(self, about: Mapping[str, Any], ttl: float) -> None:
+        """The fanout job is running and takes rebuilds, for ``ttl`` seconds."""
+        self.redis.set(keys.FANOUT_JOB, orjson.dumps(about), px=int(ttl * 1000))
+
+    def fanout_job(self) -> dict[str, Any] | None:
+        """What the running fanout job announced, or None if none is running."""
+        raw = self.redis.get(keys.FANOUT_JOB)
+        return orjson.loads(raw) if raw else None
+
+    def request_rebuild(self, request: Mapping[str, Any], ttl: float) -> bool:
+        """Ask the fanout job for a rebuild (``request["id"]`` names it); False if
+        another rebuild was asked for and is still running. The request
+        expires ``ttl`` seconds after it was last renewed
+        (:meth:`renew_rebuild_request`): the job then cancels it."""
+        return bool(
+            self.redis.set(keys.REBUILD_REQUEST, orjson.dumps(request), px=int(ttl * 1000), nx=True)
+        )
+
+    def rebuild_request(self) -> dict[str, Any] | None:
+        raw = self.redis.get(keys.REBUILD_REQUEST)
+        return orjson.loads(raw) if raw else None
+
+    def renew_rebuild_request(self, request_id: str, ttl: float) -> bool:
+        """Keep request ``request_id`` alive ``ttl`` seconds more; False if it is gone."""
+        current = self.rebuild_request()
+        if current is None or current.get("id") != request_id:
+            return False
+        return bool(self.redis.pexpire(keys.REBUILD_REQUEST, int(ttl * 1000)))
+
+    def end_rebuild_request(self, request_id: str) -> None:
+        """Withdraw request ``request_id`` (if it is still the current one): a
+        job running it cancels it."""
+        current = self.rebuild_request()
+        if current is not None and current.get("id") == request_id:
+            self.redis.delete(keys.REBUILD_REQUEST)
+
+    def claim_rebuild_request(self, request_id: str, by: str) -> bool:
+        """Take request ``request_id`` (the job, to run it; its command, to run it
+        itself after the job did not answer): True for the first to ask."""
+        key = keys.REBUILD_CLAIM_PREFIX + request_id
+        return bool(self.redis.set(key, by, nx=True, ex=3600))
+
+    def log_rebuild(self, line: str) -> None:
+        """One progress line of a rebuild the job runs, for its command to print."""
+        self.redis.rpush(keys.REBUILD_LOG, line)
+
+    def rebuild_log(self, start: int) -> list[str]:
+        """The progress lines from the ``start``-th on."""
+        return [text(line) for line in self.redis.lrange(keys.REBUILD_LOG, start, -1)]
 
     def rebuild_status(self) -> dict[str, str]:
         """The last rebuild's state, stage and summary (what spark.rebuild publishes)."""

@@ -18,6 +18,10 @@
 | ``starling:resets:<g><t>`` | sorted set | resets waiting for the watermark to reach their seq |
 | ``starling:handover`` | string | a rebuilt generation waiting for the fanout job |
 | ``starling:rebuild`` | hash | the last rebuild's state, stage and summary |
+| ``starling:rebuild:log`` | list | the progress lines of a rebuild the fanout job runs |
+| ``starling:rebuild:request`` | string | a rebuild asked of the fanout job (expires unrenewed) |
+| ``starling:rebuild:claim:<id>`` | string | who took that request: the job, or its command back |
+| ``starling:fanout`` | string | the running fanout job, taking rebuilds (expires unrenewed) |
 | ``starling:deadletters`` | hash | bad changelog records by ``topic/partition/offset`` |
 | ``starling:tokens:<t><user>`` | string | the user's tokens issued before this time are refused |
 | ``starling:seen:<t><user>`` | string | the day of the user's last read (written once a day) |
@@ -65,6 +69,10 @@ HANDOVER = "starling:handover"
 REBUILD_STATUS = "starling:rebuild"
 #: The field of :data:`REBUILD_STATUS` the rebuild's read tasks add their records to.
 REBUILD_RECORDS_READ = "records_read"
+REBUILD_LOG = "starling:rebuild:log"
+REBUILD_REQUEST = "starling:rebuild:request"
+REBUILD_CLAIM_PREFIX = "starling:rebuild:claim:"
+FANOUT_JOB = "starling:fanout"
 DEAD_LETTERS = "starling:deadletters"
 TOKENS_PREFIX = "starling:tokens:"
 REFILL = "starling:refill"

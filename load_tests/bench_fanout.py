@@ -154,6 +154,8 @@ class Job:
             "TIMELINE_SIZE": str(config.timeline_size),
             "FANOUT_PULL_THRESHOLD": str(config.pull_threshold),
             "PYTHONUNBUFFERED": "1",
+            # A rebuild it runs for a benchmark keeps its files in the run's directory.
+            "STARLING_VAR_DIR": str(workdir),
         }
         self.log = open(workdir / "fanout.log", "ab")  # noqa: SIM115
         self.proc = subprocess.Popen(  # noqa: S603

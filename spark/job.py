@@ -10,8 +10,10 @@ Extract, transform, load::
                       driver records the watermark (highest seq applied, offsets, counters)
 
 :mod:`spark.supervisor` keeps the query on the right generation (rebuilds,
-lost data). A record that cannot be decoded is counted, written to the
-dead-letter hash in Redis with its topic, partition and offset, and skipped.
+lost data); :mod:`spark.rebuild_service` runs the rebuilds ``manage.py
+rebuild_timelines`` asks for on the job's session, beside the query. A
+record that cannot be decoded is counted, written to the dead-letter hash in
+Redis with its topic, partition and offset, and skipped.
 Spark code here never imports Django.
 """
 
@@ -38,6 +40,7 @@ from spark.changelog import read_changelogs
 from spark.offsets import Offsets
 from spark.operator import join_by_author
 from spark.progress import ProgressLogger
+from spark.rebuild_service import RebuildService
 from spark.session import build_session
 from spark.sink import FanoutSink
 from spark.supervisor import Supervisor, Target
@@ -195,7 +198,11 @@ def main(argv: list[str] | None = None) -> int:
         progress_file=args.progress_file,
     )
     starter = QueryStarter(spark, config, options)
-    return Supervisor(store, config, root, starter, stopping).run()
+    rebuilds = RebuildService(spark, config, store, stopping).start()
+    try:
+        return Supervisor(store, config, root, starter, stopping).run()
+    finally:
+        rebuilds.stop()
 
 
 if __name__ == "__main__":

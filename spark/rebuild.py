@@ -42,7 +42,7 @@ import os
 import random
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,6 +56,7 @@ from fanout.watermark import contiguous, mark_name
 from spark.changelog import changelog_options
 from spark.kafka_io import end_offsets
 from spark.offsets import Offsets
+from spark.rebuild_finish import Conclusion, Oracle, RebuildFailed, Settled
 from spark.rebuild_join import (
     BROADCAST_KEPT_IDS,
     TimelineInputs,
@@ -75,14 +76,11 @@ from spark.rebuild_tasks import (
     write_timelines_partition,
 )
 
-#: Oracle(user_ids, cap) -> {user: visible timeline ids, newest first} from the
-#: database, and Settled(user_ids, seq) -> the users no write after ``seq`` touched.
-Oracle = Callable[[Sequence[int], int], dict[int, list[int]]]
-Settled = Callable[[Sequence[int], int], set[int]]
 
-
-class RebuildFailed(RuntimeError):
-    """The rebuild stopped; the live generation is untouched."""
+def default_state_root() -> Path:
+    """Where rebuilt author states go unless told (``--state-dir``): the fanout
+    job reads them when it takes a generation over."""
+    return (Path(os.environ.get("STARLING_VAR_DIR", "var")) / "rebuild").resolve()
 
 
 def _first(df: DataFrame) -> Any:
@@ -111,9 +109,16 @@ class Rebuild:
     #: command stops its session, so no idle Python worker is reaped (and
     #: prints a BrokenPipeError) while it waits.
     release: Callable[[], None] | None = None
+    #: Stop at a verified generation, leaving the sample check and the
+    #: hand-over to the command (a rebuild run by the fanout job).
+    build_only: bool = False
     summary: Summary = field(default_factory=Summary)
     #: The relay marks at the snapshot, per topic/partition (fanout.watermark).
     marks: dict[str, int] = field(default_factory=dict)
+    #: The users whose timelines are compared with the database (:meth:`verify`).
+    sampled: list[int] = field(default_factory=list)
+    #: Why the rebuild was cancelled (:meth:`cancel`); empty while it goes on.
+    cancelled: str = ""
 
     # --- stages
 
@@ -228,7 +233,9 @@ class Rebuild:
         )
         return lengths
 
-    def verify(self, generation: int, lengths: dict[int, int]) -> None:
+    def verify(self, generation: int, lengths: dict[int, int]) -> list[int]:
+        """Every timeline's length in Redis against the computed one; returns the
+        sample of users to compare with the database (:meth:`Conclusion.check_sample`)."""
         self.progress.stage("verifying")
         owners = sorted(lengths)
         stored = self.store.timeline_lengths(generation, owners)  # -1: dropped, as computed
@@ -239,33 +246,10 @@ class Rebuild:
                 f"(e.g. users {wrong[:5]})"
             )
         self.summary.verified_counts = len(owners)
-        self.progress.note(f"lengths: {len(owners):,} timelines as computed")
-        if self.oracle is None or not owners or self.sample <= 0:
-            self.progress.done("no database oracle given: sample check skipped")
-            return
         rnd = random.Random(generation)  # noqa: S311 - a sample, not a secret
         kept = [o for o in owners if lengths[o] >= 0]
-        sample = rnd.sample(kept, min(self.sample, len(kept)))
-        since = self.summary.snapshot_contiguous
-        settled = self.settled(sample, since) if self.settled else set(sample)
-        checked = [u for u in sample if u in settled]
-        expected = self.oracle(checked, self.config.timeline_size)
-        bad = []
-        for user in checked:  # as readers see it: the pulled authors' lists merged in
-            found = self.store.timeline(generation, user)
-            if (found.ids if found else []) != expected.get(user, []):
-                bad.append(user)
-        self.summary.sample_checked = len(checked)
-        self.summary.sample_skipped = len(sample) - len(checked)
-        if bad:
-            raise RebuildFailed(
-                f"{len(bad)} of {len(checked)} sampled timelines differ from the database "
-                f"(e.g. users {bad[:5]})"
-            )
-        self.progress.done(
-            f"sample: {len(checked)} timelines equal the database's join "
-            f"({self.summary.sample_skipped} skipped: written to after the snapshot)"
-        )
+        self.progress.done(f"lengths: {len(owners):,} timelines as computed")
+        return rnd.sample(kept, min(max(self.sample, 0), len(kept)))
 
     def diff(self, states: DataFrame, inputs: TimelineInputs) -> None:
         live = self.store.active_generation()
@@ -315,31 +299,6 @@ class Rebuild:
             f"by entries off: {self.summary.diff_histogram}"
         )
 
-    def hand_over(self, generation: int, wait: float) -> None:
-        self.progress.stage(f"handing generation {generation} over to the fanout job")
-        self.store.request_handover(generation)
-        deadline = time.monotonic() + wait
-        shown = 0.0
-        while time.monotonic() < deadline:
-            if self.store.active_generation() == generation:
-                self.summary.switched = True
-                self.progress.done(
-                    f"generation {generation} is active; the old one is being deleted"
-                )
-                return
-            if time.monotonic() - shown > 5:
-                wm = self.store.watermark(generation)
-                self.progress.note(
-                    f"waiting for the job to catch up: generation {generation} at seq "
-                    f"{wm.seq if wm else '?'}"
-                )
-                shown = time.monotonic()
-            time.sleep(0.5)
-        self.progress.done(
-            f"not switched yet after {wait:.0f}s: generation {generation} is verified and handed "
-            "over; the fanout job switches to it when it runs and has caught up"
-        )
-
     # --- the whole thing
 
     def run(self, *, dry_run: bool, wait: float) -> Summary:
@@ -354,17 +313,33 @@ class Rebuild:
         self.summary.stages = dict(self.progress.durations)
         return self.summary
 
+    def cancel(self, why: str) -> None:
+        """Stop the rebuild (from another thread): the Spark jobs of the stage
+        running now are cancelled, and no further stage starts."""
+        self.cancelled = why
+        self.spark.sparkContext.cancelJobGroup(self.progress.current)
+
+    def _go_on(self) -> None:
+        if self.cancelled:
+            raise RebuildFailed(f"cancelled: {self.cancelled}")
+
     def _run(self, *, dry_run: bool, wait: float) -> None:
         ends = self.snapshot()
+        self._go_on()
         decoded = self.read(ends)
-        states, inputs = self.join(decoded)
-        if dry_run:
-            self.diff(states, inputs)
-        else:
+        inputs: TimelineInputs | None = None
+        try:
+            self._go_on()
+            states, inputs = self.join(decoded)
+            self._go_on()
+            if dry_run:
+                self.diff(states, inputs)
+                return
             generation = self.store.new_generation(state="building", snapshot=json.dumps(ends))
             self.summary.generation = generation
             try:
                 lengths = self.write(generation, states, inputs)
+                self._go_on()
                 self.store.seed_watermark(
                     generation,
                     seq=self.summary.snapshot_seq,
@@ -372,15 +347,27 @@ class Rebuild:
                     contiguous=self.summary.snapshot_contiguous,
                     offsets=ends,
                 )
-                self.verify(generation, lengths)
+                self.sampled = self.verify(generation, lengths)
+                self._go_on()
             except BaseException:
                 self.progress.note(f"failed: deleting generation {generation}")
                 self.store.drop_generation(generation)
                 raise
-            if self.release is not None:
-                self.progress.close()  # no Spark from here on
-                self.release()
-            self.hand_over(generation, wait)
+        finally:
+            # A session that goes on (the fanout job's) must not keep the
+            # snapshot's rows in memory.
+            decoded.unpersist()
+            if inputs is not None and inputs.kept is not None:
+                inputs.kept.destroy()
+        if self.build_only:
+            return
+        if self.release is not None:
+            self.progress.close()  # no Spark from here on
+            self.release()
+        finish = Conclusion(
+            self.config, self.store, self.progress, self.summary, self.oracle, self.settled
+        )
+        finish.conclude(generation, self.sampled, wait)
 
 
 def main(argv: list[str] | None = None) -> None:

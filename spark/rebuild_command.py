@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 import time
 import traceback
@@ -32,8 +31,10 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from fanout.cli import interruptible, machine_output
 from fanout.config import StarlingConfig
 from fanout.timelines import store_for
-from spark.rebuild import Oracle, Rebuild, RebuildFailed, Settled
+from spark.rebuild import Rebuild, default_state_root
+from spark.rebuild_finish import Oracle, RebuildFailed, Settled
 from spark.rebuild_report import Progress, Summary
+from spark.rebuild_service import run_in_job
 from spark.session import build_session
 
 log = logging.getLogger("starling.rebuild")
@@ -49,7 +50,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--dry-run", action="store_true", help="compare with the live timelines, change nothing"
     )
-    p.add_argument("--master", help="Spark master (default: SPARK_MASTER or local[2])")
+    p.add_argument(
+        "--standalone",
+        action="store_true",
+        help="run on a Spark of its own even when the fanout job runs (it would run the "
+        "rebuild on its already warm session)",
+    )
+    p.add_argument(
+        "--master",
+        help="Spark master of a standalone rebuild (default: SPARK_MASTER or local[2]); "
+        "implies --standalone",
+    )
     p.add_argument(
         "--sample", type=int, default=200, help="timelines compared with the database (default 200)"
     )
@@ -83,30 +94,44 @@ def execute(
         config = StarlingConfig.from_env()
         store = store_for(config, timeout=60)
         progress = Progress(store, human)
-        state_root = (
-            args.state_dir or Path(os.environ.get("STARLING_VAR_DIR", "var")) / "rebuild"
-        ).resolve()
+        state_dir = args.state_dir.resolve() if args.state_dir else None
         try:
             # Inside the try: an unreachable Redis is a failure like any other
             # and still ends in the one JSON document.
-            store.clear_rebuild_status()
-            progress.publish(state="running", dry_run=int(args.dry_run), started_at=time.time())
             if prepare is not None:
                 print(prepare(), file=human)
-            own = spark is None
-            spark = spark or build_session(args.master or config.spark_master, "starling-rebuild")
-            rebuild = Rebuild(
-                spark,
-                config,
-                store,
-                progress,
-                state_root,
-                oracle,
-                settled,
-                args.sample,
-                release=spark.stop if own else None,
-            )
-            summary = rebuild.run(dry_run=args.dry_run, wait=args.wait)
+            summary = None
+            if spark is None and not (args.standalone or args.master) and store.fanout_job():
+                summary = run_in_job(
+                    store,
+                    config,
+                    progress,
+                    dry_run=args.dry_run,
+                    sample=args.sample,
+                    wait=args.wait,
+                    state_dir=state_dir,
+                    oracle=oracle,
+                    settled=settled,
+                )
+            if summary is None:
+                store.clear_rebuild_status()
+                progress.publish(state="running", dry_run=int(args.dry_run), started_at=time.time())
+                own = spark is None
+                spark = spark or build_session(
+                    args.master or config.spark_master, "starling-rebuild"
+                )
+                rebuild = Rebuild(
+                    spark,
+                    config,
+                    store,
+                    progress,
+                    state_dir or default_state_root(),
+                    oracle,
+                    settled,
+                    args.sample,
+                    release=spark.stop if own else None,
+                )
+                summary = rebuild.run(dry_run=args.dry_run, wait=args.wait)
         except (Exception, KeyboardInterrupt) as exc:
             interrupted = isinstance(exc, KeyboardInterrupt)
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

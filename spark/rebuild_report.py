@@ -202,5 +202,7 @@ class Summary:
     extra_entries: int = 0
     diff_histogram: dict[str, int] = field(default_factory=dict)
     switched: bool = False
+    #: Where the Spark stages ran: the fanout job's session, or the command's own.
+    ran_in: str = "own session"
     seconds: float = 0.0
     stages: dict[str, float] = field(default_factory=dict)

@@ -15,9 +15,12 @@ names its interpreter); the executors get it from the packed environment
 ``--master``, ``--conf`` and the other spark-submit options win over
 Starling's Spark defaults (spark/session.py); the job's and the rebuild's
 own ``--master`` and ``SPARK_MASTER`` are not used under spark-submit.
-The rebuild runs as ``manage.py rebuild_timelines`` (its verification samples
-the database), so ``DATABASE_URL`` and ``DJANGO_SETTINGS_MODULE`` (default
-``feed.settings``) apply to it.
+The rebuild runs as ``manage.py rebuild_timelines --standalone`` (its
+verification samples the database), so ``DATABASE_URL`` and
+``DJANGO_SETTINGS_MODULE`` (default ``feed.settings``) apply to it: a
+rebuild submitted to the cluster runs as an application of its own there,
+rather than asking the running job for it as ``manage.py rebuild_timelines``
+does by default.
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ def main(argv: list[str]) -> int:
     from django.core.management import execute_from_command_line
 
     # Exits with the command's status (1 when the rebuild failed).
-    execute_from_command_line(["manage.py", "rebuild_timelines", *args])
+    execute_from_command_line(["manage.py", "rebuild_timelines", "--standalone", *args])
     return 0
 
 

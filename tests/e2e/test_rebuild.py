@@ -19,7 +19,7 @@ from fanout.timeline_ops import pack_timeline, unpack_timeline
 from tests.e2e.test_fanout_oracle import Workload, check_against_oracle, come_back, go_idle
 from tests.stack import BIN, ROOT, Stack
 
-# A rebuild starts a Spark session of its own next to the running job.
+# The fanout job runs the rebuilds on its session; a standalone one starts its own.
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
 
 
@@ -98,9 +98,9 @@ def test_rebuild_repairs_corrupted_timelines_while_reads_and_writes_go_on(stack:
         corrupt(stack, user_id(stack, name), bogus)
     damaged_reader = tuple(sorted({*own[::2], bogus}, reverse=True))
 
-    # The dry run reports the damage and changes nothing.
+    # The dry run (on a Spark of its own) reports the damage and changes nothing.
     generation = stack.store.active_generation()
-    report = dry_run(stack)
+    report = dry_run(stack, "--standalone")
     assert report["differing"] >= len(victims) + 1
     assert report["missing_entries"] > 0 and report["extra_entries"] > 0
     assert stack.store.active_generation() == generation
@@ -114,7 +114,7 @@ def test_rebuild_repairs_corrupted_timelines_while_reads_and_writes_go_on(stack:
         during += 5
         time.sleep(0.2)
     out = finish(proc)
-    assert "(active)" in out, out
+    assert "(active)" in out and "the job runs it" in out, out  # on the job's session
     stack.wait_for_seq(work.max_seq)
     time.sleep(0.5)
     reader.stop.set()
@@ -141,9 +141,9 @@ def test_rebuild_repairs_corrupted_timelines_while_reads_and_writes_go_on(stack:
     print(f"\nrebuild: {stats}; {during} writes during the rebuild")
 
 
-def dry_run(stack: Stack) -> dict:
+def dry_run(stack: Stack, *args: str) -> dict:
     """The dry run's report: standard output is exactly one JSON document."""
-    report = json.loads(finish(rebuild(stack, "--dry-run", "--json")))
+    report = json.loads(finish(rebuild(stack, "--dry-run", "--json", *args)))
     assert report["ok"] is True and report["dry_run"] is True
     return report
 
