@@ -3,10 +3,13 @@
     manage.py rebuild_timelines [--dry-run] [--sample 200] [--wait 600] [--json]
 
 What an operator runs after fixing a bug in the fanout logic, and what
-brings Redis back after it lost its data. This module holds the stages
-(the driver); :mod:`spark.rebuild_join` the join's Spark plans;
+brings Redis back after it lost its data. This module holds the Spark
+stages (the driver); :mod:`spark.rebuild_join` the join's Spark plans;
 :mod:`spark.rebuild_tasks` what they run on the executors;
-:mod:`spark.rebuild_command` the command line around them.
+:mod:`spark.rebuild_finish` the steps after them that need no Spark;
+:mod:`spark.rebuild_command` the command line around them. The stages run
+on the running fanout job's session when there is one
+(:mod:`spark.rebuild_service`), else on the command's own.
 
 1. **snapshot**: the end offsets of the topics (both changelogs and the refills);
 2. **read** the compacted changelogs from offset 0 to the snapshot as a
@@ -22,7 +25,8 @@ brings Redis back after it lost its data. This module holds the stages
 4. **write** them into a new generation (``tl:{g}:*``), which no reader
    sees yet;
 5. **verify**: every timeline's length in Redis against the computed one,
-   and a sample against the oracle query on the database;
+   and a sample against the oracle query on the database (the command
+   does that part, :mod:`spark.rebuild_finish`);
 6. **hand over**: the fanout job restarts on the new generation from the
    snapshot offsets with the rebuilt state (``initialState``), so writes
    made during the rebuild are applied to it; once it has caught up with
