@@ -331,6 +331,7 @@ class Rebuild:
         ends = self.snapshot()
         self._go_on()
         decoded = self.read(ends)
+        states: DataFrame | None = None
         inputs: TimelineInputs | None = None
         try:
             self._go_on()
@@ -361,6 +362,8 @@ class Rebuild:
             # A session that goes on (the fanout job's) must not keep the
             # snapshot's rows in memory.
             decoded.unpersist()
+            if states is not None:
+                states.unpersist()
             if inputs is not None and inputs.kept is not None:
                 inputs.kept.destroy()
         if self.build_only:

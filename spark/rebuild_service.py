@@ -7,8 +7,8 @@ all that long ago, and a rebuild run there takes a little over half as long
 (docs/performance.md). So ``manage.py rebuild_timelines`` asks the running job
 for the Spark stages, through Redis:
 
-1. the job announces itself (:data:`fanout.keys.FANOUT_JOB`, renewed every
-   second, expiring after :data:`ANNOUNCE_TTL`);
+1. the job announces itself (:data:`fanout.keys.FANOUT_JOB`, renewed five
+   times a second, expiring after :data:`ANNOUNCE_TTL`);
 2. the command posts a request (:data:`fanout.keys.REBUILD_REQUEST`): one at
    a time; it expires :data:`REQUEST_TTL` seconds after the command last
    renewed it, so a command that died does not leave a rebuild running;
@@ -53,8 +53,9 @@ from spark.rebuild_report import Progress, Summary
 
 log = logging.getLogger("starling.rebuild")
 
-#: How often the job renews its announcement and looks for requests (seconds).
-ANNOUNCE_EVERY = 1.0
+#: How often the job renews its announcement and looks for requests (seconds):
+#: a rebuild waits for this long at most before it starts.
+ANNOUNCE_EVERY = 0.2
 #: A job that has not renewed its announcement for this long is gone.
 ANNOUNCE_TTL = 10.0
 #: A request its command has not renewed for this long is withdrawn.
