@@ -157,6 +157,16 @@ class Rebuild:
         decoded = (
             self.spark.read.format(NewestRecordSource.name()).options(**options).load().persist()
         )
+        try:
+            self._tally(decoded)
+        except BaseException:
+            decoded.unpersist()  # what was cached of it, in a session that may go on
+            raise
+        return decoded
+
+    def _tally(self, decoded: DataFrame) -> None:
+        """The read's figures: rows by kind, the snapshot's seq and marks; bad
+        records dead-lettered."""
         kinds = decoded.groupBy("kind").agg(F.count("*").alias("n"), F.max("seq").alias("seq"))
         counts, seqs = {}, [0]
         for r in kinds.collect():
@@ -194,16 +204,21 @@ class Rebuild:
             f"snapshot seq {self.summary.snapshot_seq} (complete up to "
             f"{self.summary.snapshot_contiguous})"
         )
-        return decoded
 
     def join(self, decoded: DataFrame) -> tuple[DataFrame, TimelineInputs]:
         """(author states, the timelines' input)."""
         self.progress.stage("joining tweets and follows")
         tweets, follows = tweets_and_follows(decoded)
         states = author_states(tweets, follows, self.config)
-        totals = _first(states.agg(F.count("*"), F.sum(F.size("kept"))))
-        self.summary.authors, kept_ids = int(totals[0]), int(totals[1] or 0)
-        inputs = timeline_inputs(self.spark, tweets, follows, states, kept_ids, self.broadcast_ids)
+        try:
+            totals = _first(states.agg(F.count("*"), F.sum(F.size("kept"))))
+            self.summary.authors, kept_ids = int(totals[0]), int(totals[1] or 0)
+            inputs = timeline_inputs(
+                self.spark, tweets, follows, states, kept_ids, self.broadcast_ids
+            )
+        except BaseException:
+            states.unpersist()
+            raise
         self.progress.done(
             f"{self.summary.authors:,} authors with state, {kept_ids:,} kept tweet ids "
             + ("(broadcast)" if inputs.kept is not None else "(joined in Spark)")

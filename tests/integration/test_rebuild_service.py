@@ -76,6 +76,10 @@ def timelines(store: TimelineStore, generation: int) -> dict[int, list[int] | No
     }
 
 
+def nothing_cached(spark) -> bool:  # type: ignore[no-untyped-def]
+    return bool(spark._jsparkSession.sharedState().cacheManager().isEmpty())
+
+
 def wait_for(what, seconds: float = 30.0) -> None:  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + seconds
     while not what():
@@ -93,6 +97,7 @@ def test_the_command_has_the_running_job_rebuild_with_the_standalone_result(
     in_job = int(store.redis.get(keys.HANDOVER))
     assert store.rebuild_status()["state"] == "handed-over"  # no query here to switch
     assert store.generation_meta(in_job)["state"] == "ready"
+    assert nothing_cached(spark)  # the job's session goes on: the rebuild's rows are gone
 
     code = rebuild_command.execute(
         command(tmp_path, standalone=True), oracle=None, settled=None, spark=spark
@@ -108,7 +113,7 @@ def test_the_command_has_the_running_job_rebuild_with_the_standalone_result(
 
 
 def test_a_withdrawn_request_leaves_no_generation_and_the_job_takes_the_next(
-    config: StarlingConfig, job: RebuildService, tmp_path: Path
+    spark, config: StarlingConfig, job: RebuildService, tmp_path: Path
 ) -> None:
     store = store_for(config)
     before = int(store.redis.get(keys.GENERATION_COUNTER) or 0)
@@ -121,6 +126,7 @@ def test_a_withdrawn_request_leaves_no_generation_and_the_job_takes_the_next(
     after = int(store.redis.get(keys.GENERATION_COUNTER) or 0)
     assert not any(store.generation_exists(g) for g in range(before + 1, after + 1))
     assert not list(store.redis.scan_iter(match="tl:*", count=1000))
+    assert nothing_cached(spark)
 
     # A rebuild that fails (its state directory is a file) leaves the job taking requests.
     blocker = tmp_path / "a-file"
