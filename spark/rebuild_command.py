@@ -98,10 +98,11 @@ def execute(
         try:
             # Inside the try: an unreachable Redis is a failure like any other
             # and still ends in the one JSON document.
+            in_job = spark is None and not (args.standalone or args.master) and store.fanout_job()
             if prepare is not None:
                 print(prepare(), file=human)
             summary = None
-            if spark is None and not (args.standalone or args.master) and store.fanout_job():
+            if in_job:
                 summary = run_in_job(
                     store,
                     config,

@@ -54,7 +54,8 @@ def config(kafka_bootstrap: str, redis_url: str, redis_client, monkeypatch) -> S
 @pytest.fixture
 def job(spark, config: StarlingConfig) -> Iterator[RebuildService]:
     """The fanout job's rebuild service on the test session (no query: it
-    does not need one)."""
+    does not need one), which starts with nothing cached."""
+    spark.catalog.clearCache()  # what earlier tests in this session left
     service = RebuildService(spark, config, store_for(config), threading.Event()).start()
     yield service
     service.stop()
