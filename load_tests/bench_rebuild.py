@@ -73,18 +73,15 @@ def write_network(log: Changelog, args: argparse.Namespace, rnd: random.Random) 
     return written
 
 
-def draw_chart(
-    path: Path, records: int, stream_rate: float, rebuild_rate: float, stages: dict[str, float]
-) -> Path:
-    """Throughput beside the baseline, and the seconds of each stage (starting first)."""
+def draw_chart(path: Path, records: int, rates: dict[str, float], stages: dict[str, float]) -> Path:
+    """Throughput beside the baseline (``rates``: records/s by run, the
+    baseline first), and the seconds of each stage of the rebuild (starting
+    first)."""
     return charts.draw(
         path,
         f"Rebuilding every timeline from {records:,} changelog records (same run)",
         charts.bars(
-            {
-                "streaming replay": {"records/s": stream_rate},
-                "rebuild": {"records/s": rebuild_rate},
-            },
+            {name: {"records/s": rate} for name, rate in rates.items()},
             "records/s",
             "Throughput",
         ),
@@ -206,6 +203,7 @@ def main(argv: list[str] | None = None) -> int:
             key="ratio",
         )
         switched = bool(summary["switched"])
+        rates = {"streaming replay": stream_rate, "rebuild by the job": rebuild_rate}
         if not args.no_standalone:
             print("the same rebuild on a Spark of its own (--standalone) ...", flush=True)
             own, own_seconds, own_starting, _ = timed_rebuild(
@@ -225,6 +223,7 @@ def main(argv: list[str] | None = None) -> int:
                 key="standalone_ratio",
             )
             switched = switched and bool(own["switched"])
+            rates["rebuild, --standalone"] = own_rate
         report.check("switched to the rebuilt generation", switched)
         report.check("rebuild faster than the streaming replay", rebuild_rate > stream_rate)
         report.print()
@@ -232,8 +231,7 @@ def main(argv: list[str] | None = None) -> int:
         chart = draw_chart(
             args.chart or report.path("png"),
             summary["records"],
-            stream_rate,
-            rebuild_rate,
+            rates,
             {"starting": starting, **summary["stages"]},
         )
         print(f"chart: {chart}")
