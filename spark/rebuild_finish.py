@@ -27,6 +27,9 @@ class RebuildFailed(RuntimeError):
 
 @dataclass
 class Conclusion:
+    """A verified generation's way to the readers: the sample check, then the
+    hand-over (its figures go into ``summary``)."""
+
     config: StarlingConfig
     store: TimelineStore
     progress: Progress
