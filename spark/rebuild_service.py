@@ -3,7 +3,7 @@
 A rebuild that starts a Spark of its own spends much of its time warming up:
 the JVM starts and compiles Spark's code paths, the data source's Python
 processes start and import their modules. The fanout job's session has done
-all that long ago, and a rebuild run there takes a little over half as long
+all that long ago, and a rebuild run there takes about a third less time
 (docs/performance.md). So ``manage.py rebuild_timelines`` asks the running job
 for the Spark stages, through Redis:
 
