@@ -181,6 +181,11 @@ class GenerationStore:
         key = keys.REBUILD_CLAIM_PREFIX + request_id
         return bool(self.redis.set(key, by, nx=True, ex=3600))
 
+    def rebuild_claimed_by(self, request_id: str) -> str | None:
+        """Who took request ``request_id`` (:meth:`claim_rebuild_request`), if anyone."""
+        raw = self.redis.get(keys.REBUILD_CLAIM_PREFIX + request_id)
+        return text(raw) if raw is not None else None
+
     def log_rebuild(self, line: str) -> None:
         """One progress line of a rebuild the job runs, for its command to print."""
         self.redis.rpush(keys.REBUILD_LOG, line)

@@ -62,6 +62,8 @@ ANNOUNCE_TTL = 10.0
 REQUEST_TTL = 30.0
 #: How long the command waits for the job to claim its request.
 CLAIM_WAIT = 15.0
+#: Who claims a request to run it in the fanout job.
+JOB = "job"
 #: The states of a rebuild run by the job, as its status hash says them.
 BUILT, SUCCEEDED, FAILED = "built", "succeeded", "failed"
 
@@ -160,9 +162,12 @@ class RebuildService:
             self.built = None
         if request is None or request.get("id") == self.request_id:
             return
-        if not self.store.claim_rebuild_request(str(request["id"]), "job"):
+        if not self.store.claim_rebuild_request(str(request["id"]), JOB):
             return
         self.request_id = str(request["id"])
+        # The job clears the last rebuild's status, not the command: a command
+        # whose request is refused must not wipe the running one's.
+        self.store.clear_rebuild_status()
         self.running = self.prepare(request)
         self.worker = threading.Thread(
             target=self.run, args=(self.running, request), name="rebuild", daemon=True
@@ -253,8 +258,6 @@ def run_in_job(
     if not store.request_rebuild(request, REQUEST_TTL):
         raise RebuildFailed("another rebuild is running; wait for it to end")
     try:
-        store.clear_rebuild_status()
-        progress.publish(state="requested", dry_run=int(dry_run), started_at=time.time())
         progress.stage("asking the fanout job to run the rebuild on its Spark session")
         if not _claimed(store, request_id):
             progress.done("it did not answer: running the rebuild here")
@@ -279,28 +282,21 @@ def run_in_job(
 def _claimed(store: TimelineStore, request_id: str) -> bool:
     """True once the job has taken the request; False if it has not within
     :data:`CLAIM_WAIT` seconds and the command has taken it back."""
-    if _reported(store, request_id, CLAIM_WAIT):
-        return True
-    if store.claim_rebuild_request(request_id, "command"):
-        return False
-    if _reported(store, request_id, 10.0):  # the job took it a moment ago
-        return True
-    raise RebuildFailed("the fanout job took the rebuild but does not report on it")
-
-
-def _reported(store: TimelineStore, request_id: str, seconds: float) -> bool:
-    """Whether the job says, within ``seconds``, that it runs the request."""
-    deadline = time.monotonic() + seconds
+    deadline = time.monotonic() + CLAIM_WAIT
     while time.monotonic() < deadline:
-        if store.rebuild_status().get("request") == request_id:
+        if store.rebuild_claimed_by(request_id) == JOB:
             return True
         time.sleep(0.1)
-    return False
+    # Taken back by the command, unless the job took it a moment ago.
+    return not store.claim_rebuild_request(request_id, "command")
 
 
 def _follow(store: TimelineStore, progress: Progress, request_id: str) -> dict[str, str]:
-    """Print the job's progress lines until it has finished; its final status."""
+    """Print the job's progress lines until it has finished; its final status.
+    Only a status naming ``request_id`` counts: until the job has cleared the
+    last rebuild's, that one is still there."""
     shown, renewed, last_seen = 0, 0.0, time.monotonic()
+    claimed = time.monotonic()
     while True:
         if time.monotonic() - renewed > 1.0:
             if not store.renew_rebuild_request(request_id, REQUEST_TTL):
@@ -310,11 +306,16 @@ def _follow(store: TimelineStore, progress: Progress, request_id: str) -> dict[s
                 last_seen = renewed
             elif renewed - last_seen > ANNOUNCE_TTL:
                 raise RebuildFailed("the fanout job stopped during the rebuild")
+        status = store.rebuild_status()
+        if status.get("request") != request_id:
+            if time.monotonic() - claimed > ANNOUNCE_TTL:
+                raise RebuildFailed("the fanout job took the rebuild but does not report on it")
+            time.sleep(0.1)
+            continue
         lines = store.rebuild_log(shown)
         for line in lines:
             print(line, file=progress.out, flush=True)
         shown += len(lines)
-        status = store.rebuild_status()
         if status.get("state") in (BUILT, SUCCEEDED, FAILED):
             for line in store.rebuild_log(shown):
                 print(line, file=progress.out, flush=True)
