@@ -32,7 +32,7 @@ from fanout.cli import interruptible, machine_output
 from fanout.config import StarlingConfig
 from fanout.timelines import store_for
 from spark.rebuild import Rebuild, default_state_root
-from spark.rebuild_finish import Oracle, RebuildFailed, Settled
+from spark.rebuild_finish import Oracle, RebuildFailed, Settled, reason_of
 from spark.rebuild_report import Progress, Summary
 from spark.rebuild_service import run_in_job
 from spark.session import build_session
@@ -135,7 +135,7 @@ def execute(
                 summary = rebuild.run(dry_run=args.dry_run, wait=args.wait)
         except (Exception, KeyboardInterrupt) as exc:
             interrupted = isinstance(exc, KeyboardInterrupt)
-            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            reason = reason_of(exc)
             if interrupted:
                 reason = f"interrupted ({reason})"
             log.debug("rebuild failed", exc_info=True)

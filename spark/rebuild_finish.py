@@ -25,6 +25,12 @@ class RebuildFailed(RuntimeError):
     """The rebuild stopped; the live generation is untouched."""
 
 
+def reason_of(exc: BaseException) -> str:
+    """What a failed rebuild reports: the first line of ``exc``, or its type's name."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 @dataclass
 class Conclusion:
     """A verified generation's way to the readers: the sample check, then the

@@ -48,7 +48,7 @@ from pyspark.sql import SparkSession
 from fanout.config import StarlingConfig
 from fanout.timelines import TimelineStore
 from spark.rebuild import Rebuild, default_state_root
-from spark.rebuild_finish import Conclusion, Oracle, RebuildFailed, Settled
+from spark.rebuild_finish import Conclusion, Oracle, RebuildFailed, Settled, reason_of
 from spark.rebuild_report import Progress, Summary
 
 log = logging.getLogger("starling.rebuild")
@@ -208,7 +208,9 @@ class RebuildService:
         try:
             summary = rebuild.run(dry_run=dry_run, wait=0)
         except Exception as exc:
-            reason = _reason(exc, rebuild.cancelled)
+            reason = reason_of(exc)[:500]
+            if rebuild.cancelled:
+                reason = f"cancelled: {rebuild.cancelled}"
             log.warning("rebuild %s failed: %s", request["id"], reason)
             log.debug("rebuild failed", exc_info=True)
             rebuild.progress.publish(state=FAILED, error=reason, finished_at=time.time())
@@ -219,13 +221,6 @@ class RebuildService:
             summary=orjson.dumps(asdict(summary)),
             sample=orjson.dumps(rebuild.sampled),
         )
-
-
-def _reason(exc: BaseException, cancelled: str) -> str:
-    if cancelled:
-        return f"cancelled: {cancelled}"
-    text = str(exc).strip()
-    return text.splitlines()[0][:500] if text else type(exc).__name__
 
 
 # --- the command's side -----------------------------------------------------------------
@@ -316,8 +311,8 @@ def _follow(store: TimelineStore, progress: Progress, request_id: str) -> dict[s
         for line in lines:
             print(line, file=progress.out, flush=True)
         shown += len(lines)
+        # The job publishes its final state after its last line, and the lines
+        # are read after the status: they are all printed by now.
         if status.get("state") in (BUILT, SUCCEEDED, FAILED):
-            for line in store.rebuild_log(shown):
-                print(line, file=progress.out, flush=True)
             return status
         time.sleep(0.2)
