@@ -27,6 +27,33 @@ from fanout.redis_conn import Client, Command, command, is_cluster, run
 from fanout.scripts import Script
 
 
+class GenerationState:
+    """What a generation's ``state`` field says. A rebuild creates it
+    ``building``; its hand-over makes it ``ready`` (the fanout job catches it
+    up) and the switch ``active``, the one before it ``retired``. A generation
+    that will never be handed over goes ``dropping`` before it is deleted.
+    The moves out of ``building`` are compare-and-set
+    (:meth:`GenerationStore.move_generation`): a generation cannot be both
+    handed over and deleted."""
+
+    BUILDING = "building"
+    READY = "ready"
+    ACTIVE = "active"
+    RETIRED = "retired"
+    DROPPING = "dropping"
+
+
+class RebuildState:
+    """What the rebuild's status hash (:data:`fanout.keys.REBUILD_STATUS`) says."""
+
+    RUNNING = "running"
+    #: Verified, not yet handed over (a rebuild the fanout job ran for a command).
+    BUILT = "built"
+    SUCCEEDED = "succeeded"
+    HANDED_OVER = "handed-over"
+    FAILED = "failed"
+
+
 class GenerationMissing(RuntimeError):
     """The generation being written is not in Redis: Redis lost its data."""
 
@@ -37,6 +64,8 @@ class GenerationStore:
     redis: Client
     shards: keys.Shards
     _copy_watermark: Script
+    _compare_set: Script
+    _rebuild_request: Script
 
     def _per_shard(self, name: str, key: Any, *args: Any) -> None:
         """Command ``name`` on ``key(tag)`` in every shard, when there is more than one."""
@@ -73,7 +102,7 @@ class GenerationStore:
         """The active generation, creating generation 1 on a Redis that has none."""
         active = self.active_generation()
         if active is None:
-            self.create_generation(1, state="active")
+            self.create_generation(1, state=GenerationState.ACTIVE)
             self.redis.set(keys.ACTIVE_GENERATION, 1, nx=True)
             active = self.active_generation()
         assert active is not None
@@ -96,6 +125,21 @@ class GenerationStore:
 
     def set_generation_meta(self, generation: int, **meta: str | float) -> None:
         self.redis.hset(keys.generation(generation), mapping=meta)  # type: ignore[arg-type]
+
+    def move_generation(self, generation: int, state: str, *, expect: str) -> bool:
+        """Set the generation's state to ``state`` if it is ``expect`` (one
+        step); False if it was not."""
+        key = keys.generation(generation)
+        return bool(self._compare_set(keys=[key], args=["state", expect, "state", state]))
+
+    def generations(self) -> list[int]:
+        """Every generation Redis has metadata for (a SCAN: for sweeps, not hot paths)."""
+        found = set()
+        for key in self.redis.scan_iter(match=keys.GENERATION_PREFIX + "*", count=1000):
+            number = text(key)[len(keys.GENERATION_PREFIX) :]
+            if number.isdigit():  # not a shard's marker (which ends in its tag)
+                found.add(int(number))
+        return sorted(found)
 
     def claim_regeneration(self, generation: int, user_id: int, *, window: int) -> bool:
         """Claim the regeneration of one timeline for ``window`` seconds (False if
@@ -163,17 +207,13 @@ class GenerationStore:
 
     def renew_rebuild_request(self, request_id: str, ttl: float) -> bool:
         """Keep request ``request_id`` alive ``ttl`` seconds more; False if it is gone."""
-        current = self.rebuild_request()
-        if current is None or current.get("id") != request_id:
-            return False
-        return bool(self.redis.pexpire(keys.REBUILD_REQUEST, int(ttl * 1000)))
+        ms = max(1, int(ttl * 1000))
+        return bool(self._rebuild_request(keys=[keys.REBUILD_REQUEST], args=[request_id, ms]))
 
     def end_rebuild_request(self, request_id: str) -> None:
         """Withdraw request ``request_id`` (if it is still the current one): a
         job running it cancels it."""
-        current = self.rebuild_request()
-        if current is not None and current.get("id") == request_id:
-            self.redis.delete(keys.REBUILD_REQUEST)
+        self._rebuild_request(keys=[keys.REBUILD_REQUEST], args=[request_id, 0])
 
     def claim_rebuild_request(self, request_id: str, by: str) -> bool:
         """Take request ``request_id`` (the job, to run it; its command, to run it
@@ -198,10 +238,15 @@ class GenerationStore:
         """The last rebuild's state, stage and summary (what spark.rebuild publishes)."""
         return {text(k): text(v) for k, v in self.redis.hgetall(keys.REBUILD_STATUS).items()}
 
-    def request_handover(self, generation: int) -> None:
-        """Ask the fanout job to carry on in ``generation`` (see spark.job)."""
-        self.set_generation_meta(generation, state="ready")
+    def request_handover(self, generation: int) -> bool:
+        """Ask the fanout job to carry on in ``generation`` (see spark.job); False
+        if the generation is no longer ``building`` (it is being deleted)."""
+        if not self.move_generation(
+            generation, GenerationState.READY, expect=GenerationState.BUILDING
+        ):
+            return False
         self.redis.set(keys.HANDOVER, generation)
+        return True
 
     def pending_handover(self) -> int | None:
         raw = self.redis.get(keys.HANDOVER)
@@ -216,16 +261,18 @@ class GenerationStore:
         self._point_shards(new)
         if is_cluster(self.redis):  # keys in several slots: no transaction
             self.redis.set(keys.ACTIVE_GENERATION, new)
-            self.set_generation_meta(new, state="active", activated_at=time.time())
+            self.set_generation_meta(new, state=GenerationState.ACTIVE, activated_at=time.time())
             if old is not None and old != new:
-                self.set_generation_meta(old, state="retired", retired_at=time.time())
+                self.set_generation_meta(old, state=GenerationState.RETIRED, retired_at=time.time())
             self.redis.delete(keys.HANDOVER)
             return
         pipe = self.redis.pipeline(transaction=True)
         pipe.set(keys.ACTIVE_GENERATION, new)
-        pipe.hset(keys.generation(new), mapping={"state": "active", "activated_at": time.time()})
+        active = {"state": GenerationState.ACTIVE, "activated_at": time.time()}
+        pipe.hset(keys.generation(new), mapping=active)  # type: ignore[arg-type]
         if old is not None and old != new:
-            pipe.hset(keys.generation(old), mapping={"state": "retired", "retired_at": time.time()})
+            retired = {"state": GenerationState.RETIRED, "retired_at": time.time()}
+            pipe.hset(keys.generation(old), mapping=retired)  # type: ignore[arg-type]
         pipe.delete(keys.HANDOVER)
         pipe.execute()
 

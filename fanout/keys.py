@@ -19,9 +19,9 @@
 | ``starling:handover`` | string | a rebuilt generation waiting for the fanout job |
 | ``starling:rebuild`` | hash | the last rebuild's state, stage and summary |
 | ``starling:rebuild:log`` | list | the progress lines of a rebuild the fanout job runs |
-| ``starling:rebuild:request`` | string | a rebuild asked of the fanout job (expires unrenewed) |
+| ``starling:rebuild:request`` | string | the running rebuild's request (expires unrenewed) |
 | ``starling:rebuild:claim:<id>`` | string | who took that request: the job, or its command back |
-| ``starling:fanout`` | string | the running fanout job, taking rebuilds (expires unrenewed) |
+| ``starling:fanout`` | string | the fanout job and the rebuild it runs (expires unrenewed) |
 | ``starling:deadletters`` | hash | bad changelog records by ``topic/partition/offset`` |
 | ``starling:tokens:<t><user>`` | string | the user's tokens issued before this time are refused |
 | ``starling:seen:<t><user>`` | string | the day of the user's last read (written once a day) |

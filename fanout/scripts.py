@@ -32,6 +32,8 @@ PARTS: dict[str, tuple[str, ...]] = {
     "rate_limit": (),
     "bodies": (),
     "copy_watermark": (),
+    "compare_set": (),
+    "rebuild_request": (),
 }
 _LINE = re.compile(r"user_script:(\d+)")
 

@@ -133,6 +133,8 @@ class TimelineStore(TimelineReads, TimelineBulk, GenerationStore):
         self._watermark = Script(client, "watermark")
         self._copy_watermark = Script(client, "copy_watermark")
         self._bodies = Script(client, "bodies")
+        self._compare_set = Script(client, "compare_set")
+        self._rebuild_request = Script(client, "rebuild_request")
 
     def revoke_tokens(self, user_id: int, valid_after: int, ttl: int) -> None:
         """Refuse the user's tokens issued before ``valid_after`` (Unix seconds) on

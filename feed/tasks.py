@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from celery import shared_task
@@ -173,8 +174,9 @@ def rebuild_timelines(run_id: int) -> str:
         command.append("--dry-run")
     store = store_for(settings.STARLING)
     log_path = logs / f"run-{run_id}.log"
-    with open(log_path, "ab") as log_file:
-        proc = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT)  # noqa: S603
+    result_path = logs / f"run-{run_id}.json"  # the command's one JSON document
+    with open(log_path, "ab") as log_file, open(result_path, "wb") as result_file:
+        proc = subprocess.Popen(command, stdout=result_file, stderr=log_file)  # noqa: S603
         while proc.poll() is None:
             time.sleep(2)
             _mirror(run, store.rebuild_status())
@@ -185,10 +187,21 @@ def rebuild_timelines(run_id: int) -> str:
         run.status = status.get("state", TimelineRebuild.Status.SUCCEEDED)
         run.summary = json.loads(status["summary"]) if "summary" in status else None
     else:
+        # The reason from the command's own document: a command refused
+        # because another rebuild runs leaves the status (that one's) alone.
         run.status = TimelineRebuild.Status.FAILED
-        run.error = status.get("error") or f"exit status {proc.returncode}; see {log_path}"
+        failed = f"exit status {proc.returncode}; see {log_path}"
+        run.error = _result(result_path).get("error") or failed
     run.save()
     return str(run.status)
+
+
+def _result(path: Path) -> dict[str, Any]:
+    try:
+        document = json.loads(path.read_text() or "{}")
+    except (OSError, ValueError):
+        return {}
+    return document if isinstance(document, dict) else {}
 
 
 def _mirror(run: Any, status: dict[str, str]) -> None:

@@ -34,6 +34,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from fanout import logs
 from fanout.config import StarlingConfig
+from fanout.generations import GenerationState
 from fanout.kafka import ensure_topics
 from fanout.timelines import store_for
 from spark.changelog import read_changelogs
@@ -173,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.reset:
         shutil.rmtree(root, ignore_errors=True)
         old = store.active_generation()
-        generation = store.new_generation(state="active", reason="reset")
+        generation = store.new_generation(state=GenerationState.ACTIVE, reason="reset")
         store.switch(generation, old)
         log.info("reset: replaying the changelogs into new generation %d", generation)
     log.info(

@@ -55,12 +55,13 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from fanout.config import StarlingConfig
+from fanout.generations import GenerationState
 from fanout.timelines import TimelineStore
 from fanout.watermark import contiguous, mark_name
 from spark.changelog import changelog_options
 from spark.kafka_io import end_offsets
 from spark.offsets import Offsets
-from spark.rebuild_finish import Conclusion, Oracle, RebuildFailed, Settled
+from spark.rebuild_finish import Conclusion, Oracle, RebuildFailed, Settled, drop_built
 from spark.rebuild_join import (
     BROADCAST_KEPT_IDS,
     TimelineInputs,
@@ -123,6 +124,8 @@ class Rebuild:
     sampled: list[int] = field(default_factory=list)
     #: Why the rebuild was cancelled (:meth:`cancel`); empty while it goes on.
     cancelled: str = ""
+    #: More of the new generation's metadata (who builds it).
+    generation_meta: dict[str, str] = field(default_factory=dict)
 
     # --- stages
 
@@ -234,6 +237,7 @@ class Rebuild:
                 lambda it: write_timelines_partition(it, config, generation, kept), WRITTEN
             ).collect()
         }
+        self._go_on()  # between a stage's actions too: a cancel stops only the running ones
         lists = _first(
             states.where("pulled")
             .mapInArrow(lambda it: write_lists_partition(it, config, generation), COUNT)
@@ -243,8 +247,10 @@ class Rebuild:
         self.summary.dropped = len(lengths) - self.summary.timelines
         self.summary.entries = sum(n for n in lengths.values() if n >= 0)
         path = self.state_root / f"gen-{generation}" / "state"
-        states.select("join_key", "blob").write.mode("overwrite").parquet(str(path))
+        # Recorded first, so that deleting the generation deletes a half-written state too.
         self.store.set_generation_meta(generation, state_path=str(path))
+        self._go_on()
+        states.select("join_key", "blob").write.mode("overwrite").parquet(str(path))
         self.progress.done(
             f"{self.summary.timelines:,} timelines ({self.summary.dropped:,} idle users' kept "
             f"dropped), {self.summary.entries:,} entries, {lists or 0:,} pulled authors' lists, "
@@ -334,7 +340,9 @@ class Rebuild:
 
     def cancel(self, why: str) -> None:
         """Stop the rebuild (from another thread): the Spark jobs of the stage
-        running now are cancelled, and no further stage starts."""
+        running now are cancelled, and no further action starts. An action
+        about to start when this is called may start all the same: call it
+        again until the rebuild has ended (spark.rebuild_service does)."""
         self.cancelled = why
         self.spark.sparkContext.cancelJobGroup(self.progress.current)
 
@@ -355,7 +363,9 @@ class Rebuild:
             if dry_run:
                 self.diff(states, inputs)
                 return
-            generation = self.store.new_generation(state="building", snapshot=json.dumps(ends))
+            generation = self.store.new_generation(
+                state=GenerationState.BUILDING, snapshot=json.dumps(ends), **self.generation_meta
+            )
             self.summary.generation = generation
             try:
                 lengths = self.write(generation, states, inputs)
@@ -371,7 +381,7 @@ class Rebuild:
                 self._go_on()
             except BaseException:
                 self.progress.note(f"failed: deleting generation {generation}")
-                self.store.drop_generation(generation)
+                drop_built(self.store, generation)
                 raise
         finally:
             # A session that goes on (the fanout job's) must not keep the

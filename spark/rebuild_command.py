@@ -30,11 +30,12 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from fanout.cli import interruptible, machine_output
 from fanout.config import StarlingConfig
-from fanout.timelines import store_for
+from fanout.generations import RebuildState
+from fanout.timelines import TimelineStore, store_for
 from spark.rebuild import Rebuild, default_state_root
 from spark.rebuild_finish import Oracle, RebuildFailed, Settled, reason_of
 from spark.rebuild_report import Progress, Summary
-from spark.rebuild_service import run_in_job
+from spark.rebuild_service import RebuildBusy, ask, run_in_job
 from spark.session import build_session
 
 log = logging.getLogger("starling.rebuild")
@@ -102,37 +103,29 @@ def execute(
             if prepare is not None:
                 print(prepare(), file=human)
             summary = None
-            if in_job:
-                summary = run_in_job(
-                    store,
-                    config,
-                    progress,
-                    dry_run=args.dry_run,
-                    sample=args.sample,
-                    wait=args.wait,
-                    state_dir=state_dir,
-                    oracle=oracle,
-                    settled=settled,
-                )
-            if summary is None:
-                store.clear_rebuild_status()
-                progress.publish(state="running", dry_run=int(args.dry_run), started_at=time.time())
-                own = spark is None
-                spark = spark or build_session(
-                    args.master or config.spark_master, "starling-rebuild"
-                )
-                rebuild = Rebuild(
-                    spark,
-                    config,
-                    store,
-                    progress,
-                    state_dir or default_state_root(),
-                    oracle,
-                    settled,
-                    args.sample,
-                    release=spark.stop if own else None,
-                )
-                summary = rebuild.run(dry_run=args.dry_run, wait=args.wait)
+            asked = ask(
+                store,
+                dry_run=args.dry_run,
+                sample=args.sample,
+                state_dir=state_dir,
+                for_job=bool(in_job),
+            )
+            with asked as renewal:
+                if in_job:
+                    summary = run_in_job(
+                        store,
+                        config,
+                        progress,
+                        renewal,
+                        dry_run=args.dry_run,
+                        wait=args.wait,
+                        oracle=oracle,
+                        settled=settled,
+                    )
+                if summary is None:
+                    summary = standalone(
+                        args, config, store, progress, state_dir, oracle, settled, spark
+                    )
         except (Exception, KeyboardInterrupt) as exc:
             interrupted = isinstance(exc, KeyboardInterrupt)
             reason = reason_of(exc)
@@ -143,14 +136,22 @@ def execute(
             if not isinstance(exc, RebuildFailed | KeyboardInterrupt | RedisConnectionError):
                 traceback.print_exc(file=sys.stderr)
             print("the live timelines are untouched", file=human)
-            progress.publish(state="failed", error=reason, finished_at=time.time())
+            if not isinstance(exc, RebuildBusy):  # the status is the running rebuild's
+                progress.publish(state=RebuildState.FAILED, error=reason, finished_at=time.time())
             if args.json:
-                failure = {"ok": False, "state": "failed", "error": reason, "live_untouched": True}
+                failure = {
+                    "ok": False,
+                    "state": RebuildState.FAILED,
+                    "error": reason,
+                    "live_untouched": True,
+                }
                 print(json.dumps(failure), file=data)
             return 130 if interrupted else 1
         figures = asdict(summary)
         progress.publish(
-            state="succeeded" if summary.switched or summary.dry_run else "handed-over",
+            state=RebuildState.SUCCEEDED
+            if summary.switched or summary.dry_run
+            else RebuildState.HANDED_OVER,
             finished_at=time.time(),
             summary=orjson.dumps(figures),
         )
@@ -159,6 +160,35 @@ def execute(
         else:
             print_summary(summary, data)
         return 0
+
+
+def standalone(
+    args: argparse.Namespace,
+    config: StarlingConfig,
+    store: TimelineStore,
+    progress: Progress,
+    state_dir: Path | None,
+    oracle: Oracle | None,
+    settled: Settled | None,
+    spark: SparkSession | None,
+) -> Summary:
+    """The rebuild on a Spark of the command's own (``spark``, when given)."""
+    store.clear_rebuild_status()
+    progress.publish(state=RebuildState.RUNNING, dry_run=int(args.dry_run), started_at=time.time())
+    own = spark is None
+    spark = spark or build_session(args.master or config.spark_master, "starling-rebuild")
+    rebuild = Rebuild(
+        spark,
+        config,
+        store,
+        progress,
+        state_dir or default_state_root(),
+        oracle,
+        settled,
+        args.sample,
+        release=spark.stop if own else None,
+    )
+    return rebuild.run(dry_run=args.dry_run, wait=args.wait)
 
 
 def print_summary(s: Summary, out: Any) -> None:

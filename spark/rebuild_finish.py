@@ -7,11 +7,14 @@ code does not import Django.
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from fanout.config import StarlingConfig
+from fanout.generations import GenerationState
 from fanout.timelines import TimelineStore
 from spark.rebuild_report import Progress, Summary
 
@@ -31,6 +34,28 @@ def reason_of(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
+def discard_generation(store: TimelineStore, generation: int) -> int:
+    """Delete a generation: its timelines and bookkeeping in Redis, and the
+    author state a rebuild wrote for it (when it is on this machine's disk).
+    Returns the keys deleted."""
+    state_path = store.generation_meta(generation).get("state_path")
+    if state_path:  # first: the metadata naming it goes last
+        shutil.rmtree(Path(state_path).parent, ignore_errors=True)
+    return store.drop_generation(generation)
+
+
+def drop_built(store: TimelineStore, generation: int) -> bool:
+    """Delete a generation that will not be handed over (its rebuild failed, or
+    its command ended first); False if it is no longer ``building``: handed
+    over already, or being deleted by someone else."""
+    if not store.move_generation(
+        generation, GenerationState.DROPPING, expect=GenerationState.BUILDING
+    ):
+        return False
+    discard_generation(store, generation)
+    return True
+
+
 @dataclass
 class Conclusion:
     """A verified generation's way to the readers: the sample check, then the
@@ -42,6 +67,9 @@ class Conclusion:
     summary: Summary
     oracle: Oracle | None = None
     settled: Settled | None = None
+    #: False when the fanout job built the generation: its author state is on
+    #: the job's disk, and the job deletes it once the command's request ends.
+    deletes_failed: bool = True
 
     def conclude(self, generation: int, sample: list[int], wait: float) -> None:
         """Check ``sample`` against the database (the generation is deleted if
@@ -50,8 +78,11 @@ class Conclusion:
         try:
             self.check_sample(generation, sample)
         except BaseException:
-            self.progress.note(f"failed: deleting generation {generation}")
-            self.store.drop_generation(generation)
+            if self.deletes_failed:
+                self.progress.note(f"failed: deleting generation {generation}")
+                drop_built(self.store, generation)
+            else:
+                self.progress.note(f"failed: the fanout job deletes generation {generation}")
             raise
         self.hand_over(generation, wait)
 
@@ -85,7 +116,11 @@ class Conclusion:
 
     def hand_over(self, generation: int, wait: float) -> None:
         self.progress.stage(f"handing generation {generation} over to the fanout job")
-        self.store.request_handover(generation)
+        if not self.store.request_handover(generation):
+            raise RebuildFailed(
+                f"generation {generation} was deleted before its hand-over "
+                "(its request expired, or the fanout job restarted)"
+            )
         deadline = time.monotonic() + wait
         shown = 0.0
         while time.monotonic() < deadline:

@@ -10,8 +10,10 @@ for the Spark stages, through Redis:
 1. the job announces itself (:data:`fanout.keys.FANOUT_JOB`, renewed five
    times a second, expiring after :data:`ANNOUNCE_TTL`);
 2. the command posts a request (:data:`fanout.keys.REBUILD_REQUEST`): one at
-   a time; it expires :data:`REQUEST_TTL` seconds after the command last
-   renewed it, so a command that died does not leave a rebuild running;
+   a time, also for a command that runs the rebuild itself; a thread of
+   the command renews it until the command ends (:class:`Renewal`), and it
+   expires :data:`REQUEST_TTL` seconds after the last renewal, so a command
+   that died does not leave a rebuild running;
 3. the job claims it, runs :class:`spark.rebuild.Rebuild` up to a verified
    generation (snapshot, read, join, write, lengths) in a thread of its own,
    its Spark jobs in job groups beside the streaming query's, and writes its
@@ -22,8 +24,12 @@ for the Spark stages, through Redis:
    the job restarts its query on it, as after any rebuild.
 
 If the request disappears (the command was stopped, or died), the job
-cancels the rebuild's Spark jobs and deletes the half-built generation. A
-rebuild that fails leaves the streaming query running. With no job
+cancels the rebuild's Spark jobs and deletes the half-built generation, or
+the built one its command did not hand over (a compare-and-set on the
+generation's state: it is handed over or deleted, never both). The job
+announces the request it is running, so a command whose job restarted
+gives up instead of waiting; the restarted job deletes what the earlier
+run left half-built. A rebuild that fails leaves the streaming query running. With no job
 announced, or one that does not claim the request within :data:`CLAIM_WAIT`
 seconds, the command runs the rebuild on a Spark of its own, as it does
 with ``--standalone``.
@@ -46,9 +52,10 @@ import redis
 from pyspark.sql import SparkSession
 
 from fanout.config import StarlingConfig
+from fanout.generations import GenerationState, RebuildState
 from fanout.timelines import TimelineStore
 from spark.rebuild import Rebuild, default_state_root
-from spark.rebuild_finish import Conclusion, Oracle, RebuildFailed, Settled, reason_of
+from spark.rebuild_finish import Conclusion, Oracle, RebuildFailed, Settled, drop_built, reason_of
 from spark.rebuild_report import Progress, Summary
 
 log = logging.getLogger("starling.rebuild")
@@ -62,10 +69,17 @@ ANNOUNCE_TTL = 10.0
 REQUEST_TTL = 30.0
 #: How long the command waits for the job to claim its request.
 CLAIM_WAIT = 15.0
-#: Who claims a request to run it in the fanout job.
-JOB = "job"
-#: The states of a rebuild run by the job, as its status hash says them.
-BUILT, SUCCEEDED, FAILED = "built", "succeeded", "failed"
+#: How often the command renews its request (seconds).
+RENEW_EVERY = 1.0
+#: How long the job may announce that it is not running the command's
+#: request, its status not final, before the command gives up on it (the job
+#: restarted, or its last report was lost): a few of the job's announcements.
+NOT_RUNNING_GRACE = 2.0
+#: Who claims a request: the fanout job, to run it; its command, to run it itself.
+JOB, COMMAND = "job", "command"
+#: The generation metadata (``built_by``) of one the job builds.
+BUILT_BY_JOB = "fanout job"
+FINAL = (RebuildState.BUILT, RebuildState.SUCCEEDED, RebuildState.FAILED)
 
 
 class RedisLines:
@@ -108,13 +122,20 @@ class RebuildService:
         self.config = config
         self.store = store
         self.stopping = stopping
-        self.about = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}
+        #: What the job announces; ``running`` names the request it is running.
+        self.about: dict[str, Any] = {
+            "instance": uuid.uuid4().hex,
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "since": time.time(),
+        }
         self.running: Rebuild | None = None
         self.request_id = ""
         #: A generation built for the current request, until its command has
         #: handed it over, or else it is deleted.
         self.built: int | None = None
         self.worker: threading.Thread | None = None
+        self.swept = False
         self._thread = threading.Thread(target=self._loop, name="rebuild-service", daemon=True)
 
     def start(self) -> RebuildService:
@@ -142,20 +163,38 @@ class RebuildService:
                 log.exception("rebuild requests: unexpected error")
             if self.stopping.wait(ANNOUNCE_EVERY):
                 break
-        if self.running is not None and self.worker is not None and self.worker.is_alive():
-            log.warning("the job is stopping: cancelling rebuild %s", self.request_id)
+        while self.busy():
+            assert self.running is not None
+            if not self.running.cancelled:
+                log.warning("the job is stopping: cancelling rebuild %s", self.request_id)
             self.running.cancel("the fanout job is stopping")
+            if self.worker is not None:
+                self.worker.join(ANNOUNCE_EVERY)
+
+    def busy(self) -> bool:
+        return self.worker is not None and self.worker.is_alive()
+
+    def announce(self) -> None:
+        running = self.request_id if self.busy() else None
+        self.store.announce_fanout_job({**self.about, "running": running}, ANNOUNCE_TTL)
 
     def tick(self) -> None:
         """Announce the job; cancel a rebuild whose request is gone; start a new one."""
-        self.store.announce_fanout_job(self.about, ANNOUNCE_TTL)
+        self.announce()
+        if not self.swept:
+            self.swept = True  # once: a sweep that fails must not keep requests waiting
+            self.sweep()
         request = self.store.rebuild_request()
         withdrawn = request is None or request.get("id") != self.request_id
-        if self.worker is not None and self.worker.is_alive():
-            if withdrawn and self.running:
-                log.warning("rebuild %s: its request was withdrawn; cancelling", self.request_id)
+        if self.busy():
+            if withdrawn and self.running is not None:
+                # Again on every tick until the worker ends: a cancel stops only
+                # the Spark jobs running at that moment.
+                if not self.running.cancelled:
+                    log.warning(
+                        "rebuild %s: its request was withdrawn; cancelling", self.request_id
+                    )
                 self.running.cancel("its command stopped")
-                self.running = None
             return
         if withdrawn and self.built is not None:
             self.abandoned(self.built)
@@ -173,17 +212,31 @@ class RebuildService:
             target=self.run, args=(self.running, request), name="rebuild", daemon=True
         )
         self.worker.start()
+        self.announce()  # now naming the request: its command follows that
 
     def abandoned(self, generation: int) -> None:
         """The command that asked for ``generation`` ended without handing it
         over (it was stopped, or died): nothing else would delete it."""
-        if self.store.generation_meta(generation).get("state") == "building":
+        if drop_built(self.store, generation):
             log.warning(
-                "rebuild %s: generation %d was never handed over; deleting it",
+                "rebuild %s: generation %d was never handed over; deleted it",
                 self.request_id,
                 generation,
             )
-            self.store.drop_generation(generation)
+
+    def sweep(self) -> None:
+        """Delete the generations an earlier run of the job was building, or had
+        built, for a command that never handed them over: the job stopped or
+        died in between, and forgot them."""
+        for generation in self.store.generations():
+            meta = self.store.generation_meta(generation)
+            if (
+                meta.get("state") == GenerationState.BUILDING
+                and meta.get("built_by") == BUILT_BY_JOB
+                and meta.get("instance") != self.about["instance"]
+                and drop_built(self.store, generation)
+            ):
+                log.warning("generation %d: left half-built by an earlier run; deleted", generation)
 
     def prepare(self, request: dict[str, Any]) -> Rebuild:
         progress = Progress(self.store, RedisLines(self.store))
@@ -198,13 +251,20 @@ class RebuildService:
             Path(state_dir) if state_dir else default_state_root(),
             sample=int(request.get("sample", 0)),
             build_only=True,
+            generation_meta={
+                "built_by": BUILT_BY_JOB,
+                "instance": self.about["instance"],
+                "request": str(request["id"]),
+            },
         )
 
     def run(self, rebuild: Rebuild, request: dict[str, Any]) -> None:
         """One rebuild, to the end; whatever happens, the streaming query goes on."""
         dry_run = bool(request.get("dry_run"))
         log.info("rebuild %s asked by %s", request["id"], request.get("by", "?"))
-        rebuild.progress.publish(state="running", runner="fanout job", request=request["id"])
+        rebuild.progress.publish(
+            state=RebuildState.RUNNING, runner="fanout job", request=request["id"]
+        )
         try:
             summary = rebuild.run(dry_run=dry_run, wait=0)
         except Exception as exc:
@@ -213,11 +273,13 @@ class RebuildService:
                 reason = f"cancelled: {rebuild.cancelled}"
             log.warning("rebuild %s failed: %s", request["id"], reason)
             log.debug("rebuild failed", exc_info=True)
-            rebuild.progress.publish(state=FAILED, error=reason, finished_at=time.time())
+            rebuild.progress.publish(
+                state=RebuildState.FAILED, error=reason, finished_at=time.time()
+            )
             return
         self.built = summary.generation
         rebuild.progress.publish(
-            state=SUCCEEDED if dry_run else BUILT,
+            state=RebuildState.SUCCEEDED if dry_run else RebuildState.BUILT,
             summary=orjson.dumps(asdict(summary)),
             sample=orjson.dumps(rebuild.sampled),
         )
@@ -226,21 +288,58 @@ class RebuildService:
 # --- the command's side -----------------------------------------------------------------
 
 
-def run_in_job(
+class Renewal:
+    """Keeps the command's request alive, from a thread, for as long as the
+    command is at it: following the job, checking the sample, waiting for the
+    switch. While it lives no other rebuild can be asked for, and the job
+    keeps what it built for it."""
+
+    def __init__(self, store: TimelineStore, request_id: str) -> None:
+        self.store = store
+        self.request_id = request_id
+        #: Set when the request was found gone (expired, or deleted).
+        self.lost = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="rebuild-renewal", daemon=True)
+
+    def __enter__(self) -> Renewal:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        try:
+            self.store.end_rebuild_request(self.request_id)
+        except redis.RedisError:  # it expires by itself; the error that ended us matters more
+            log.warning("could not withdraw rebuild request %s", self.request_id, exc_info=True)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(RENEW_EVERY):
+            try:
+                if not self.store.renew_rebuild_request(self.request_id, REQUEST_TTL):
+                    self.lost.set()
+                    return
+            except redis.RedisError:
+                log.debug("could not renew the rebuild's request", exc_info=True)
+
+
+class RebuildBusy(RebuildFailed):
+    """Another rebuild is running: nothing was started."""
+
+
+def ask(
     store: TimelineStore,
-    config: StarlingConfig,
-    progress: Progress,
     *,
     dry_run: bool,
     sample: int,
-    wait: float,
     state_dir: Path | None,
-    oracle: Oracle | None,
-    settled: Settled | None,
-) -> Summary | None:
-    """Ask the running fanout job for the rebuild and see it through (sample
-    check, hand-over); None if the job did not take it (the caller runs it
-    itself). Stopping this (Ctrl-C) withdraws the request: the job cancels."""
+    for_job: bool,
+) -> Renewal:
+    """Post the command's rebuild request, the one at a time (as a context
+    manager that keeps it alive and withdraws it at the end). ``for_job``:
+    the job may take it; otherwise the command has taken it itself, before
+    posting it, so the job leaves it alone."""
     request_id = uuid.uuid4().hex
     request = {
         "id": request_id,
@@ -250,28 +349,48 @@ def run_in_job(
         "asked_at": time.time(),
         "by": f"{socket.gethostname()}:{os.getpid()}",
     }
+    if not for_job:
+        store.claim_rebuild_request(request_id, COMMAND)
     if not store.request_rebuild(request, REQUEST_TTL):
-        raise RebuildFailed("another rebuild is running; wait for it to end")
-    try:
-        progress.stage("asking the fanout job to run the rebuild on its Spark session")
-        if not _claimed(store, request_id):
-            progress.done("it did not answer: running the rebuild here")
-            return None
-        progress.done("the job runs it")
-        status = _follow(store, progress, request_id)
-        if status.get("state") == FAILED:
-            raise RebuildFailed(status.get("error") or "the fanout job's rebuild failed")
-        summary = Summary(**orjson.loads(status["summary"]))
-        summary.ran_in = "the fanout job"
-        if not dry_run:
-            assert summary.generation is not None
-            finish = Conclusion(config, store, progress, summary, oracle, settled)
-            finish.conclude(summary.generation, orjson.loads(status.get("sample", "[]")), wait)
-        summary.stages = {**summary.stages, **progress.durations}
-        summary.seconds = progress.elapsed()
-        return summary
-    finally:
-        store.end_rebuild_request(request_id)
+        raise RebuildBusy(
+            "another rebuild is running (or was stopped less than "
+            f"{REQUEST_TTL:.0f}s ago); wait for it to end"
+        )
+    return Renewal(store, request_id)
+
+
+def run_in_job(
+    store: TimelineStore,
+    config: StarlingConfig,
+    progress: Progress,
+    renewal: Renewal,
+    *,
+    dry_run: bool,
+    wait: float,
+    oracle: Oracle | None,
+    settled: Settled | None,
+) -> Summary | None:
+    """Have the running fanout job run the rebuild asked for (:func:`ask`) and
+    see it through (sample check, hand-over); None if the job did not take it
+    (the caller runs it itself). Stopping this (Ctrl-C) ends the request: the
+    job cancels."""
+    progress.stage("asking the fanout job to run the rebuild on its Spark session")
+    if not _claimed(store, renewal.request_id):
+        progress.done("it did not answer: running the rebuild here")
+        return None
+    progress.done("the job runs it")
+    status = _follow(store, progress, renewal)
+    if status.get("state") == RebuildState.FAILED:
+        raise RebuildFailed(status.get("error") or "the fanout job's rebuild failed")
+    summary = Summary(**orjson.loads(status["summary"]))
+    summary.ran_in = "the fanout job"
+    if not dry_run:
+        assert summary.generation is not None
+        finish = Conclusion(config, store, progress, summary, oracle, settled, deletes_failed=False)
+        finish.conclude(summary.generation, orjson.loads(status.get("sample", "[]")), wait)
+    summary.stages = {**summary.stages, **progress.durations}
+    summary.seconds = progress.elapsed()
+    return summary
 
 
 def _claimed(store: TimelineStore, request_id: str) -> bool:
@@ -283,36 +402,50 @@ def _claimed(store: TimelineStore, request_id: str) -> bool:
             return True
         time.sleep(0.1)
     # Taken back by the command, unless the job took it a moment ago.
-    return not store.claim_rebuild_request(request_id, "command")
+    return not store.claim_rebuild_request(request_id, COMMAND)
 
 
-def _follow(store: TimelineStore, progress: Progress, request_id: str) -> dict[str, str]:
+def _follow(store: TimelineStore, progress: Progress, renewal: Renewal) -> dict[str, str]:
     """Print the job's progress lines until it has finished; its final status.
-    Only a status naming ``request_id`` counts: until the job has cleared the
-    last rebuild's, that one is still there."""
-    shown, renewed, last_seen = 0, 0.0, time.monotonic()
-    claimed = time.monotonic()
+    Only a status naming the request counts: until the job has cleared the
+    last rebuild's, that one is still there. Gives up when the request is
+    gone, when no job has been announced for :data:`ANNOUNCE_TTL`, or when the
+    announced job is not running the request (it restarted, or its final
+    status was lost) for :data:`NOT_RUNNING_GRACE`."""
+    request_id = renewal.request_id
+    shown = 0
+    last_seen = time.monotonic()
+    not_running: float | None = None
     while True:
-        if time.monotonic() - renewed > 1.0:
-            if not store.renew_rebuild_request(request_id, REQUEST_TTL):
-                raise RebuildFailed("the rebuild's request disappeared from Redis")
-            renewed = time.monotonic()
-            if store.fanout_job() is not None:
-                last_seen = renewed
-            elif renewed - last_seen > ANNOUNCE_TTL:
-                raise RebuildFailed("the fanout job stopped during the rebuild")
+        if renewal.lost.is_set():
+            raise RebuildFailed("the rebuild's request disappeared from Redis")
+        # The announcement before the status: the job writes the final status
+        # before it stops naming the request.
+        job = store.fanout_job()
         status = store.rebuild_status()
-        if status.get("request") != request_id:
-            if time.monotonic() - claimed > ANNOUNCE_TTL:
-                raise RebuildFailed("the fanout job took the rebuild but does not report on it")
-            time.sleep(0.1)
-            continue
-        lines = store.rebuild_log(shown)
-        for line in lines:
-            print(line, file=progress.out, flush=True)
-        shown += len(lines)
-        # The job publishes its final state after its last line, and the lines
-        # are read after the status: they are all printed by now.
-        if status.get("state") in (BUILT, SUCCEEDED, FAILED):
-            return status
+        now = time.monotonic()
+        if status.get("request") == request_id:
+            lines = store.rebuild_log(shown)
+            for line in lines:
+                print(line, file=progress.out, flush=True)
+            shown += len(lines)
+            # The job publishes its final state after its last line, and the
+            # lines are read after the status: they are all printed by now.
+            if status.get("state") in FINAL:
+                return status
+        if job is None:
+            if now - last_seen > ANNOUNCE_TTL:
+                raise RebuildFailed("the fanout job stopped during the rebuild")
+        else:
+            last_seen = now
+            # (A job of an earlier release does not say what it runs.)
+            if job.get("running") == request_id or "running" not in job:
+                not_running = None
+            elif not_running is None:
+                not_running = now
+            elif now - not_running > NOT_RUNNING_GRACE:
+                raise RebuildFailed(
+                    "the fanout job is no longer running the rebuild (it restarted, "
+                    "or its last report was lost)"
+                )
         time.sleep(0.2)

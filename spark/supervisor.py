@@ -47,6 +47,7 @@ from fanout.timelines import TimelineStore
 from spark.kafka_io import MissingTopic, end_offsets
 from spark.offsets import Offsets, data_loss
 from spark.operator import STATE_LAYOUT
+from spark.rebuild_finish import discard_generation
 from spark.session import TUNING
 
 log = logging.getLogger("starling.fanout")
@@ -209,12 +210,9 @@ def _older_than(checkpoint: Path, created_at: float) -> bool:
 def retire(store: TimelineStore, root: Path, old: int) -> None:
     """Delete a generation that is no longer active: its timelines, its
     checkpoint and the rebuilt state it started from."""
-    meta = store.generation_meta(old)
-    state_path = meta.get("state_path")
-    deleted = store.drop_generation(old)
-    shutil.rmtree(checkpoint_for(root, old, meta.get("created_at", 0)), ignore_errors=True)
-    if state_path:
-        shutil.rmtree(Path(state_path).parent, ignore_errors=True)
+    created_at = store.generation_meta(old).get("created_at", 0)
+    deleted = discard_generation(store, old)
+    shutil.rmtree(checkpoint_for(root, old, created_at), ignore_errors=True)
     log.info("generation %d deleted (%d keys)", old, deleted)
 
 

@@ -11,13 +11,17 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import orjson
 import pytest
 
 from fanout import events, keys
 from fanout.config import StarlingConfig
+from fanout.generations import GenerationState, RebuildState
 from fanout.timelines import TimelineStore, store_for
-from spark import rebuild_command
-from spark.rebuild_service import FAILED, RebuildService
+from spark import rebuild_command, rebuild_service
+from spark.rebuild_finish import RebuildFailed, drop_built
+from spark.rebuild_report import Progress
+from spark.rebuild_service import BUILT_BY_JOB, JOB, RebuildService, ask, run_in_job
 from tests.conftest import make_config
 from tests.spark_helpers import ChangelogWriter
 
@@ -57,6 +61,8 @@ def job(spark, config: StarlingConfig) -> Iterator[RebuildService]:
     does not need one), which starts with nothing cached."""
     spark.catalog.clearCache()  # what earlier tests in this session left
     service = RebuildService(spark, config, store_for(config), threading.Event()).start()
+    # Announced before the test's command looks (or it would start a Spark of its own).
+    wait_for(lambda: service.store.fanout_job() is not None)
     yield service
     service.stop()
 
@@ -133,7 +139,15 @@ def test_a_withdrawn_request_leaves_no_generation_and_the_job_takes_the_next(
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     assert store.request_rebuild({**request, "id": "r3", "state_dir": str(blocker)}, ttl=30)
-    wait_for(lambda: store.rebuild_status().get("state") == FAILED, seconds=60)
+    wait_for(
+        lambda: (
+            store.rebuild_status().get("request") == "r3"
+            and store.rebuild_status().get("state") == RebuildState.FAILED
+        ),
+        seconds=60,
+    )
+    assert "parquet" in store.rebuild_status()["error"]  # the author state's write failed
+    wait_for(lambda: not store.generation_exists(int(store.redis.get(keys.GENERATION_COUNTER))))
     store.end_rebuild_request("r3")
     assert store.fanout_job() is not None
     assert rebuild_command.execute(command(tmp_path, dry_run=True), oracle=None, settled=None) == 0
@@ -152,3 +166,107 @@ def test_with_no_job_announced_the_command_runs_the_rebuild_itself(
         assert rebuild_command.execute(args, oracle=None, settled=None, spark=spark) == 0
     assert "asking the fanout job" not in out.getvalue()
     assert store.rebuild_status()["state"] == "succeeded"
+
+
+def test_a_sample_the_database_disagrees_with_deletes_the_generation_and_its_author_state(
+    spark, config: StarlingConfig, job: RebuildService, tmp_path: Path, capsys
+) -> None:
+    store = store_for(config)
+
+    def wrong(users: list[int], cap: int) -> dict[int, list[int]]:
+        return {u: [1] for u in users}
+
+    args = command(tmp_path, sample=6)
+    assert rebuild_command.execute(args, oracle=wrong, settled=None) == 1
+    assert "differ from the database" in capsys.readouterr().out
+    generation = orjson.loads(store.rebuild_status()["summary"])["generation"]
+    # The job deletes it once the command's request has ended: the author
+    # state is on the job's disk, not necessarily the command's.
+    wait_for(lambda: not store.generation_exists(generation))
+    assert not (tmp_path / "state" / f"gen-{generation}").exists()
+    assert store.redis.get(keys.HANDOVER) is None
+
+
+def test_one_rebuild_at_a_time_also_against_a_standalone_command(
+    spark, config: StarlingConfig, job: RebuildService, tmp_path: Path, capsys
+) -> None:
+    store = store_for(config)
+    request = {"id": "r1", "dry_run": True, "sample": 0, "state_dir": str(tmp_path)}
+    assert store.request_rebuild(request, ttl=30)
+    wait_for(lambda: store.rebuild_status().get("request") == "r1")
+    args = command(tmp_path, standalone=True, dry_run=True)
+    assert rebuild_command.execute(args, oracle=None, settled=None, spark=spark) == 1
+    assert "another rebuild is running" in capsys.readouterr().out
+    # The refused command left the running rebuild's status alone.
+    wait_for(lambda: store.rebuild_status().get("state") == RebuildState.SUCCEEDED, seconds=60)
+    assert store.rebuild_status()["request"] == "r1"
+    store.end_rebuild_request("r1")
+
+
+def test_a_command_whose_job_restarted_gives_up_and_the_new_job_deletes_what_was_left(
+    spark, config: StarlingConfig, tmp_path: Path
+) -> None:
+    store = store_for(config)
+    # What a job stopped (kill -9) during a rebuild leaves: the request it had
+    # claimed, and a generation half-built, with part of its author state.
+    left = store.new_generation(
+        state=GenerationState.BUILDING, built_by=BUILT_BY_JOB, instance="an earlier run"
+    )
+    state = tmp_path / f"gen-{left}" / "state"
+    state.mkdir(parents=True)
+    store.set_generation_meta(left, state_path=str(state))
+    standalone = store.new_generation(state=GenerationState.BUILDING)  # a command's own
+    renewal = ask(store, dry_run=False, sample=0, state_dir=tmp_path, for_job=True)
+    assert store.claim_rebuild_request(renewal.request_id, JOB)
+
+    restarted = RebuildService(spark, config, store_for(config), threading.Event()).start()
+    try:
+        started = time.monotonic()
+        with renewal, pytest.raises(RebuildFailed, match="no longer running the rebuild"):
+            progress = Progress(store, io.StringIO())
+            run_in_job(store, config, progress, renewal, dry_run=False, wait=0, oracle=None,
+                       settled=None)  # fmt: skip
+        assert time.monotonic() - started < rebuild_service.ANNOUNCE_TTL
+        assert not store.generation_exists(left) and not state.parent.exists()
+        assert store.generation_meta(standalone)["state"] == GenerationState.BUILDING
+    finally:
+        restarted.stop()
+        drop_built(store, standalone)
+
+
+def test_the_request_lives_as_long_as_its_command_and_never_ends_another(
+    config: StarlingConfig, monkeypatch
+) -> None:
+    store = store_for(config)
+    monkeypatch.setattr(rebuild_service, "REQUEST_TTL", 1.0)
+    monkeypatch.setattr(rebuild_service, "RENEW_EVERY", 0.2)
+    with ask(store, dry_run=False, sample=0, state_dir=None, for_job=False) as renewal:
+        time.sleep(2.5)  # a sample check, a hand-over's wait: well past the TTL
+        assert store.rebuild_request()["id"] == renewal.request_id
+        assert not renewal.lost.is_set()
+        with pytest.raises(rebuild_service.RebuildBusy):
+            ask(store, dry_run=True, sample=0, state_dir=None, for_job=False)
+    assert store.rebuild_request() is None
+
+    assert store.request_rebuild({"id": "another"}, ttl=5)
+    assert not store.renew_rebuild_request(renewal.request_id, 60)
+    store.end_rebuild_request(renewal.request_id)
+    assert store.rebuild_request() == {"id": "another"}
+    assert 0 < store.redis.pttl(keys.REBUILD_REQUEST) <= 5000
+    store.end_rebuild_request("another")
+
+
+def test_a_generation_is_either_handed_over_or_deleted_never_both(config: StarlingConfig) -> None:
+    store = store_for(config)
+    dropped = store.new_generation(state=GenerationState.BUILDING)
+    assert drop_built(store, dropped)
+    assert not store.generation_exists(dropped)
+    assert not store.request_handover(dropped)
+    assert store.redis.get(keys.HANDOVER) is None
+
+    handed = store.new_generation(state=GenerationState.BUILDING)
+    assert store.request_handover(handed)
+    assert not drop_built(store, handed)
+    assert store.generation_meta(handed)["state"] == GenerationState.READY
+    store.drop_generation(handed)
+    store.redis.delete(keys.HANDOVER)
