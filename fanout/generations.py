@@ -132,14 +132,20 @@ class GenerationStore:
         key = keys.generation(generation)
         return bool(self._compare_set(keys=[key], args=["state", expect, "state", state]))
 
-    def generations(self) -> list[int]:
-        """Every generation Redis has metadata for (a SCAN: for sweeps, not hot paths)."""
-        found = set()
-        for key in self.redis.scan_iter(match=keys.GENERATION_PREFIX + "*", count=1000):
-            number = text(key)[len(keys.GENERATION_PREFIX) :]
-            if number.isdigit():  # not a shard's marker (which ends in its tag)
-                found.add(int(number))
-        return sorted(found)
+    def generations(self, *fields: str) -> dict[int, dict[str, str]]:
+        """``fields`` of the metadata of every generation Redis has, by number
+        (those up to the counter: one round trip per shard, no SCAN)."""
+        top = int(self.redis.get(keys.GENERATION_COUNTER) or 0)
+        top = max(top, self.active_generation() or 0)
+        numbers = range(1, top + 1)
+        replies = run(
+            self.redis, [command("HMGET", keys.generation(n), "state", *fields) for n in numbers]
+        )
+        return {
+            n: {name: text(v) for name, v in zip(("state", *fields), reply, strict=True) if v}
+            for n, reply in zip(numbers, replies, strict=True)
+            if reply[0] is not None
+        }
 
     def claim_regeneration(self, generation: int, user_id: int, *, window: int) -> bool:
         """Claim the regeneration of one timeline for ``window`` seconds (False if
@@ -249,11 +255,14 @@ class GenerationStore:
         return True
 
     def pending_handover(self) -> int | None:
+        """The generation handed over to the fanout job, if it is still ``ready``
+        (not one being deleted, nor one whose metadata was lost)."""
         raw = self.redis.get(keys.HANDOVER)
         if raw is None:
             return None
         generation = int(raw)
-        return generation if self.generation_exists(generation) else None
+        state = self.redis.hget(keys.generation(generation), "state")
+        return generation if state is not None and text(state) == GenerationState.READY else None
 
     def switch(self, new: int, old: int | None) -> None:
         """Make ``new`` the active generation: one atomic step for each user's reads

@@ -180,18 +180,17 @@ def rebuild_timelines(run_id: int) -> str:
         while proc.poll() is None:
             time.sleep(2)
             _mirror(run, store.rebuild_status())
-    status = store.rebuild_status()
-    _mirror(run, status)
+    # The outcome from the command's own document: the status in Redis may
+    # be another rebuild's by now (or all along, for a command refused
+    # because another rebuild ran).
+    result = _result(result_path)
     run.finished_at = timezone.now()
     if proc.returncode == 0:
-        run.status = status.get("state", TimelineRebuild.Status.SUCCEEDED)
-        run.summary = json.loads(status["summary"]) if "summary" in status else None
+        run.status = result.get("state", TimelineRebuild.Status.SUCCEEDED)
+        run.summary = {k: v for k, v in result.items() if k not in ("ok", "state")} or None
     else:
-        # The reason from the command's own document: a command refused
-        # because another rebuild runs leaves the status (that one's) alone.
         run.status = TimelineRebuild.Status.FAILED
-        failed = f"exit status {proc.returncode}; see {log_path}"
-        run.error = _result(result_path).get("error") or failed
+        run.error = result.get("error") or f"exit status {proc.returncode}; see {log_path}"
     run.save()
     return str(run.status)
 

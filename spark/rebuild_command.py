@@ -35,7 +35,7 @@ from fanout.timelines import TimelineStore, store_for
 from spark.rebuild import Rebuild, default_state_root
 from spark.rebuild_finish import Oracle, RebuildFailed, Settled, reason_of
 from spark.rebuild_report import Progress, Summary
-from spark.rebuild_service import RebuildBusy, ask, run_in_job
+from spark.rebuild_service import ask, run_in_job
 from spark.session import build_session
 
 log = logging.getLogger("starling.rebuild")
@@ -87,8 +87,9 @@ def execute(
     With ``--json`` standard output carries exactly one JSON document (the
     summary, or ``{"ok": false, ...}`` with the reason), whatever happens,
     also when the command is stopped by a signal; progress lines and
-    whatever Spark prints go to standard error. ``prepare`` runs first,
-    inside that guarantee; the line it returns is shown as progress.
+    whatever Spark prints go to standard error. ``prepare`` runs once no
+    other rebuild runs (this one holds the request), inside that guarantee;
+    the line it returns is shown as progress.
     """
     with machine_output(args.json) as data, interruptible():
         human = sys.stderr if args.json else data
@@ -96,13 +97,11 @@ def execute(
         store = store_for(config, timeout=60)
         progress = Progress(store, human)
         state_dir = args.state_dir.resolve() if args.state_dir else None
+        summary: Summary | None = None
         try:
             # Inside the try: an unreachable Redis is a failure like any other
             # and still ends in the one JSON document.
             in_job = spark is None and not (args.standalone or args.master) and store.fanout_job()
-            if prepare is not None:
-                print(prepare(), file=human)
-            summary = None
             asked = ask(
                 store,
                 dry_run=args.dry_run,
@@ -110,56 +109,70 @@ def execute(
                 state_dir=state_dir,
                 for_job=bool(in_job),
             )
+            # From here the rebuild's status is this command's: its final state
+            # goes there before the request ends (after, it could land in the
+            # status of the next command's rebuild).
             with asked as renewal:
-                if in_job:
-                    summary = run_in_job(
-                        store,
-                        config,
-                        progress,
-                        renewal,
-                        dry_run=args.dry_run,
-                        wait=args.wait,
-                        oracle=oracle,
-                        settled=settled,
+                try:
+                    if prepare is not None:
+                        print(prepare(), file=human)
+                    if in_job:
+                        summary = run_in_job(
+                            store,
+                            config,
+                            progress,
+                            renewal,
+                            dry_run=args.dry_run,
+                            wait=args.wait,
+                            oracle=oracle,
+                            settled=settled,
+                        )
+                    if summary is None:
+                        summary = standalone(
+                            args, config, store, progress, state_dir, oracle, settled, spark
+                        )
+                except (Exception, KeyboardInterrupt) as exc:
+                    progress.publish(
+                        state=RebuildState.FAILED, error=failure(exc), finished_at=time.time()
                     )
-                if summary is None:
-                    summary = standalone(
-                        args, config, store, progress, state_dir, oracle, settled, spark
-                    )
+                    raise
+                state = final_state(summary)
+                progress.publish(
+                    state=state, finished_at=time.time(), summary=orjson.dumps(asdict(summary))
+                )
         except (Exception, KeyboardInterrupt) as exc:
-            interrupted = isinstance(exc, KeyboardInterrupt)
-            reason = reason_of(exc)
-            if interrupted:
-                reason = f"interrupted ({reason})"
+            reason = failure(exc)
             log.debug("rebuild failed", exc_info=True)
             print(f"rebuild failed: {reason}", file=human)
             if not isinstance(exc, RebuildFailed | KeyboardInterrupt | RedisConnectionError):
                 traceback.print_exc(file=sys.stderr)
             print("the live timelines are untouched", file=human)
-            if not isinstance(exc, RebuildBusy):  # the status is the running rebuild's
-                progress.publish(state=RebuildState.FAILED, error=reason, finished_at=time.time())
             if args.json:
-                failure = {
+                document = {
                     "ok": False,
                     "state": RebuildState.FAILED,
                     "error": reason,
                     "live_untouched": True,
                 }
-                print(json.dumps(failure), file=data)
-            return 130 if interrupted else 1
-        figures = asdict(summary)
-        progress.publish(
-            state=RebuildState.SUCCEEDED
-            if summary.switched or summary.dry_run
-            else RebuildState.HANDED_OVER,
-            finished_at=time.time(),
-            summary=orjson.dumps(figures),
-        )
+                print(json.dumps(document), file=data)
+            return 130 if isinstance(exc, KeyboardInterrupt) else 1
         if args.json:
-            print(json.dumps({"ok": True, **figures}, indent=2), file=data)
+            print(json.dumps({"ok": True, "state": state, **asdict(summary)}, indent=2), file=data)
         else:
             print_summary(summary, data)
         return 0
+
+
+def failure(exc: BaseException) -> str:
+    """Why the rebuild failed, as the command reports it."""
+    reason = reason_of(exc)
+    return f"interrupted ({reason})" if isinstance(exc, KeyboardInterrupt) else reason
+
+
+def final_state(summary: Summary) -> str:
+    if summary.switched or summary.dry_run:
+        return RebuildState.SUCCEEDED
+    return RebuildState.HANDED_OVER
 
 
 def standalone(

@@ -28,10 +28,20 @@ class RebuildFailed(RuntimeError):
     """The rebuild stopped; the live generation is untouched."""
 
 
+#: How an error raised in Spark's JVM starts (py4j's Py4JJavaError): the
+#: Java exception, the part that says what went wrong, is on the next line.
+_JVM_CALL = "An error occurred while calling "
+
+
 def reason_of(exc: BaseException) -> str:
-    """What a failed rebuild reports: the first line of ``exc``, or its type's name."""
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
+    """What a failed rebuild reports: the first line of ``exc`` (with the Java
+    exception's, for an error from Spark's JVM), or its type's name."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    if not lines:
+        return type(exc).__name__
+    if lines[0].startswith(_JVM_CALL) and len(lines) > 1:
+        return f"{lines[0]} {lines[1].lstrip(': ')}"
+    return lines[0]
 
 
 def discard_generation(store: TimelineStore, generation: int) -> int:
@@ -72,9 +82,10 @@ class Conclusion:
     deletes_failed: bool = True
 
     def conclude(self, generation: int, sample: list[int], wait: float) -> None:
-        """Check ``sample`` against the database (the generation is deleted if
-        one differs), then hand the generation over and wait up to ``wait``
-        seconds for the switch."""
+        """Check ``sample`` against the database (if one differs the
+        generation is deleted: here, or by the fanout job that built it),
+        then hand the generation over and wait up to ``wait`` seconds for
+        the switch."""
         try:
             self.check_sample(generation, sample)
         except BaseException:

@@ -39,11 +39,14 @@ from __future__ import annotations
 
 import logging
 import os
+import queue
 import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +58,15 @@ from fanout.config import StarlingConfig
 from fanout.generations import GenerationState, RebuildState
 from fanout.timelines import TimelineStore
 from spark.rebuild import Rebuild, default_state_root
-from spark.rebuild_finish import Conclusion, Oracle, RebuildFailed, Settled, drop_built, reason_of
+from spark.rebuild_finish import (
+    Conclusion,
+    Oracle,
+    RebuildFailed,
+    Settled,
+    discard_generation,
+    drop_built,
+    reason_of,
+)
 from spark.rebuild_report import Progress, Summary
 
 log = logging.getLogger("starling.rebuild")
@@ -79,6 +90,8 @@ NOT_RUNNING_GRACE = 2.0
 JOB, COMMAND = "job", "command"
 #: The generation metadata (``built_by``) of one the job builds.
 BUILT_BY_JOB = "fanout job"
+#: How long a failed deletion waits before it is tried again (seconds).
+CLEANUP_RETRY = 5.0
 FINAL = (RebuildState.BUILT, RebuildState.SUCCEEDED, RebuildState.FAILED)
 
 
@@ -136,10 +149,15 @@ class RebuildService:
         self.built: int | None = None
         self.worker: threading.Thread | None = None
         self.swept = False
+        #: Deletions, done apart: a large generation takes a while to delete,
+        #: and the job must go on announcing itself and taking requests.
+        self.cleanup: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._loop, name="rebuild-service", daemon=True)
+        self._cleaner = threading.Thread(target=self._clean, name="rebuild-cleanup", daemon=True)
 
     def start(self) -> RebuildService:
         self._thread.start()
+        self._cleaner.start()
         return self
 
     def stop(self, timeout: float = 60.0) -> None:
@@ -171,6 +189,20 @@ class RebuildService:
             if self.worker is not None:
                 self.worker.join(ANNOUNCE_EVERY)
 
+    def _clean(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                task = self.cleanup.get(timeout=ANNOUNCE_EVERY)
+            except queue.Empty:
+                continue
+            try:
+                task()
+            except Exception as exc:
+                log.warning("rebuild cleanup failed (%s); trying again", exc)
+                log.debug("rebuild cleanup failed", exc_info=True)
+                self.stopping.wait(CLEANUP_RETRY)
+                self.cleanup.put(task)
+
     def busy(self) -> bool:
         return self.worker is not None and self.worker.is_alive()
 
@@ -182,8 +214,8 @@ class RebuildService:
         """Announce the job; cancel a rebuild whose request is gone; start a new one."""
         self.announce()
         if not self.swept:
-            self.swept = True  # once: a sweep that fails must not keep requests waiting
-            self.sweep()
+            self.swept = True
+            self.cleanup.put(self.sweep)  # tried again until it has run
         request = self.store.rebuild_request()
         withdrawn = request is None or request.get("id") != self.request_id
         if self.busy():
@@ -197,41 +229,52 @@ class RebuildService:
                 self.running.cancel("its command stopped")
             return
         if withdrawn and self.built is not None:
-            self.abandoned(self.built)
+            self.cleanup.put(partial(self.abandoned, self.built, self.request_id))
             self.built = None
         if request is None or request.get("id") == self.request_id:
             return
         if not self.store.claim_rebuild_request(str(request["id"]), JOB):
             return
         self.request_id = str(request["id"])
-        # The job clears the last rebuild's status, not the command: a command
-        # whose request is refused must not wipe the running one's.
-        self.store.clear_rebuild_status()
-        self.running = self.prepare(request)
+        try:
+            # The job clears the last rebuild's status, not the command: a
+            # command whose request is refused must not wipe the running one's.
+            self.store.clear_rebuild_status()
+            self.running = self.prepare(request)
+        except Exception as exc:
+            self.store.publish_rebuild_status(
+                state=RebuildState.FAILED, request=self.request_id, error=reason_of(exc)[:500]
+            )
+            raise
         self.worker = threading.Thread(
             target=self.run, args=(self.running, request), name="rebuild", daemon=True
         )
         self.worker.start()
         self.announce()  # now naming the request: its command follows that
 
-    def abandoned(self, generation: int) -> None:
+    def abandoned(self, generation: int, request_id: str) -> None:
         """The command that asked for ``generation`` ended without handing it
         over (it was stopped, or died): nothing else would delete it."""
         if drop_built(self.store, generation):
             log.warning(
                 "rebuild %s: generation %d was never handed over; deleted it",
-                self.request_id,
+                request_id,
                 generation,
             )
 
     def sweep(self) -> None:
         """Delete the generations an earlier run of the job was building, or had
-        built, for a command that never handed them over: the job stopped or
-        died in between, and forgot them."""
-        for generation in self.store.generations():
-            meta = self.store.generation_meta(generation)
-            if (
-                meta.get("state") == GenerationState.BUILDING
+        built, for a command that never handed them over (the job stopped or
+        died in between, and forgot them), and finish deletions that stopped
+        half-way."""
+        found = self.store.generations("built_by", "instance")
+        for generation, meta in found.items():
+            state = meta["state"]
+            if state == GenerationState.DROPPING:
+                discard_generation(self.store, generation)
+                log.warning("generation %d: finished deleting it", generation)
+            elif (
+                state == GenerationState.BUILDING
                 and meta.get("built_by") == BUILT_BY_JOB
                 and meta.get("instance") != self.about["instance"]
                 and drop_built(self.store, generation)

@@ -131,7 +131,7 @@ def test_a_withdrawn_request_leaves_no_generation_and_the_job_takes_the_next(
     store.end_rebuild_request("r1")  # the command stopped, at whatever stage it was
     wait_for(lambda: job.built is None and not (job.worker and job.worker.is_alive()))
     after = int(store.redis.get(keys.GENERATION_COUNTER) or 0)
-    assert not any(store.generation_exists(g) for g in range(before + 1, after + 1))
+    wait_for(lambda: not any(store.generation_exists(g) for g in range(before + 1, after + 1)))
     assert not list(store.redis.scan_iter(match="tl:*", count=1000))
     assert nothing_cached(spark)
 
@@ -146,7 +146,8 @@ def test_a_withdrawn_request_leaves_no_generation_and_the_job_takes_the_next(
         ),
         seconds=60,
     )
-    assert "parquet" in store.rebuild_status()["error"]  # the author state's write failed
+    error = store.rebuild_status()["error"]
+    assert "parquet" in error and "not a directory" in error  # the write, and why
     wait_for(lambda: not store.generation_exists(int(store.redis.get(keys.GENERATION_COUNTER))))
     store.end_rebuild_request("r3")
     assert store.fanout_job() is not None
@@ -195,9 +196,15 @@ def test_one_rebuild_at_a_time_also_against_a_standalone_command(
     assert store.request_rebuild(request, ttl=30)
     wait_for(lambda: store.rebuild_status().get("request") == "r1")
     args = command(tmp_path, standalone=True, dry_run=True)
-    assert rebuild_command.execute(args, oracle=None, settled=None, spark=spark) == 1
-    assert "another rebuild is running" in capsys.readouterr().out
+    prepared: list[str] = []
+    code = rebuild_command.execute(
+        args, oracle=None, settled=None, spark=spark, prepare=lambda: prepared.append("!") or ""
+    )
+    assert code == 1 and "another rebuild is running" in capsys.readouterr().out
+    assert not prepared  # a refused command does nothing else
     # The refused command left the running rebuild's status alone.
+    assert "error" not in store.rebuild_status()
+    assert store.rebuild_status()["state"] != RebuildState.FAILED
     wait_for(lambda: store.rebuild_status().get("state") == RebuildState.SUCCEEDED, seconds=60)
     assert store.rebuild_status()["request"] == "r1"
     store.end_rebuild_request("r1")
@@ -216,6 +223,9 @@ def test_a_command_whose_job_restarted_gives_up_and_the_new_job_deletes_what_was
     state.mkdir(parents=True)
     store.set_generation_meta(left, state_path=str(state))
     standalone = store.new_generation(state=GenerationState.BUILDING)  # a command's own
+    # A deletion that stopped half-way (Redis went away, the job stopped).
+    halfway = store.new_generation(state=GenerationState.DROPPING)
+    store.write_timelines(halfway, [(7, b"x")])
     renewal = ask(store, dry_run=False, sample=0, state_dir=tmp_path, for_job=True)
     assert store.claim_rebuild_request(renewal.request_id, JOB)
 
@@ -228,6 +238,8 @@ def test_a_command_whose_job_restarted_gives_up_and_the_new_job_deletes_what_was
                        settled=None)  # fmt: skip
         assert time.monotonic() - started < rebuild_service.ANNOUNCE_TTL
         assert not store.generation_exists(left) and not state.parent.exists()
+        wait_for(lambda: not store.generation_exists(halfway))
+        assert not list(store.redis.scan_iter(match=keys.timeline_prefix(halfway) + "*"))
         assert store.generation_meta(standalone)["state"] == GenerationState.BUILDING
     finally:
         restarted.stop()
@@ -264,8 +276,19 @@ def test_a_generation_is_either_handed_over_or_deleted_never_both(config: Starli
     assert not store.request_handover(dropped)
     assert store.redis.get(keys.HANDOVER) is None
 
+    # Being deleted, not gone yet: the hand-over loses all the same.
+    dropping = store.new_generation(state=GenerationState.BUILDING)
+    assert store.move_generation(
+        dropping, GenerationState.DROPPING, expect=GenerationState.BUILDING
+    )
+    assert not store.request_handover(dropping)
+    assert store.generation_meta(dropping)["state"] == GenerationState.DROPPING
+    assert store.redis.get(keys.HANDOVER) is None and store.pending_handover() is None
+    store.drop_generation(dropping)
+
     handed = store.new_generation(state=GenerationState.BUILDING)
     assert store.request_handover(handed)
+    assert store.pending_handover() == handed
     assert not drop_built(store, handed)
     assert store.generation_meta(handed)["state"] == GenerationState.READY
     store.drop_generation(handed)

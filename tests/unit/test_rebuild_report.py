@@ -18,3 +18,19 @@ def test_a_counted_read_says_how_many_records_exactly() -> None:
     assert estimate(0, 3_000_000, 2.0, counted=True) == (
         "  0%: 0 of 3,000,000 records read, time left unknown yet"
     )
+
+
+def test_a_failure_is_reported_by_its_first_line_a_jvm_error_by_its_java_one() -> None:
+    from spark.rebuild_finish import reason_of
+
+    assert reason_of(RuntimeError("no room\nmore detail")) == "no room"
+    assert reason_of(KeyboardInterrupt()) == "KeyboardInterrupt"
+    jvm = RuntimeError(
+        "An error occurred while calling o349.parquet.\n"
+        ": java.io.IOException: Mkdirs failed to create /x/gen-3/state\n"
+        "\tat org.apache.hadoop.fs.ChecksumFileSystem.create(ChecksumFileSystem.java:1)\n"
+    )
+    assert reason_of(jvm) == (
+        "An error occurred while calling o349.parquet. "
+        "java.io.IOException: Mkdirs failed to create /x/gen-3/state"
+    )
