@@ -35,7 +35,7 @@ from fanout.timelines import TimelineStore, store_for
 from spark.rebuild import Rebuild, default_state_root
 from spark.rebuild_finish import Oracle, RebuildFailed, Settled, reason_of
 from spark.rebuild_report import Progress, Summary
-from spark.rebuild_service import ask, run_in_job
+from spark.rebuild_request import ask, run_in_job
 from spark.session import build_session
 
 log = logging.getLogger("starling.rebuild")

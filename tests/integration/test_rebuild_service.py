@@ -18,10 +18,11 @@ from fanout import events, keys
 from fanout.config import StarlingConfig
 from fanout.generations import GenerationState, RebuildState
 from fanout.timelines import TimelineStore, store_for
-from spark import rebuild_command, rebuild_service
+from spark import rebuild_command, rebuild_request, rebuild_service
 from spark.rebuild_finish import RebuildFailed, drop_built
 from spark.rebuild_report import Progress
-from spark.rebuild_service import BUILT_BY_JOB, JOB, RebuildService, ask, run_in_job
+from spark.rebuild_request import ask, run_in_job
+from spark.rebuild_service import BUILT_BY_JOB, JOB, RebuildService
 from tests.conftest import make_config
 from tests.spark_helpers import ChangelogWriter
 
@@ -250,13 +251,13 @@ def test_the_request_lives_as_long_as_its_command_and_never_ends_another(
     config: StarlingConfig, monkeypatch
 ) -> None:
     store = store_for(config)
-    monkeypatch.setattr(rebuild_service, "REQUEST_TTL", 1.0)
-    monkeypatch.setattr(rebuild_service, "RENEW_EVERY", 0.2)
+    monkeypatch.setattr(rebuild_request, "REQUEST_TTL", 1.0)
+    monkeypatch.setattr(rebuild_request, "RENEW_EVERY", 0.2)
     with ask(store, dry_run=False, sample=0, state_dir=None, for_job=False) as renewal:
         time.sleep(2.5)  # a sample check, a hand-over's wait: well past the TTL
         assert store.rebuild_request()["id"] == renewal.request_id
         assert not renewal.lost.is_set()
-        with pytest.raises(rebuild_service.RebuildBusy):
+        with pytest.raises(rebuild_request.RebuildBusy):
             ask(store, dry_run=True, sample=0, state_dir=None, for_job=False)
     assert store.rebuild_request() is None
 
