@@ -13,6 +13,8 @@ join key would choose the same partitions.
 
 from __future__ import annotations
 
+import numpy as np
+
 _M = 0x5BD1E995
 _SEED = 0x9747B28C
 _MASK = 0xFFFFFFFF
@@ -50,3 +52,51 @@ def partition_for(join_key: int, partitions: int) -> int:
     if partitions < 1:
         raise ValueError("partitions must be >= 1")
     return (murmur2(str(join_key).encode("ascii")) & 0x7FFFFFFF) % partitions
+
+
+#: 10**1 .. 10**18: how many of them a key reaches is its number of digits - 1.
+_POWERS = np.array([10**i for i in range(1, 19)], dtype=np.int64)
+
+
+def partitions_of(join_keys: np.ndarray, partitions: int) -> np.ndarray:
+    """:func:`partition_for` of every key of an ``int64`` array, computed in
+    NumPy: murmur2 over the keys' decimal digits, one group of keys of equal
+    length at a time (a rebuild checks three million keys in well under a
+    second; :func:`partition_for` takes 3 µs a key)."""
+    if partitions < 1:
+        raise ValueError("partitions must be >= 1")
+    keys = np.asarray(join_keys, dtype=np.int64)
+    out = np.empty(len(keys), dtype=np.int64)
+    negative = keys < 0  # no id is: their "-" sign is left to the scalar function
+    out[negative] = [partition_for(int(k), partitions) for k in keys[negative]]
+    lengths = 1 + np.searchsorted(_POWERS, keys, side="right")
+    m = np.uint32(_M)
+    for length in np.unique(lengths[~negative]):
+        chosen = (lengths == length) & ~negative
+        digits = keys[chosen]
+        ascii_ = [
+            ((digits // 10 ** (length - 1 - j)) % 10 + 48).astype(np.uint32) for j in range(length)
+        ]
+        h = np.full(len(digits), (_SEED ^ int(length)) & _MASK, dtype=np.uint32)
+        n4 = length // 4
+        for i in range(n4):
+            b = ascii_[4 * i : 4 * i + 4]
+            k = b[0] | (b[1] << 8) | (b[2] << 16) | (b[3] << 24)
+            k = k * m
+            k ^= k >> 24
+            k = k * m
+            h = h * m
+            h ^= k
+        tail, base = length % 4, n4 * 4
+        if tail == 3:
+            h ^= ascii_[base + 2] << 16
+        if tail >= 2:
+            h ^= ascii_[base + 1] << 8
+        if tail >= 1:
+            h ^= ascii_[base]
+            h = h * m
+        h ^= h >> 13
+        h = h * m
+        h ^= h >> 15
+        out[chosen] = (h & np.uint32(0x7FFFFFFF)) % partitions
+    return out

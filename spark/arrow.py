@@ -12,6 +12,7 @@ _ARROW_TYPES = {
     "long": pa.int64(),
     "bigint": pa.int64(),
     "int": pa.int32(),
+    "tinyint": pa.int8(),
     "binary": pa.binary(),
     "boolean": pa.bool_(),
     "array<long>": pa.list_(pa.int64()),

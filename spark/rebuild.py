@@ -4,7 +4,8 @@
 
 What an operator runs after fixing a bug in the fanout logic, and what
 brings Redis back after it lost its data. This module holds the Spark
-stages (the driver); :mod:`spark.rebuild_join` the join's Spark plans;
+stages (the driver); :mod:`spark.rebuild_read` the read, which joins the
+authors in its tasks; :mod:`spark.rebuild_join` the timelines' Spark plans;
 :mod:`spark.rebuild_tasks` what they run on the executors;
 :mod:`spark.rebuild_finish` the steps after them that need no Spark;
 :mod:`spark.rebuild_command` the command line around them. The stages run
@@ -12,16 +13,20 @@ on the running fanout job's session when there is one
 (:mod:`spark.rebuild_service`), else on the command's own.
 
 1. **snapshot**: the end offsets of the topics (both changelogs and the refills);
-2. **read** the compacted changelogs from offset 0 to the snapshot as a
-   Spark batch job, one task per topic-partition keeping the newest record
-   of each key (a tombstone removes the row): the current ``tweets`` and
-   ``follows`` tables. The read tasks put the live tweets' bodies in the
-   tweet cache (the same bytes the job writes; not in a dry run);
-3. **join**: every timeline is the newest ``TIMELINE_SIZE`` (+ slack)
-   tweets of the user and of the users they follow (the view's SQL,
-   computed per follower with Spark), and every author's join state (the
-   fanout job's ``AuthorState``), by the same rules as the streaming job
-   (:func:`fanout.join.rebuilt_timeline`, :func:`fanout.join.rebuilt_author_state`);
+2. **read and join**: the compacted changelogs from offset 0 to the
+   snapshot as a Spark batch job, one task per partition number reading
+   that partition of every topic and keeping the newest record of each key
+   (a tombstone removes the row): the current ``tweets`` and ``follows``
+   tables. Both topics are partitioned by the join key, so each task joins
+   its own authors' tweets and followers there, with no shuffle: every
+   author's join state (the fanout job's ``AuthorState``, by
+   :func:`fanout.join.rebuilt_author_state`) and the timelines' edges
+   (:mod:`spark.rebuild_read`). The read tasks put the live tweets' bodies in
+   the tweet cache (the same bytes the job writes; not in a dry run);
+3. **the timelines' input**: every timeline is the newest ``TIMELINE_SIZE``
+   (+ slack) tweets of the user and of the users they follow (the view's
+   SQL, computed per follower with Spark: the edges grouped by owner, the
+   authors' kept tweets broadcast; :func:`fanout.join.rebuilt_timeline`);
 4. **write** them into a new generation (``tl:{g}:*``), which no reader
    sees yet;
 5. **verify**: every timeline's length in Redis against the computed one,
@@ -46,6 +51,7 @@ import os
 import random
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,18 +71,16 @@ from spark.rebuild_finish import Conclusion, Oracle, RebuildFailed, Settled, dro
 from spark.rebuild_join import (
     BROADCAST_KEPT_IDS,
     TimelineInputs,
-    author_states,
+    states_and_edges,
     timeline_inputs,
-    tweets_and_follows,
 )
+from spark.rebuild_read import BAD_KEPT, NewestRecordSource, Row, largest_partition
 from spark.rebuild_report import Progress, Summary
 from spark.rebuild_tasks import (
     COUNT,
     DIFF,
     WRITTEN,
-    NewestRecordSource,
     diff_partition,
-    largest_partition,
     write_lists_partition,
     write_timelines_partition,
 )
@@ -122,6 +126,8 @@ class Rebuild:
     marks: dict[str, int] = field(default_factory=dict)
     #: The users whose timelines are compared with the database (:meth:`verify`).
     sampled: list[int] = field(default_factory=list)
+    #: How many tweet ids the authors' states keep in all (a follow merges them).
+    kept_ids: int = 0
     #: Why the rebuild was cancelled (:meth:`cancel`); empty while it goes on.
     cancelled: str = ""
     #: More of the new generation's metadata (who builds it).
@@ -156,6 +162,10 @@ class Rebuild:
             "redisClusterUrls": ",".join(self.config.redis_cluster_urls),
             "redisShards": str(self.config.shards.count),
             "writeBodies": str(not self.summary.dry_run).lower(),
+            "partitions": str(self.config.partitions),
+            "timelineSize": str(self.config.timeline_size),
+            "timelineSlack": str(self.config.timeline_slack),
+            "pullThreshold": str(self.config.pull_threshold),
         }
         decoded = (
             self.spark.read.format(NewestRecordSource.name()).options(**options).load().persist()
@@ -168,29 +178,34 @@ class Rebuild:
         return decoded
 
     def _tally(self, decoded: DataFrame) -> None:
-        """The read's figures: rows by kind, the snapshot's seq and marks; bad
-        records dead-lettered."""
-        kinds = decoded.groupBy("kind").agg(F.count("*").alias("n"), F.max("seq").alias("seq"))
-        counts, seqs = {}, [0]
-        for r in kinds.collect():
-            counts[r["kind"]] = r["n"]
-            seqs.append(r["seq"] or 0)
-        self.summary.snapshot_seq = int(max(seqs))
+        """The read's figures: its tasks' counts, the snapshot's seq and marks;
+        bad records dead-lettered; misplaced records fail the rebuild."""
+        rows = decoded.where(~F.col("kind").isin(int(Row.STATE), int(Row.EDGE))).collect()
+        counts: Counter[str] = Counter()
+        seq = 0
+        for r in rows:
+            if r["kind"] == Row.TALLY and r["name"] == "seq":
+                seq = max(seq, r["a"])
+            elif r["kind"] == Row.TALLY:
+                counts[r["name"]] += r["a"]
+        self._misplaced(counts["misplaced"], [r for r in rows if r["kind"] == Row.MISPLACED])
+        self.summary.snapshot_seq = seq
         self.marks = {
-            mark_name(r["topic"], r["a"]): int(r["b"])
-            for r in decoded.where("kind = 'mark'").select("topic", "a", "b").collect()
+            mark_name(r["name"], r["a"]): int(r["b"]) for r in rows if r["kind"] == Row.MARK
         }
         self.summary.snapshot_contiguous = contiguous(
             self.marks, self.config.topics.all(), self.config.partitions
         )
-        self.summary.tweets = counts.get("tweet", 0)
-        self.summary.follows = counts.get("follow", 0)
-        self.summary.bad_records = counts.get("bad", 0)
-        if self.summary.bad_records:
-            bad = decoded.where("kind = 'bad'").limit(10_000).collect()
+        self.summary.tweets = counts["tweet"]
+        self.summary.follows = counts["follow"]
+        self.summary.bad_records = counts["bad"]
+        self.summary.authors = counts["authors"]
+        self.kept_ids = counts["kept"]
+        bad = [r for r in rows if r["kind"] == Row.BAD][:BAD_KEPT]
+        if bad:
             self.store.dead_letter(
                 {
-                    "topic": r["topic"],
+                    "topic": r["name"],
                     "partition": r["partition"],
                     "offset": r["offset"],
                     "error": r["error"],
@@ -199,31 +214,41 @@ class Rebuild:
                 }
                 for r in bad
             )
+        keys = sum(counts[k] for k in ("tweet", "follow", "gone", "bad", "mark", "command"))
         self.progress.done(
-            f"{sum(counts.values()):,} keys: {self.summary.tweets:,} live tweets"
+            f"{keys:,} keys: {self.summary.tweets:,} live tweets"
             f"{'' if self.summary.dry_run else ' (their bodies put in the tweet cache)'}, "
-            f"{self.summary.follows:,} live follows, {counts.get('gone', 0):,} deleted, "
+            f"{self.summary.follows:,} live follows, {counts['gone']:,} deleted, "
             f"{self.summary.bad_records:,} bad (dead-lettered); "
+            f"{self.summary.authors:,} authors joined, {counts['edges']:,} edges; "
             f"snapshot seq {self.summary.snapshot_seq} (complete up to "
             f"{self.summary.snapshot_contiguous})"
+        )
+
+    def _misplaced(self, count: int, named: list[Any]) -> None:
+        """Fail on records outside the partition of their join key: the read
+        joined each partition on its own, which they would have left short."""
+        if not count:
+            return
+        where = ", ".join(
+            f"{r['name']}/{r['partition']} offset {r['offset']} (join key {r['a']}, of "
+            f"partition {r['b']})"
+            for r in sorted(named, key=lambda r: (r["name"], r["partition"], r["offset"]))[:5]
+        )
+        raise RebuildFailed(
+            f"the read found {count:,} live records outside the partition of their join "
+            f"key, e.g. {where}: "
+            f"the changelogs were not written by the relay with STARLING_PARTITIONS="
+            f"{self.config.partitions}. Set it to the partition count the relay used."
         )
 
     def join(self, decoded: DataFrame) -> tuple[DataFrame, TimelineInputs]:
         """(author states, the timelines' input)."""
         self.progress.stage("joining tweets and follows")
-        tweets, follows = tweets_and_follows(decoded)
-        states = author_states(tweets, follows, self.config)
-        try:
-            totals = _first(states.agg(F.count("*"), F.sum(F.size("kept"))))
-            self.summary.authors, kept_ids = int(totals[0]), int(totals[1] or 0)
-            inputs = timeline_inputs(
-                self.spark, tweets, follows, states, kept_ids, self.broadcast_ids
-            )
-        except BaseException:
-            states.unpersist()
-            raise
+        states, edges = states_and_edges(decoded)
+        inputs = timeline_inputs(self.spark, edges, states, self.kept_ids, self.broadcast_ids)
         self.progress.done(
-            f"{self.summary.authors:,} authors with state, {kept_ids:,} kept tweet ids "
+            f"{self.summary.authors:,} authors with state, {self.kept_ids:,} kept tweet ids "
             + ("(broadcast)" if inputs.kept is not None else "(joined in Spark)")
         )
         return states, inputs
@@ -387,8 +412,6 @@ class Rebuild:
             # A session that goes on (the fanout job's) must not keep the
             # snapshot's rows in memory.
             decoded.unpersist()
-            if states is not None:
-                states.unpersist()
             if inputs is not None and inputs.kept is not None:
                 inputs.kept.destroy()
         if self.build_only:

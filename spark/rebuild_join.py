@@ -1,6 +1,6 @@
-"""The rebuild's join as Spark plans: the tables read from the changelogs in,
-every author's join state and every timeline's input out (the rules they
-feed are :func:`fanout.join.rebuilt_author_state` and
+"""The rebuild's join as Spark plans: the read's authors' states and edges
+in (the read joined each author's tweets and followers:
+:mod:`spark.rebuild_read`), every timeline's input out (the rule it feeds is
 :func:`fanout.join.rebuilt_timeline`, run by :mod:`spark.rebuild_tasks`).
 """
 
@@ -12,8 +12,8 @@ from pyspark import Broadcast
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from fanout.config import StarlingConfig
-from spark.rebuild_tasks import STATE, KeptIds, state_partition
+from spark.rebuild_read import Row
+from spark.rebuild_tasks import KeptIds
 
 #: The most kept tweet ids (all authors together) that go to the write tasks
 #: as a broadcast: 20 million ids, 160 MB in the driver and in each Python
@@ -21,37 +21,16 @@ from spark.rebuild_tasks import STATE, KeptIds, state_partition
 BROADCAST_KEPT_IDS = 20_000_000
 
 
-def tweets_and_follows(decoded: DataFrame) -> tuple[DataFrame, DataFrame]:
-    """The live tweets (author, id) and follows (follower, followee) among the
-    read's rows (``rebuild_decode.DECODED``)."""
-    tweets = decoded.where("kind = 'tweet'").select(
-        F.col("a").alias("author"), F.col("b").alias("id")
+def states_and_edges(read: DataFrame) -> tuple[DataFrame, DataFrame]:
+    """The authors' states (rows of ``rebuild_tasks.STATE``) and the timelines'
+    edges (owner, author) among the read's rows (``rebuild_read.READ``)."""
+    states = read.where(F.col("kind") == int(Row.STATE)).select(
+        F.col("a").alias("join_key"), "blob", "kept", "horizon", "pulled"
     )
-    follows = decoded.where("kind = 'follow'").select(
-        F.col("b").alias("follower"), F.col("a").alias("followee")
+    edges = read.where(F.col("kind") == int(Row.EDGE)).select(
+        F.col("a").alias("owner"), F.col("b").alias("author")
     )
-    return tweets, follows
-
-
-def author_states(tweets: DataFrame, follows: DataFrame, config: StarlingConfig) -> DataFrame:
-    """Rows of ``rebuild_tasks.STATE``, one per author with tweets or followers
-    (persisted: the write and the verification use them again)."""
-    cap, slack = config.timeline_size, config.timeline_slack
-    threshold = config.pull_threshold
-    authors = (
-        tweets.groupBy("author")
-        .agg(F.collect_list("id").alias("tweets"))
-        .join(
-            follows.groupBy(F.col("followee").alias("author")).agg(
-                F.collect_list("follower").alias("followers")
-            ),
-            "author",
-            "full_outer",
-        )
-    )
-    return authors.mapInArrow(
-        lambda it: state_partition(it, cap, slack, threshold), STATE
-    ).persist()
+    return states, edges
 
 
 @dataclass
@@ -67,13 +46,12 @@ class TimelineInputs:
 
 def timeline_inputs(
     spark: SparkSession,
-    tweets: DataFrame,
-    follows: DataFrame,
+    edges: DataFrame,
     states: DataFrame,
     kept_ids: int,
     broadcast_ids: int,
 ) -> TimelineInputs:
-    """Every owner's edges with the kept tweets of the authors they follow;
+    """Every owner's ``edges`` with the kept tweets of the authors they follow;
     ``kept_ids``: how many kept ids ``states`` holds in all, broadcast to the
     write tasks if at most ``broadcast_ids`` (:data:`BROADCAST_KEPT_IDS`).
 
@@ -86,9 +64,6 @@ def timeline_inputs(
     partition, sorted there) and are merged per owner in Python, on NumPy
     views of the kept ids (``rebuild_tasks.owner_inputs``): an aggregation
     here would box every id in the JVM and spill."""
-    edges = follows.select(
-        F.col("follower").alias("owner"), F.col("followee").alias("author")
-    ).union(tweets.select(F.col("author").alias("owner"), "author").distinct())
     if kept_ids <= broadcast_ids:
         # The authors' kept ids go to every write task, which joins them to the
         # edges itself: a popular author's ids are copied to each follower's

@@ -1,17 +1,14 @@
-"""The rebuild's executor side: pure Python over Arrow batches (see
-:mod:`spark.rebuild` for the stages that use them).
-
-The read keeps the newest record of each key and decodes it in its read
-tasks (:class:`NewestRecordSource`, :func:`newest_per_key`,
-:func:`spark.rebuild_decode.decode_records`); every other function here is run by ``mapInArrow``:
-it takes an iterator of Arrow batches and yields batches of the schema named
-beside it (a Spark DDL string).
+"""The rebuild's executor side after the read (:mod:`spark.rebuild_read`):
+pure Python over Arrow batches (see :mod:`spark.rebuild` for the stages
+that use them). Each function here is run by ``mapInArrow``: it takes an
+iterator of Arrow batches and yields batches of the schema named beside it
+(a Spark DDL string).
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,26 +16,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark import Broadcast
-from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 
-from fanout.config import StarlingConfig, TopicNames
-from fanout.join import distinct_timeline, newest, rebuilt_author_state
+from fanout.config import StarlingConfig
+from fanout.join import distinct_timeline
 from fanout.timeline_ops import pack_timeline, visible
 from fanout.timelines import store_for
 from spark import arrow
-from spark.kafka_io import Columns, consume_range
-from spark.kafka_source import KafkaBatchReader, KafkaChangelogSource, SourceOptions
-from spark.offsets import OffsetRange, Offsets, ranges
-from spark.rebuild_decode import DECODED, decode_records
-from spark.worker_heap import collector_paused, spark_task
+from spark.worker_heap import spark_task
 
-#: Records decoded (and handed to Spark) per Arrow batch of the read.
-DECODE_CHUNK = 10_000
-#: Bytes of Python memory a read task holds per record of its partition
-#: (measured: 941 MiB resident, 123 MiB of it the interpreter, for a
-#: partition of 1,162,445 follows).
-READ_BYTES_PER_RECORD = 740
-#: state_partition: an author's join state, and what of it timelines are made from.
+#: The authors' states (read by :mod:`spark.rebuild_read`): an author's join
+#: state, and what of it timelines are made from.
 STATE = "join_key long, blob binary, kept array<long>, horizon long, pulled boolean"
 #: The timelines' input: one row per owner and author they follow (the self
 #: edge included), with the author's kept tweets and horizon, and whether the
@@ -50,138 +37,6 @@ WRITTEN = "owner long, entries int"
 DIFF = "owner long, live_missing boolean, missing int, extra int"
 #: write_lists_partition: how many pulled authors' lists were written.
 COUNT = "n long"
-
-
-def largest_partition(ends: Offsets) -> tuple[str, int, int, float]:
-    """(topic, partition, offsets, GiB its read task needs) of the largest
-    partition up to ``ends``: what a read task of :class:`NewestRecordSource`
-    must hold in memory at most."""
-    topic, part, n = max(
-        ((t, int(p), int(o)) for t, parts in ends.items() for p, o in parts.items()),
-        key=lambda x: x[2],
-        default=("", 0, 0),
-    )
-    return topic, part, n, n * READ_BYTES_PER_RECORD / 2**30
-
-
-def newest_per_key(
-    chunks: Iterable[Columns],
-) -> tuple[dict[bytes | None, tuple[Any, int, Any]], int]:
-    """({key: (value, offset, headers)} of the newest record of each key, how
-    many records were read) of one partition's records, read in offset order
-    (a later record replaces an earlier one, as compaction would)."""
-    newest: dict[bytes | None, tuple[Any, int, Any]] = {}
-    read = 0
-    for keys, values, offsets, _, headers in chunks:
-        newest.update(zip(keys, zip(values, offsets, headers, strict=True), strict=True))
-        read += len(offsets)
-    return newest, read
-
-
-class NewestRecordReader(KafkaBatchReader):
-    """One task per topic-partition, largest first (Spark starts tasks in this
-    order: the long ones do not come last). Each keeps the newest record of
-    each key of its partition and decodes only those."""
-
-    def __init__(self, options: SourceOptions, raw: Mapping[str, str], topics: TopicNames) -> None:
-        super().__init__(options, raw)
-        self.topics = topics
-        self.redis_url = raw.get("redisUrl")
-        self.store_config = StarlingConfig(
-            redis_url=self.redis_url or "",
-            redis_cluster_urls=tuple(u for u in raw.get("redisClusterUrls", "").split(",") if u),
-            redis_shards=int(raw.get("redisShards", "1")),
-        )
-        self.write_bodies = raw.get("writeBodies", "false").lower() == "true"
-
-    def partitions(self) -> list[OffsetRange]:
-        return sorted(ranges(self.start, self.end), key=lambda r: r.start - r.end)
-
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, OffsetRange)
-        with collector_paused():  # a million records held, no cycles among them
-            yield from self._read(partition)
-
-    def _read(self, partition: OffsetRange) -> Iterator[pa.RecordBatch]:
-        newest, read = newest_per_key(
-            consume_range(self.options.client, partition, self.options.read_timeout)
-        )
-        store = store_for(self.store_config, timeout=120) if self.redis_url else None
-        if store is not None:
-            store.count_records_read(read - len(newest))  # a key's older records: done
-        order = list(newest)
-        for at in range(0, len(order), DECODE_CHUNK):
-            some = order[at : at + DECODE_CHUNK]
-            values, offsets, headers = zip(*(newest.pop(k) for k in some), strict=True)
-            rows, bodies = decode_records(
-                partition, some, list(values), list(offsets), list(headers), topics=self.topics
-            )
-            if store is not None:
-                if self.write_bodies:
-                    store.write_bodies(bodies)
-                store.count_records_read(len(some))
-            yield rows
-
-
-class NewestRecordSource(KafkaChangelogSource):
-    """``starling-changelog-newest``: the changelogs as tables, read as a batch:
-    the newest record of each key, decoded in its read task (rows of
-    :data:`DECODED`; a tombstone is a ``gone`` row). Takes the Kafka source's
-    options plus ``topicPrefix`` (the deployment's topic names), ``redisUrl``
-    (where the tasks count the records they are done with, as they go: a task
-    reads a whole partition, so finished tasks alone would say little) and
-    ``writeBodies`` (``true``: the tasks put the live tweets' bodies in the
-    tweet cache there, the same bytes the fanout job writes, so that the
-    bodies never travel through Spark).
-
-    The newest record of a key is found within its partition, with no shuffle:
-    every record of a key is in the same partition, because the relay
-    partitions by the join key, which a key's records share (a tweet's author,
-    a follow's followee; :mod:`fanout.partitioning`). Kafka's compaction rests
-    on the same property. A task holds its partition's newest records in
-    memory until it has read them all (:data:`READ_BYTES_PER_RECORD`; the
-    rebuild's snapshot stage names the largest partition and what it needs)."""
-
-    @classmethod
-    def name(cls) -> str:
-        return "starling-changelog-newest"
-
-    def schema(self) -> str:
-        return DECODED
-
-    def streamReader(self, schema: Any) -> DataSourceStreamReader:
-        raise NotImplementedError(
-            "starling-changelog-newest is read as a batch (the rebuild's read); the "
-            "fanout job streams from starling-kafka"
-        )
-
-    def reader(self, schema: Any) -> DataSourceReader:
-        topics = TopicNames(self.options.get("topicPrefix", ""))
-        return NewestRecordReader(SourceOptions.parse(self.options), self.options, topics)
-
-
-@spark_task
-def state_partition(
-    batches: Iterator[pa.RecordBatch], cap: int, slack: int, pull_threshold: int
-) -> Iterator[pa.RecordBatch]:
-    """Per author: the fanout job's state blob, the newest tweets a follow of
-    the author merges (or its list holds, if pulled), with their horizon."""
-    for batch in batches:
-        out: dict[str, list[Any]] = arrow.columns(STATE)
-        for row in batch.to_pylist():
-            state = rebuilt_author_state(
-                row["author"],
-                row["followers"] or (),
-                row["tweets"] or (),
-                pull_threshold=pull_threshold,
-            )
-            kept, horizon = newest(state.tweets, cap + slack)  # what a follow merges
-            out["join_key"].append(row["author"])
-            out["blob"].append(state.encode())
-            out["kept"].append(list(kept))
-            out["horizon"].append(horizon)
-            out["pulled"].append(state.pulled)
-        yield arrow.batch(out, STATE)
 
 
 @spark_task

@@ -10,10 +10,12 @@ import pytest
 
 from fanout import events, keys
 from fanout.config import StarlingConfig
+from fanout.partitioning import partition_for
 from fanout.timeline_ops import pack_timeline
 from fanout.timelines import store_for
 from spark.changelog import header_column
 from spark.rebuild import Rebuild, RebuildFailed
+from spark.rebuild_read import Row
 from spark.rebuild_report import Progress
 from tests.conftest import make_config
 from tests.spark_helpers import ChangelogWriter
@@ -67,15 +69,18 @@ def test_the_newest_record_of_each_key_decoded_and_the_bad_ones_set_aside(
     decoded = rebuild.read(rebuild.snapshot())
 
     rows = decoded.collect()
-    live = {(r.kind, r.a, r.b) for r in rows if r.kind in ("tweet", "follow")}
-    assert live == {("tweet", 2, 1002), ("follow", 1, 3), ("follow", 2, 4)}
+    # Joined in the read tasks: the live tweet's and follows' authors' states,
+    # and the timelines' edges (each follow, and the tweeting author's own).
+    assert {r.a for r in rows if r.kind == Row.STATE} == {1, 2}
+    assert {(r.a, r.b) for r in rows if r.kind == Row.EDGE} == {(3, 1), (4, 2), (2, 2)}
     # The read tasks put the live tweet's body in the cache, and only it.
     bodies = {k: redis_client.get(k) for k in redis_client.scan_iter(f"{keys.TWEET_PREFIX}*")}
     assert bodies == {
         keys.tweet(1002).encode(): events.tweet_json(events.TweetPosted(1002, 2, "bob", "second"))
     }
-    assert sum(r.kind == "gone" for r in rows) == 2  # tweet 1001, follow 4 -> 1
-    assert {r.a for r in rows if r.kind == "mark"} == {0, 1}  # a mark per tweets partition
+    gone = sum(r.a for r in rows if r.kind == Row.TALLY and r.name == "gone")
+    assert gone == 2  # tweet 1001, follow 4 -> 1
+    assert {r.a for r in rows if r.kind == Row.MARK} == {0, 1}  # a mark per tweets partition
     summary = rebuild.summary
     assert (summary.tweets, summary.follows, summary.bad_records) == (1, 2, 1)
     assert store.records_read() == summary.records  # what the read tasks counted
@@ -83,6 +88,26 @@ def test_the_newest_record_of_each_key_decoded_and_the_bad_ones_set_aside(
     (dead,) = store.dead_letters()
     assert dead["topic"] == config.topics.tweets and dead["by"] == "rebuild"
     assert "JSON" in dead["error"]
+
+
+def test_a_record_outside_its_join_keys_partition_fails_the_read(
+    spark, kafka_bootstrap: str, redis_url: str, tmp_path: Path
+) -> None:
+    """The read joins each partition on its own: a live record the relay's
+    partitioner would not have put there (the topics written with another
+    partition count) would leave its author's followers short."""
+    config: StarlingConfig = make_config(kafka_bootstrap, redis_url, partitions=2)
+    writer = ChangelogWriter(config)
+    last = writer.send([events.TweetPosted(1001, 1, "ann", "first"), events.Followed(2, 1)])
+    home = partition_for(1, 2)
+    tweet = events.encode(events.TweetPosted(1002, 1, "ann", "second"))
+    writer.raw(config.topics.tweets, tweet.key, tweet.value, events.headers(last + 1, 1), 1 - home)
+    store = store_for(config)
+    rebuild = Rebuild(spark, config, store, Progress(store, out=io.StringIO()), tmp_path)
+    with pytest.raises(RebuildFailed, match="found 1 live records outside the partition") as failed:
+        rebuild.read(rebuild.snapshot())
+    assert f"{config.topics.tweets}/{1 - home} offset" in str(failed.value)
+    assert "STARLING_PARTITIONS=2" in str(failed.value)
 
 
 def test_verify_refuses_a_timeline_whose_length_in_redis_is_not_the_computed_one(

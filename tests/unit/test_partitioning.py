@@ -1,8 +1,11 @@
 from collections import Counter
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from fanout.partitioning import murmur2, partition_for
+from fanout.partitioning import murmur2, partition_for, partitions_of
 
 
 @pytest.mark.parametrize(
@@ -38,3 +41,14 @@ def test_single_partition() -> None:
     assert {partition_for(k, 1) for k in range(100)} == {0}
     with pytest.raises(ValueError):
         partition_for(1, 0)
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    st.lists(st.integers(-(10**6), 2**63 - 1), max_size=200),
+    st.integers(1, 64),
+)
+def test_the_vectorised_partitions_are_partition_for(keys: list[int], partitions: int) -> None:
+    keys += [0, 1, 9, 10, 999, 1000, 10**15, 10**16 - 1, 2**53]
+    got = partitions_of(np.array(keys, dtype=np.int64), partitions)
+    assert got.tolist() == [partition_for(k, partitions) for k in keys]

@@ -1,5 +1,5 @@
 """The rebuild's read task keeps the newest record of each key of its partition
-and decodes it (spark.rebuild_tasks)."""
+and decodes it (spark.rebuild_read, spark.rebuild_decode)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from spark import arrow
 from spark.kafka_source import SourceOptions
 from spark.offsets import OffsetRange
 from spark.rebuild_decode import DECODED, decode_records
-from spark.rebuild_tasks import (
+from spark.rebuild_read import (
     NewestRecordReader,
     NewestRecordSource,
     largest_partition,
@@ -125,17 +125,23 @@ def test_the_newest_record_of_each_key_wins_across_consume_calls() -> None:
     assert read == 7
 
 
-def test_one_read_task_per_partition_the_largest_first() -> None:
-    ends = {"p.tweets": {"0": 50, "1": 70}, "p.follows": {"0": 200, "1": 0}}
+def test_one_read_task_per_partition_number_across_topics_the_largest_first() -> None:
+    ends = {
+        "p.tweets": {"0": 50, "1": 70},
+        "p.follows": {"0": 200, "1": 0},
+        "p.timelines": {"0": 0, "1": 3},
+    }
     raw = {"bootstrap.servers": "x:1", "topics": "p.tweets,p.follows"}
     reader = NewestRecordReader(
         SourceOptions.parse(raw), {**raw, "endingOffsets": json.dumps(ends)}, TOPICS
     )
-    assert [(r.topic, r.partition, r.start, r.end) for r in reader.partitions()] == [
-        ("p.follows", 0, 0, 200),
-        ("p.tweets", 1, 0, 70),
-        ("p.tweets", 0, 0, 50),
+    tasks = reader.partitions()
+    assert [(t.partition, t.records) for t in tasks] == [(0, 250), (1, 73)]
+    assert [(r.topic, r.start, r.end) for r in tasks[0].ranges] == [
+        ("p.tweets", 0, 50),
+        ("p.follows", 0, 200),
     ]
+    assert {r.partition for t in tasks for r in t.ranges if t.partition == 1} == {1}
 
 
 def test_the_newest_record_source_is_read_as_a_batch_only() -> None:
