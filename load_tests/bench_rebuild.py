@@ -1,11 +1,13 @@
 """Rebuild benchmark: the batch rebuild against the streaming job replaying the same log.
 
     python -m load_tests.bench_rebuild [--users 100000] [--follows 20] [--tweets 1000000]
+                                       [--authors zipf|uniform]
 
 Starts its own broker and Redis and writes a network to the changelogs
 (power-law follows from load_tests/network.py, self edges, tweets by
-Zipf-distributed authors, 5% of tweets deleted and 5% of follows undone:
-tombstones a compacted log would still hold). Then, in the same run:
+Zipf-distributed authors (``--authors uniform``: every user alike), 5% of
+tweets deleted and 5% of follows undone: tombstones a compacted log would
+still hold). Then, in the same run:
 
 1. the baseline: the streaming fanout job (``python -m spark.job``)
    replays the whole log from offset 0 until its watermark reaches the last
@@ -56,11 +58,12 @@ def write_network(log: Changelog, args: argparse.Namespace, rnd: random.Random) 
     for f, g in rnd.sample(pairs, len(pairs) // 20):
         log.send(events.Unfollowed(f, g))
     written += len(pairs) + len(pairs) // 20
-    authors = network.Popularity(args.users, rnd)  # a few accounts write most tweets
+    # Zipf: a few accounts write most tweets (drawn from ``rnd``: the same network as ever).
+    authors = network.Popularity(args.users, rnd) if args.authors == "zipf" else None
     gen = ids.IdGenerator(3)
     posted: list[tuple[int, int]] = []
     for i in range(args.tweets):
-        author = authors.draw(rnd)
+        author = authors.draw(rnd) if authors else rnd.randint(1, args.users)
         tweet_id = gen.next_id()
         log.send(events.TweetPosted(tweet_id, author, f"user{author}", network.tweet_text(rnd)))
         posted.append((tweet_id, author))
@@ -128,6 +131,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--follows", type=int, default=20, help="mean follows per user")
     parser.add_argument("--tweets", type=int, default=1_000_000)
     parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument(
+        "--authors",
+        choices=["zipf", "uniform"],
+        default="zipf",
+        help="who tweets: zipf (a few accounts write most tweets) or uniform",
+    )
     parser.add_argument("--chart", type=Path, help="the chart's PNG (default: beside the report)")
     parser.add_argument(
         "--no-standalone",
