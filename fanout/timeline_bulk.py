@@ -33,13 +33,15 @@ class TimelineBulk:
         return self._set_many((keys.author_list(generation, a, tag(a)), p) for a, p in lists)
 
     def write_pulls(self, generation: int, pulls: Iterable[tuple[int, Sequence[int]]]) -> int:
-        """Set each owner's pulled authors (a rebuild's output), 1,000 owners per
-        round trip; returns how many owners."""
+        """Set each owner's pulled authors (a rebuild's output) in a generation
+        being built, 2,000 owners per round trip; returns how many owners. The
+        sets are new (a generation's number is never used twice), and a task
+        run again adds the same authors: a ``SADD`` alone sets them."""
         n = 0
         commands: list[Command] = []
         for owner, authors in pulls:
             key = keys.pulls(generation, owner, self.shards.tag_of(owner))
-            commands += [command("DEL", key), command("SADD", key, *authors)]
+            commands.append(command("SADD", key, *authors))
             n += 1
             if len(commands) >= 2000:
                 run(self.redis, commands, per_trip=2000)
