@@ -195,6 +195,7 @@ class PartitionJoin:
     bad_kept: int = 0
 
     def add(self, batch: pa.RecordBatch) -> None:
+        """Take in a chunk of one topic's decoded records."""
         kind = batch.column("kind")
         for count in pc.value_counts(kind).to_pylist():
             self.tally[count["values"]] += count["counts"]
@@ -320,6 +321,14 @@ def _rows(rows: list[dict[str, Any]]) -> pa.RecordBatch:
     return pa.RecordBatch.from_pylist([{**r, "kind": int(r["kind"])} for r in rows], schema=_SCHEMA)
 
 
+def _required(raw: Mapping[str, str], name: str) -> int:
+    """A number the join needs from the source's options (no default: a wrong
+    one would rebuild wrong timelines)."""
+    if name not in raw:
+        raise ValueError(f"starling-changelog-newest needs the option {name!r}")
+    return int(raw[name])
+
+
 class NewestRecordReader(KafkaBatchReader):
     """One task per partition number (:class:`CoPartition`): partition ``p`` of
     every topic, one topic after the other, then its authors' join."""
@@ -334,10 +343,10 @@ class NewestRecordReader(KafkaBatchReader):
             redis_shards=int(raw.get("redisShards", "1")),
         )
         self.write_bodies = raw.get("writeBodies", "false").lower() == "true"
-        self.partition_count = int(raw.get("partitions", "1"))
-        self.cap = int(raw.get("timelineSize", "0"))
-        self.slack = int(raw.get("timelineSlack", "0"))
-        self.pull_threshold = int(raw.get("pullThreshold", "0"))
+        self.partition_count, self.cap, self.slack, self.pull_threshold = (
+            _required(raw, name)
+            for name in ("partitions", "timelineSize", "timelineSlack", "pullThreshold")
+        )
 
     def partitions(self) -> list[CoPartition]:  # type: ignore[override]
         return co_partitions(self.start, self.end)

@@ -132,9 +132,14 @@ def test_one_read_task_per_partition_number_across_topics_the_largest_first() ->
         "p.timelines": {"0": 0, "1": 3},
     }
     raw = {"bootstrap.servers": "x:1", "topics": "p.tweets,p.follows"}
+    join = {"partitions": "2", "timelineSize": "3", "timelineSlack": "1", "pullThreshold": "9"}
     reader = NewestRecordReader(
-        SourceOptions.parse(raw), {**raw, "endingOffsets": json.dumps(ends)}, TOPICS
+        SourceOptions.parse(raw), {**raw, **join, "endingOffsets": json.dumps(ends)}, TOPICS
     )
+    assert (reader.partition_count, reader.cap, reader.slack, reader.pull_threshold) == (2, 3, 1, 9)
+    del join["pullThreshold"]
+    with pytest.raises(ValueError, match="needs the option 'pullThreshold'"):
+        NewestRecordReader(SourceOptions.parse(raw), {**raw, **join, "endingOffsets": "{}"}, TOPICS)
     tasks = reader.partitions()
     assert [(t.partition, t.records) for t in tasks] == [(0, 250), (1, 73)]
     assert [(r.topic, r.start, r.end) for r in tasks[0].ranges] == [
