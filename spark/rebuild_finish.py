@@ -33,14 +33,27 @@ class RebuildFailed(RuntimeError):
 _JVM_CALL = "An error occurred while calling "
 
 
+#: How an error raised in a Spark task's Python starts (PySpark's
+#: PythonException): the Python traceback follows, its exception line last.
+_PYTHON_TASK = "An exception was thrown from the Python worker"
+
+
 def reason_of(exc: BaseException) -> str:
     """What a failed rebuild reports: the first line of ``exc`` (with the Java
-    exception's, for an error from Spark's JVM), or its type's name."""
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    exception's, for an error from Spark's JVM, and the Python exception's,
+    for one from a task's Python), or its type's name."""
+    text = str(exc)
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
     if not lines:
         return type(exc).__name__
     if lines[0].startswith(_JVM_CALL) and len(lines) > 1:
         return f"{lines[0]} {lines[1].lstrip(': ')}"
+    if lines[0].startswith(_PYTHON_TASK):
+        raw = text.splitlines()
+        starts = [i for i, line in enumerate(raw) if line.startswith("Traceback (most recent")]
+        for line in raw[starts[-1] + 1 :] if starts else ():
+            if line and not line[0].isspace():  # the first after the frames
+                return f"{_PYTHON_TASK}: {line.strip()}"
     return lines[0]
 
 

@@ -34,3 +34,17 @@ def test_a_failure_is_reported_by_its_first_line_a_jvm_error_by_its_java_one() -
         "An error occurred while calling o349.parquet. "
         "java.io.IOException: Mkdirs failed to create /x/gen-3/state"
     )
+    task = RuntimeError(  # PySpark's PythonException, as str() gives it
+        "An exception was thrown from the Python worker:\n"
+        "Traceback (most recent call last):\n"
+        '  File "/x/spark/rebuild_tasks.py", line 97, in join\n'
+        '    owners = batch.column("owner").to_numpy()\n'
+        "pyarrow.lib.ArrowInvalid: Needed to copy 1 chunks with 22 nulls\n"
+        "second line of the message"
+    )
+    assert reason_of(task) == (
+        "An exception was thrown from the Python worker: "
+        "pyarrow.lib.ArrowInvalid: Needed to copy 1 chunks with 22 nulls"
+    )
+    bare = RuntimeError("An exception was thrown from the Python worker:\nno traceback")
+    assert reason_of(bare) == "An exception was thrown from the Python worker:"
