@@ -214,9 +214,8 @@ class Rebuild:
                 }
                 for r in bad
             )
-        keys = sum(counts[k] for k in ("tweet", "follow", "gone", "bad", "mark", "command"))
         self.progress.done(
-            f"{keys:,} keys: {self.summary.tweets:,} live tweets"
+            f"{counts['keys']:,} keys: {self.summary.tweets:,} live tweets"
             f"{'' if self.summary.dry_run else ' (their bodies put in the tweet cache)'}, "
             f"{self.summary.follows:,} live follows, {counts['gone']:,} deleted, "
             f"{self.summary.bad_records:,} bad (dead-lettered); "

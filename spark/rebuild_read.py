@@ -81,9 +81,9 @@ class Row(enum.IntEnum):
     #: A live record outside its join key's partition: ``name`` the topic,
     #: ``partition``, ``offset``, ``a`` the join key, ``b`` its partition.
     MISPLACED = 4
-    #: A task's count of ``name`` (a kind of record, ``authors``, ``kept``
-    #: ids, ``misplaced`` records) in ``a``; ``name`` ``seq``: the largest seq
-    #: read, in ``a``.
+    #: A task's count of ``name`` (a kind of record, ``keys`` of every kind,
+    #: ``authors``, ``kept`` ids, ``edges``, ``misplaced`` records) in ``a``;
+    #: ``name`` ``seq``: the largest seq read, in ``a``.
     TALLY = 5
 
 
@@ -163,13 +163,13 @@ class _Pairs:
         return whole(self.keys), whole(self.others), whole(self.offsets)
 
 
-def _groups(keys: np.ndarray, values: np.ndarray) -> dict[int, np.ndarray]:
-    """``values`` grouped by ``keys``: {key: its values}."""
+def _groups(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, dict[int, np.ndarray]]:
+    """(the distinct ``keys``, ascending; {key: its ``values``})."""
     order = np.argsort(keys, kind="stable")
     keys, values = keys[order], values[order]
     distinct, starts = np.unique(keys, return_index=True)
     ends = np.append(starts[1:], len(keys)) if len(keys) else starts
-    return {
+    return distinct, {
         int(k): values[a:b]
         for k, a, b in zip(distinct, starts.tolist(), ends.tolist(), strict=True)
     }
@@ -197,6 +197,7 @@ class PartitionJoin:
     def add(self, batch: pa.RecordBatch) -> None:
         """Take in a chunk of one topic's decoded records."""
         kind = batch.column("kind")
+        self.tally["keys"] += batch.num_rows
         for count in pc.value_counts(kind).to_pylist():
             self.tally[count["values"]] += count["counts"]
         self.seq = max(self.seq, pc.max(batch.column("seq")).as_py() or 0)
@@ -215,10 +216,12 @@ class PartitionJoin:
         authors, tweet_ids, tweet_offsets = self.tweets.arrays()
         followees, followers, follow_offsets = self.follows.arrays()
         self.tweets = self.follows = _Pairs()  # the task's memory: one copy
-        yield from self._misplaced(topics.tweets, authors, tweet_offsets)
-        yield from self._misplaced(topics.follows, followees, follow_offsets)
-        yield from self._states(_groups(authors, tweet_ids), _groups(followees, followers))
-        tweeted = np.unique(authors)  # their own tweets are in their timelines
+        tweeted, tweets = _groups(authors, tweet_ids)
+        followed_authors, audiences = _groups(followees, followers)
+        yield from self._misplaced(topics.tweets, authors, tweet_offsets, tweeted)
+        yield from self._misplaced(topics.follows, followees, follow_offsets, followed_authors)
+        yield from self._states(tweets, audiences)
+        # Each author who tweeted has their own tweets in their timeline.
         owners, followed = (
             np.concatenate((followers, tweeted)),
             np.concatenate((followees, tweeted)),
@@ -238,10 +241,10 @@ class PartitionJoin:
         yield _rows([*tallies, {"kind": Row.TALLY, "name": "seq", "a": self.seq}])
 
     def _misplaced(
-        self, topic: str, keys: np.ndarray, offsets: np.ndarray
+        self, topic: str, keys: np.ndarray, offsets: np.ndarray, distinct: np.ndarray
     ) -> Iterator[pa.RecordBatch]:
-        """The records of ``topic`` whose join key is not in this partition."""
-        distinct = np.unique(keys)
+        """The records of ``topic`` whose join key (``keys``, of which
+        ``distinct`` are the distinct ones) is not in this partition."""
         homes = partitions_of(distinct, self.partitions)
         strays = distinct[homes != self.partition]
         if not len(strays):

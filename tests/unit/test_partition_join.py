@@ -84,6 +84,7 @@ def test_a_partitions_states_and_edges_are_those_of_the_join_rule() -> None:
     )
     tally = {r["name"]: r["a"] for r in rows if r["kind"] == Row.TALLY}
     assert tally == {
+        "keys": 6 + 5,
         "tweet": 6,
         "follow": 5,
         "authors": 3,
@@ -116,6 +117,7 @@ def test_marks_and_bad_records_are_handed_over_and_tombstones_counted() -> None:
     assert "JSON" in bad["error"]
     tally = {r["name"]: r["a"] for r in rows if r["kind"] == Row.TALLY}
     assert tally["gone"] == 1 and tally["bad"] == 1 and tally["mark"] == 1
+    assert tally["keys"] == 3
     assert not [r for r in rows if r["kind"] in (Row.STATE, Row.EDGE)]
 
 
