@@ -132,12 +132,16 @@ class GenerationStore:
         key = keys.generation(generation)
         return bool(self._compare_set(keys=[key], args=["state", expect, "state", state]))
 
+    def newest_generation(self) -> int:
+        """The highest generation number given out (0 if none): the counter's,
+        or the active generation's if the counter is behind it."""
+        top = int(self.redis.get(keys.GENERATION_COUNTER) or 0)
+        return max(top, self.active_generation() or 0)
+
     def generations(self, *fields: str) -> dict[int, dict[str, str]]:
         """``fields`` of the metadata of every generation Redis has, by number
         (those up to the counter: one round trip per shard, no SCAN)."""
-        top = int(self.redis.get(keys.GENERATION_COUNTER) or 0)
-        top = max(top, self.active_generation() or 0)
-        numbers = range(1, top + 1)
+        numbers = range(1, self.newest_generation() + 1)
         replies = run(
             self.redis, [command("HMGET", keys.generation(n), "state", *fields) for n in numbers]
         )

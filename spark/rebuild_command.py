@@ -20,17 +20,18 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import orjson
 from pyspark.sql import SparkSession
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
 
 from fanout.cli import interruptible, machine_output
 from fanout.config import StarlingConfig
-from fanout.generations import RebuildState
+from fanout.generations import GenerationState, RebuildState
 from fanout.timelines import TimelineStore, store_for
 from spark.rebuild import Rebuild, default_state_root
 from spark.rebuild_finish import Oracle, RebuildFailed, Settled, reason_of
@@ -98,9 +99,11 @@ def execute(
         progress = Progress(store, human)
         state_dir = args.state_dir.resolve() if args.state_dir else None
         summary: Summary | None = None
+        newest_before: int | None = None
         try:
             # Inside the try: an unreachable Redis is a failure like any other
             # and still ends in the one JSON document.
+            newest_before = store.newest_generation()
             in_job = spark is None and not (args.standalone or args.master) and store.fanout_job()
             asked = ask(
                 store,
@@ -146,14 +149,17 @@ def execute(
             print(f"rebuild failed: {reason}", file=human)
             if not isinstance(exc, RebuildFailed | KeyboardInterrupt | RedisConnectionError):
                 traceback.print_exc(file=sys.stderr)
-            print("the live timelines are untouched", file=human)
+            live = left_behind(store, newest_before)
+            print(live.said, file=human)
             if args.json:
                 document = {
                     "ok": False,
                     "state": RebuildState.FAILED,
                     "error": reason,
-                    "live_untouched": True,
+                    "live_untouched": live.untouched,
                 }
+                if live.generation is not None:
+                    document["generation"] = live.generation
                 print(json.dumps(document), file=data)
             return 130 if isinstance(exc, KeyboardInterrupt) else 1
         if args.json:
@@ -161,6 +167,51 @@ def execute(
         else:
             print_summary(summary, data)
         return 0
+
+
+@dataclass(frozen=True)
+class LiveTimelines:
+    """What a rebuild that failed, or was stopped, left of the live timelines."""
+
+    #: None when it could not be checked.
+    untouched: bool | None
+    #: The line the command prints.
+    said: str
+    #: The rebuilt generation that is, or is about to be, live.
+    generation: int | None = None
+
+
+def left_behind(store: TimelineStore, newest_before: int | None) -> LiveTimelines:
+    """Whether the live timelines changed after all: a rebuild stopped after
+    its hand-over (Ctrl-C during the wait for the switch, say) has a
+    generation that is live, or that the fanout job switches to once caught
+    up. One rebuild runs at a time, so a generation above ``newest_before``
+    (the newest one when the command started; None if it never got that
+    far) that is handed over or active is this command's."""
+    if newest_before is None:
+        return LiveTimelines(True, "the live timelines are untouched")
+    try:
+        active = store.active_generation()
+        found = store.generations()
+    except RedisError as exc:
+        return LiveTimelines(None, f"whether the live timelines changed is unknown ({exc})")
+    if active is not None and active > newest_before:
+        return LiveTimelines(
+            False, f"generation {active} is live: the rebuild had switched to it", active
+        )
+    handed = [
+        number
+        for number, meta in found.items()
+        if number > newest_before and meta["state"] == GenerationState.READY
+    ]
+    if handed:
+        return LiveTimelines(
+            False,
+            f"generation {max(handed)} was handed over: the fanout job switches to it "
+            "once it has caught up",
+            max(handed),
+        )
+    return LiveTimelines(True, "the live timelines are untouched")
 
 
 def failure(exc: BaseException) -> str:

@@ -8,6 +8,8 @@ import subprocess
 
 import pytest
 
+from fanout.generations import GenerationState
+from spark.rebuild_command import left_behind
 from tests.stack import BIN, ROOT
 
 
@@ -52,3 +54,39 @@ def test_an_admin_rebuild_refused_while_another_runs_says_why_and_leaves_that_on
     assert store.rebuild_status()["state"] == "running"  # the other one's, untouched
     assert store.rebuild_request() == {"id": "running"}
     store.end_rebuild_request("running")
+
+
+def test_a_stopped_rebuild_says_whether_it_left_a_generation_live_or_handed_over(
+    starling,
+) -> None:
+    from fanout.timelines import store_for
+
+    store = store_for(starling)
+    live = store.ensure_active_generation()
+    before = store.newest_generation()
+    assert left_behind(store, None).untouched is True  # stopped before it looked
+    assert left_behind(store, before).untouched is True
+
+    built = store.new_generation(state=GenerationState.BUILDING)
+    assert left_behind(store, before).untouched is True  # deleted on the way out, never live
+
+    assert store.request_handover(built)
+    handed = left_behind(store, before)
+    assert (handed.untouched, handed.generation) == (False, built)
+    assert f"generation {built} was handed over" in handed.said
+
+    store.switch(built, live)
+    switched = left_behind(store, before)
+    assert (switched.untouched, switched.generation) == (False, built)
+    assert f"generation {built} is live" in switched.said
+    assert left_behind(store, store.newest_generation()).untouched is True  # a later command
+
+
+def test_a_stopped_rebuild_that_cannot_reach_redis_does_not_claim_anything(starling) -> None:
+    from dataclasses import replace
+
+    from fanout.timelines import store_for
+
+    unreachable = store_for(replace(starling, redis_url="redis://127.0.0.1:1/0"))
+    live = left_behind(unreachable, 3)
+    assert live.untouched is None and "unknown" in live.said

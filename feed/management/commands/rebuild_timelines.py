@@ -33,7 +33,8 @@ class Command(BaseCommand):
             prepare=None if options["dry_run"] else _restore_revocations,
         )
         if code:
-            raise CommandError("rebuild failed; the live timelines are untouched", returncode=code)
+            # The lines above say why, and what became of the live timelines.
+            raise CommandError("rebuild failed", returncode=code)
 
 
 def _restore_revocations() -> str:
