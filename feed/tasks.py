@@ -190,9 +190,19 @@ def rebuild_timelines(run_id: int) -> str:
         run.summary = {k: v for k, v in result.items() if k not in ("ok", "state")} or None
     else:
         run.status = TimelineRebuild.Status.FAILED
-        run.error = result.get("error") or f"exit status {proc.returncode}; see {log_path}"
+        run.error = failure_text(result, proc.returncode, log_path)
     run.save()
     return str(run.status)
+
+
+def failure_text(result: dict[str, Any], returncode: int, log_path: Path) -> str:
+    """A failed rebuild's error for the admin: the command's reason, and, when
+    it was stopped after its hand-over, which generation is (or is about to
+    be) live after all."""
+    error = result.get("error") or f"exit status {returncode}; see {log_path}"
+    if result.get("live_untouched") is False and result.get("live"):
+        error += f"; {result['live']}"
+    return error
 
 
 def _result(path: Path) -> dict[str, Any]:

@@ -160,6 +160,7 @@ def execute(
                 }
                 if live.generation is not None:
                     document["generation"] = live.generation
+                    document["live"] = live.said
                 print(json.dumps(document), file=data)
             return 130 if isinstance(exc, KeyboardInterrupt) else 1
         if args.json:

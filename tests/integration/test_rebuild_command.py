@@ -90,3 +90,17 @@ def test_a_stopped_rebuild_that_cannot_reach_redis_does_not_claim_anything(starl
     unreachable = store_for(replace(starling, redis_url="redis://127.0.0.1:1/0"))
     live = left_behind(unreachable, 3)
     assert live.untouched is None and "unknown" in live.said
+
+
+def test_the_admin_row_of_a_rebuild_stopped_after_its_hand_over_names_the_live_generation(
+    tmp_path,
+) -> None:
+    from feed.tasks import failure_text
+
+    log = tmp_path / "run-1.log"
+    stopped = {"ok": False, "error": "interrupted (SIGTERM)", "live_untouched": True}
+    assert failure_text(stopped, 130, log) == "interrupted (SIGTERM)"
+    live = "generation 7 is live: the rebuild had switched to it"
+    after = {**stopped, "live_untouched": False, "generation": 7, "live": live}
+    assert failure_text(after, 130, log) == f"interrupted (SIGTERM); {live}"
+    assert failure_text({}, 1, log) == f"exit status 1; see {log}"  # no document at all
