@@ -194,8 +194,17 @@ class GenerationStore:
     # --- rebuilds run by the fanout job (spark.rebuild_service)
 
     def announce_fanout_job(self, about: Mapping[str, Any], ttl: float) -> None:
-        """The fanout job is running and takes rebuilds, for ``ttl`` seconds."""
+        """The fanout job is running and takes rebuilds, for ``ttl`` seconds.
+        With two jobs running (one starting before the other has stopped),
+        the announcement is the last one's; each job's instance
+        (``about["instance"]``) is also known alive on its own
+        (:meth:`fanout_instance_alive`)."""
         self.redis.set(keys.FANOUT_JOB, orjson.dumps(about), px=int(ttl * 1000))
+        self.redis.set(keys.FANOUT_INSTANCE_PREFIX + str(about["instance"]), 1, px=int(ttl * 1000))
+
+    def fanout_instance_alive(self, instance: str) -> bool:
+        """Whether the fanout job of ``instance`` has announced itself lately."""
+        return bool(self.redis.exists(keys.FANOUT_INSTANCE_PREFIX + instance))
 
     def fanout_job(self) -> dict[str, Any] | None:
         """What the running fanout job announced, or None if none is running."""

@@ -73,6 +73,8 @@ REBUILD_LOG = "starling:rebuild:log"
 REBUILD_REQUEST = "starling:rebuild:request"
 REBUILD_CLAIM_PREFIX = "starling:rebuild:claim:"
 FANOUT_JOB = "starling:fanout"
+#: One per running fanout job (its instance id), for as long as it announces itself.
+FANOUT_INSTANCE_PREFIX = "starling:fanout:instance:"
 DEAD_LETTERS = "starling:deadletters"
 TOKENS_PREFIX = "starling:tokens:"
 REFILL = "starling:refill"

@@ -29,9 +29,10 @@ the built one its command did not hand over (a compare-and-set on the
 generation's state: it is handed over or deleted, never both). The job
 announces the request it is running, so a command whose job restarted
 gives up instead of waiting; the restarted job deletes what the earlier
-run left half-built. A rebuild that fails leaves the streaming query
-running. With no job announced, or one that does not claim the request in
-time, the command runs the rebuild on a Spark of its own, as it does with
+run left half-built, once that run no longer announces itself. A rebuild
+that fails leaves the streaming query running. With no job announced, or
+one that does not claim the request in time, the command runs the rebuild
+on a Spark of its own, as it does with
 ``--standalone``.
 """
 
@@ -74,6 +75,8 @@ JOB, COMMAND = "job", "command"
 BUILT_BY_JOB = "fanout job"
 #: How long a failed deletion waits before it is tried again (seconds).
 CLEANUP_RETRY = 5.0
+#: How often the job looks for generations another run left behind (seconds).
+SWEEP_EVERY = 60.0
 
 
 class RedisLines:
@@ -129,7 +132,9 @@ class RebuildService:
         #: handed it over, or else it is deleted.
         self.built: int | None = None
         self.worker: threading.Thread | None = None
-        self.swept = False
+        #: When the next sweep is due (monotonic seconds; the first at once).
+        self.sweep_due = 0.0
+        self.sweeping = threading.Event()  # a sweep waits in, or runs from, the cleanup queue
         #: Deletions, done apart: a large generation takes a while to delete,
         #: and the job must go on announcing itself and taking requests.
         self.cleanup: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
@@ -194,8 +199,8 @@ class RebuildService:
     def tick(self) -> None:
         """Announce the job; cancel a rebuild whose request is gone; start a new one."""
         self.announce()
-        if not self.swept:
-            self.swept = True
+        if time.monotonic() >= self.sweep_due and not self.sweeping.is_set():
+            self.sweeping.set()
             self.cleanup.put(self.sweep)  # tried again until it has run
         request = self.store.rebuild_request()
         withdrawn = request is None or request.get("id") != self.request_id
@@ -244,23 +249,29 @@ class RebuildService:
             )
 
     def sweep(self) -> None:
-        """Delete the generations an earlier run of the job was building, or had
-        built, for a command that never handed them over (the job stopped or
+        """Delete the generations another run of the job was building, or had
+        built, for a command that never handed them over (that job stopped or
         died in between, and forgot them), and finish deletions that stopped
-        half-way."""
+        half-way. A job still announcing itself (one that runs beside this one
+        for a while, as in a rolling restart) keeps what it builds; once it
+        is gone, a later sweep (every :data:`SWEEP_EVERY` seconds) deletes it."""
         found = self.store.generations("built_by", "instance")
         for generation, meta in found.items():
             state = meta["state"]
+            builder = meta.get("instance", "")
             if state == GenerationState.DROPPING:
                 discard_generation(self.store, generation)
                 log.warning("generation %d: finished deleting it", generation)
             elif (
                 state == GenerationState.BUILDING
                 and meta.get("built_by") == BUILT_BY_JOB
-                and meta.get("instance") != self.about["instance"]
+                and builder != self.about["instance"]
+                and not self.store.fanout_instance_alive(builder)
                 and drop_built(self.store, generation)
             ):
-                log.warning("generation %d: left half-built by an earlier run; deleted", generation)
+                log.warning("generation %d: left half-built by another run; deleted", generation)
+        self.sweep_due = time.monotonic() + SWEEP_EVERY
+        self.sweeping.clear()
 
     def prepare(self, request: dict[str, Any]) -> Rebuild:
         progress = Progress(self.store, RedisLines(self.store))

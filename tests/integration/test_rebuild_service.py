@@ -247,6 +247,26 @@ def test_a_command_whose_job_restarted_gives_up_and_the_new_job_deletes_what_was
         drop_built(store, standalone)
 
 
+def test_a_job_started_beside_another_keeps_off_its_rebuild_until_that_job_is_gone(
+    spark, config: StarlingConfig, monkeypatch
+) -> None:
+    store = store_for(config)
+    # A rolling restart: the old job still runs, and builds a generation.
+    store.announce_fanout_job({"instance": "the old job"}, ttl=5.0)
+    theirs = store.new_generation(
+        state=GenerationState.BUILDING, built_by=BUILT_BY_JOB, instance="the old job"
+    )
+    monkeypatch.setattr(rebuild_service, "SWEEP_EVERY", 0.5)
+    new = RebuildService(spark, config, store_for(config), threading.Event()).start()
+    try:
+        wait_for(lambda: new.sweep_due > 0)  # its first sweep has run
+        assert store.generation_meta(theirs)["state"] == GenerationState.BUILDING
+        # The old job has stopped announcing itself (it died): a later sweep deletes it.
+        wait_for(lambda: not store.generation_exists(theirs))
+    finally:
+        new.stop()
+
+
 def test_the_request_lives_as_long_as_its_command_and_never_ends_another(
     config: StarlingConfig, monkeypatch
 ) -> None:
