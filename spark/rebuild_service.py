@@ -32,8 +32,7 @@ gives up instead of waiting; the restarted job deletes what the earlier
 run left half-built, once that run no longer announces itself. A rebuild
 that fails leaves the streaming query running. With no job announced, or
 one that does not claim the request in time, the command runs the rebuild
-on a Spark of its own, as it does with
-``--standalone``.
+on a Spark of its own, as it does with ``--standalone``.
 """
 
 from __future__ import annotations
