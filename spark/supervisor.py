@@ -6,6 +6,8 @@ timelines cannot be continued.
   on it from the rebuild's snapshot offsets with the rebuilt author states,
   and the supervisor switches readers to it once its watermark has caught
   up with the live one (docs/decisions.md D15), then deletes the old one.
+  A generation handed over, then passed by a newer hand-over before that
+  switch, is deleted when the query moves on to the newer one.
 * Redis lost the generation being written (restarted empty, FLUSHALL): the
   checkpoint says batches were applied that Redis no longer has, so the job
   waits for a rebuild rather than refill timelines without their history.
@@ -43,6 +45,7 @@ from typing import Any
 import redis
 
 from fanout.config import StarlingConfig
+from fanout.generations import GenerationState
 from fanout.timelines import TimelineStore
 from spark.kafka_io import MissingTopic, end_offsets
 from spark.offsets import Offsets, data_loss
@@ -300,6 +303,7 @@ class Supervisor:
                 return 0
             if restart:
                 query.stop()
+                self.drop_superseded(target)
                 continue
             cause = self.diagnose(target)
             if cause is not None:
@@ -315,6 +319,32 @@ class Supervisor:
             self.stopping.wait(backoff)
             backoff = min(backoff * 2, 60.0)
         return 0
+
+    def drop_superseded(self, target: Target) -> None:
+        """Delete ``target``'s generation if a newer one was handed over while
+        the job was catching it up: it was never switched to, and never will
+        be (the job goes on with the newer one). Without this, a second
+        rebuild handed over before the first one's switch would leave the
+        first one's timelines in Redis for good."""
+        store = self.store
+        try:
+            handover = store.pending_handover()
+            if handover is None or handover <= target.generation:
+                return
+            if store.active_generation() == target.generation:
+                return
+            if store.generation_meta(target.generation).get("state") != GenerationState.READY:
+                return
+            log.warning(
+                "generation %d was handed over, then generation %d before the switch: "
+                "deleting %d",
+                target.generation,
+                handover,
+                target.generation,
+            )
+            retire(store, self.root, target.generation)
+        except (OSError, redis.RedisError):
+            log.exception("could not delete generation %d", target.generation)
 
     def check_resumable(self, target: Target) -> str | None:
         """None if the query can start from ``target``'s checkpoint, after

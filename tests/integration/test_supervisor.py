@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from fanout.config import StarlingConfig
+from fanout.generations import GenerationState
 from fanout.timelines import store_for
 from spark.supervisor import (
     REPLAYABLE_BATCHES,
@@ -202,3 +203,29 @@ def test_a_rebuild_after_redis_lost_everything_removes_the_lost_generations_chec
     assert maybe_switch(store, tmp_path, target)
     assert store.active_generation() == rebuilt
     assert not lost.exists() and committed_batches(target.checkpoint) == [0]
+
+
+def test_a_generation_handed_over_and_superseded_before_its_switch_is_deleted(
+    starling: StarlingConfig, tmp_path: Path
+) -> None:
+    store = store_for(starling)
+    live = store.ensure_active_generation()
+    first = store.new_generation(state=GenerationState.BUILDING)
+    assert store.request_handover(first)
+    store.write_timelines(first, [(7, b"x")])
+    checkpoint = checkpoint_with(generation_checkpoint(store, tmp_path, first), 2)
+    job = Supervisor(store, starling, tmp_path, lambda t: None, threading.Event())
+    catching_up = Target(first, checkpoint, {})
+    job.drop_superseded(catching_up)  # nothing newer was handed over: it is kept
+    assert store.generation_meta(first)["state"] == GenerationState.READY
+
+    # A second rebuild is handed over before the job switched to the first.
+    second = store.new_generation(state=GenerationState.BUILDING)
+    assert store.request_handover(second)
+    job.drop_superseded(catching_up)
+    assert not store.generation_exists(first) and not checkpoint.exists()
+    assert store.pending_handover() == second and store.active_generation() == live
+    # Neither the newer one nor the live one is ever dropped this way.
+    job.drop_superseded(Target(second, generation_checkpoint(store, tmp_path, second), {}))
+    job.drop_superseded(Target(live, generation_checkpoint(store, tmp_path, live)))
+    assert store.generation_exists(second) and store.generation_exists(live)
