@@ -26,6 +26,7 @@ from fanout.join import Mutation, Op
 from fanout.timelines import store_for
 from fanout.watermark import batch_duration_counters, contiguous, merge_marks
 from spark import arrow
+from spark.checkpoint_files import logged_offsets
 from spark.operator import decode_bundle
 from spark.worker_heap import spark_task
 
@@ -140,7 +141,7 @@ class FanoutSink:
             marks=marks,
             contiguous=complete,
             event_time=stats["ts"] / 1000,
-            offsets=batch_offsets(self.checkpoint, batch_id),
+            offsets=logged_offsets(self.checkpoint, batch_id) or {},
             counters={
                 "batches": 1,
                 "deliveries": stats["deliveries"],
@@ -153,13 +154,3 @@ class FanoutSink:
             },
         )
         self.last = BatchReport(batch_id, stats, time.time())
-
-
-def batch_offsets(checkpoint: Path, batch_id: int) -> dict[str, Any]:
-    """A batch's end offsets, from the checkpoint's offset log ({} if unreadable)."""
-    path = checkpoint / "offsets" / str(batch_id)
-    try:
-        lines = path.read_text().splitlines()
-        return json.loads(lines[2]) if len(lines) > 2 else {}
-    except (OSError, ValueError):
-        return {}

@@ -47,6 +47,17 @@ import redis
 from fanout.config import StarlingConfig
 from fanout.generations import GenerationState
 from fanout.timelines import TimelineStore
+from spark.checkpoint_files import (
+    checkpoint_for,
+    committed_batches,
+    committed_offsets,
+    idle_hours,
+    layout_of,
+    mark_alive,
+    mark_layout,
+    older_than,
+    rewind,
+)
 from spark.kafka_io import MissingTopic, end_offsets
 from spark.offsets import Offsets, data_loss
 from spark.operator import STATE_LAYOUT
@@ -84,22 +95,6 @@ class Target:
 StartQuery = Callable[[Target], Any]
 
 
-def checkpoint_for(root: Path, generation: int, created_at: str | float = 0) -> Path:
-    """Each generation has a checkpoint of its own: a rebuild starts a fresh one.
-
-    The name carries the generation's creation time (milliseconds) besides its
-    number, because a number can come back: after Redis lost its generation
-    counter (FLUSHALL, restarted empty) the next rebuild is generation 1 again.
-    A Spark JVM keeps a stopped query's state stores loaded until a maintenance
-    pass notices (up to ``spark.sql.streaming.stateStore.maintenanceInterval``),
-    and that maintenance deletes the files it takes for old versions in their
-    directory: a new query sharing it loses its state files and fails at every
-    restart. Without a creation time (a generation made before it was
-    recorded) the name is the number alone."""
-    stamp = int(float(created_at or 0) * 1000)
-    return root / (f"gen-{generation}-{stamp}" if stamp else f"gen-{generation}")
-
-
 def generation_checkpoint(store: TimelineStore, root: Path, generation: int) -> Path:
     """The checkpoint of ``generation`` as it exists now in Redis
     (:func:`checkpoint_for`). A checkpoint named by the number alone (an older
@@ -109,73 +104,12 @@ def generation_checkpoint(store: TimelineStore, root: Path, generation: int) -> 
     path = checkpoint_for(root, generation, created_at)
     legacy = checkpoint_for(root, generation)
     if path != legacy and legacy.is_dir() and not path.exists():
-        if _older_than(legacy, created_at):
+        if older_than(legacy, created_at):
             log.warning("removing the stale checkpoint %s", legacy)
             shutil.rmtree(legacy, ignore_errors=True)
         else:
             legacy.rename(path)
     return path
-
-
-def committed_batches(checkpoint: Path) -> list[int]:
-    commits = checkpoint / "commits"
-    if not commits.is_dir():
-        return []
-    return sorted(int(p.name) for p in commits.iterdir() if p.name.isdigit())
-
-
-def committed_offsets(checkpoint: Path) -> Offsets | None:
-    """The end offsets of the last committed batch (None before the first)."""
-    batches = committed_batches(checkpoint)
-    if not batches:
-        return None
-    try:
-        lines = (checkpoint / "offsets" / str(batches[-1])).read_text().splitlines()
-        return json.loads(lines[2]) if len(lines) > 2 else None
-    except (OSError, ValueError):
-        return None
-
-
-def rewind(checkpoint: Path, to_batch: int) -> list[int]:
-    """Forget the batches after ``to_batch`` (their offset and commit entries):
-    the query runs them again from there, with the state it had then."""
-    dropped = [b for b in committed_batches(checkpoint) if b > to_batch]
-    for log_dir in ("offsets", "commits"):
-        for path in (checkpoint / log_dir).glob("*"):
-            number = path.name.lstrip(".").split(".")[0]
-            if number.isdigit() and int(number) > to_batch:
-                path.unlink()
-    return dropped
-
-
-def mark_alive(checkpoint: Path) -> None:
-    checkpoint.mkdir(parents=True, exist_ok=True)
-    (checkpoint / "alive").touch()
-
-
-#: The file naming the layout of a checkpoint's join state (spark.operator).
-LAYOUT_FILE = "state-layout"
-
-
-def mark_layout(checkpoint: Path) -> None:
-    checkpoint.mkdir(parents=True, exist_ok=True)
-    (checkpoint / LAYOUT_FILE).write_text(STATE_LAYOUT + "\n")
-
-
-def layout_of(checkpoint: Path) -> str | None:
-    """The state layout ``checkpoint`` was written with; None before the file
-    existed (one value per author, grouped by author)."""
-    path = checkpoint / LAYOUT_FILE
-    return path.read_text().strip() if path.exists() else None
-
-
-def idle_hours(checkpoint: Path, now: float) -> float:
-    """Hours since the job last ran on this checkpoint (a commit, or its heartbeat)."""
-    stamps = [p.stat().st_mtime for p in (checkpoint / "alive",) if p.exists()]
-    batches = committed_batches(checkpoint)
-    if batches:
-        stamps.append((checkpoint / "commits" / str(batches[-1])).stat().st_mtime)
-    return (now - max(stamps)) / 3600 if stamps else 0.0
 
 
 def choose_target(store: TimelineStore, root: Path, blocked: int | None = None) -> Target | None:
@@ -200,14 +134,6 @@ def choose_target(store: TimelineStore, root: Path, blocked: int | None = None) 
     if active == blocked:
         return None
     return Target(active, generation_checkpoint(store, root, active))
-
-
-def _older_than(checkpoint: Path, created_at: float) -> bool:
-    """True if the checkpoint committed a batch before ``created_at`` (Unix time)."""
-    batches = committed_batches(checkpoint)
-    if not batches or not created_at:
-        return False
-    return (checkpoint / "commits" / str(batches[0])).stat().st_mtime < created_at
 
 
 def retire(store: TimelineStore, root: Path, old: int) -> None:
@@ -336,8 +262,7 @@ class Supervisor:
             if store.generation_meta(target.generation).get("state") != GenerationState.READY:
                 return
             log.warning(
-                "generation %d was handed over, then generation %d before the switch: "
-                "deleting %d",
+                "generation %d was handed over, then generation %d before the switch: deleting %d",
                 target.generation,
                 handover,
                 target.generation,

@@ -15,15 +15,12 @@ import pytest
 from fanout.config import StarlingConfig
 from fanout.generations import GenerationState
 from fanout.timelines import store_for
+from spark.checkpoint_files import committed_batches, idle_hours, layout_of, mark_layout
 from spark.supervisor import (
     REPLAYABLE_BATCHES,
     Supervisor,
     Target,
-    committed_batches,
     generation_checkpoint,
-    idle_hours,
-    layout_of,
-    mark_layout,
     maybe_switch,
 )
 
