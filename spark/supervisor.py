@@ -7,7 +7,7 @@ timelines cannot be continued.
   and the supervisor switches readers to it once its watermark has caught
   up with the live one (docs/decisions.md D15), then deletes the old one.
   A generation handed over, then passed by a newer hand-over before that
-  switch, is deleted when the query moves on to the newer one.
+  switch, is deleted when the job takes over the newer one.
 * Redis lost the generation being written (restarted empty, FLUSHALL): the
   checkpoint says batches were applied that Redis no longer has, so the job
   waits for a rebuild rather than refill timelines without their history.
@@ -214,6 +214,8 @@ class Supervisor:
             if target is None:
                 self._waiting_for_rebuild()
                 continue
+            if target.takeover:
+                self.drop_superseded(target)
             refusal = self.check_resumable(target)
             if refusal is not None:
                 log.error("generation %d cannot be resumed: %s", target.generation, refusal)
@@ -229,7 +231,6 @@ class Supervisor:
                 return 0
             if restart:
                 query.stop()
-                self.drop_superseded(target)
                 continue
             cause = self.diagnose(target)
             if cause is not None:
@@ -247,29 +248,28 @@ class Supervisor:
         return 0
 
     def drop_superseded(self, target: Target) -> None:
-        """Delete ``target``'s generation if a newer one was handed over while
-        the job was catching it up: it was never switched to, and never will
-        be (the job goes on with the newer one). Without this, a second
-        rebuild handed over before the first one's switch would leave the
-        first one's timelines in Redis for good."""
+        """Delete the generations handed over before ``target`` (the job takes
+        over only the last one handed over) and never switched to: a second
+        rebuild handed over before the first one's switch, even across a
+        restart of the job, would leave the first one's timelines in Redis for
+        good. Only those numbered below ``target``: a rebuild being handed
+        over now is ``ready`` a moment before it is named the hand-over."""
         store = self.store
         try:
-            handover = store.pending_handover()
-            if handover is None or handover <= target.generation:
-                return
-            if store.active_generation() == target.generation:
-                return
-            if store.generation_meta(target.generation).get("state") != GenerationState.READY:
-                return
-            log.warning(
-                "generation %d was handed over, then generation %d before the switch: deleting %d",
-                target.generation,
-                handover,
-                target.generation,
-            )
-            retire(store, self.root, target.generation)
+            for generation, meta in store.generations().items():
+                if generation < target.generation and meta["state"] == GenerationState.READY:
+                    log.warning(
+                        "generation %d was handed over, then generation %d before the switch: "
+                        "deleting %d",
+                        generation,
+                        target.generation,
+                        generation,
+                    )
+                    retire(store, self.root, generation)
         except (OSError, redis.RedisError):
-            log.exception("could not delete generation %d", target.generation)
+            log.exception(
+                "could not delete the generations handed over before %d", target.generation
+            )
 
     def check_resumable(self, target: Target) -> str | None:
         """None if the query can start from ``target``'s checkpoint, after

@@ -212,17 +212,18 @@ def test_a_generation_handed_over_and_superseded_before_its_switch_is_deleted(
     store.write_timelines(first, [(7, b"x")])
     checkpoint = checkpoint_with(generation_checkpoint(store, tmp_path, first), 2)
     job = Supervisor(store, starling, tmp_path, lambda t: None, threading.Event())
-    catching_up = Target(first, checkpoint, {})
-    job.drop_superseded(catching_up)  # nothing newer was handed over: it is kept
+    job.drop_superseded(Target(first, checkpoint, {}))  # the one the job takes over: kept
     assert store.generation_meta(first)["state"] == GenerationState.READY
 
-    # A second rebuild is handed over before the job switched to the first.
+    # A second rebuild is handed over before the job switched to the first
+    # (the job caught it up, or was down and restarts now).
     second = store.new_generation(state=GenerationState.BUILDING)
     assert store.request_handover(second)
-    job.drop_superseded(catching_up)
+    # A third one is half-way through its hand-over: ready, not yet named.
+    third = store.new_generation(state=GenerationState.BUILDING)
+    assert store.move_generation(third, GenerationState.READY, expect=GenerationState.BUILDING)
+    job.drop_superseded(Target(second, generation_checkpoint(store, tmp_path, second), {}))
     assert not store.generation_exists(first) and not checkpoint.exists()
     assert store.pending_handover() == second and store.active_generation() == live
-    # Neither the newer one nor the live one is ever dropped this way.
-    job.drop_superseded(Target(second, generation_checkpoint(store, tmp_path, second), {}))
-    job.drop_superseded(Target(live, generation_checkpoint(store, tmp_path, live)))
     assert store.generation_exists(second) and store.generation_exists(live)
+    assert store.generation_meta(third)["state"] == GenerationState.READY
