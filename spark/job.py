@@ -43,7 +43,7 @@ from spark.operator import join_by_author
 from spark.progress import ProgressLogger
 from spark.rebuild_service import RebuildService
 from spark.session import build_session
-from spark.sink import FanoutSink
+from spark.sink import FanoutSink, route_labels
 from spark.supervisor import Supervisor, Target
 
 log = logging.getLogger("starling.fanout")
@@ -82,8 +82,9 @@ def build_query(
         max_records=max_records,
         fail_on_data_loss=fail_on_data_loss,
     )
-    bundles = join_by_author(changelogs, config, initial_state=initial_state)
-    sink = FanoutSink(config, generation, checkpoint)
+    routes = route_labels(spark, int(spark.conf.get("spark.sql.shuffle.partitions") or 1))
+    bundles = join_by_author(changelogs, config, routes, initial_state=initial_state)
+    sink = FanoutSink(config, generation, checkpoint, routes)
     query = (
         bundles.writeStream.queryName(query_name)
         .foreachBatch(sink)

@@ -10,10 +10,12 @@ entry of the bucket's ``MapState``: a bucket costs one call to set its key,
 an author two (get, update), where a key per author cost three. The rules
 themselves are :func:`fanout.join.join_events`.
 
-The operator emits exactly one row per bucket and micro-batch: a *bundle*
-(tweet bodies, timeline mutations, dead letters) in one binary column. One
-narrow binary column is what PySpark converts fastest (11 µs per key,
-against 143 µs for a row per mutation with typed columns).
+The operator emits, per bucket and micro-batch, a few rows of *bundles*
+(spark.bundles), each in one binary column beside its route: the first
+bundle (bodies, lists, dead letters, marks), written in this stage, and the
+timeline mutations cut by the sink partition of their owners. A narrow
+binary column is what PySpark converts fastest (11 µs per key, against
+143 µs for a row per mutation with typed columns).
 """
 
 from __future__ import annotations
@@ -22,10 +24,8 @@ import base64
 import functools
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
 from pyspark.sql import DataFrame, Row
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
@@ -34,8 +34,9 @@ from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 from fanout import events
 from fanout.author_state import AuthorState
 from fanout.config import StarlingConfig, TopicNames
-from fanout.join import Mutation, Op, join_events
+from fanout.join import join_events
 from fanout.watermark import mark_name
+from spark.bundles import FIRST, Bundle, encode_bundle, split
 from spark.changelog import (
     MARKS,
     STATE_BUCKETS,
@@ -51,64 +52,29 @@ AUTHOR_KEY = StructType([StructField("author", LongType())])
 #: How a checkpoint's join state is laid out; the supervisor refuses to resume
 #: a checkpoint written with another (spark.supervisor).
 STATE_LAYOUT = f"authors-in-{STATE_BUCKETS}-buckets"
-OUTPUT_SCHEMA = "bundle binary"
-
-
-@dataclass
-class Bundle:
-    """One bucket's output for one micro-batch."""
-
-    seq: int = 0  # highest outbox seq among its events
-    ts: int = 0  # newest Kafka timestamp (ms) among its records
-    ignored: int = 0
-    bodies: dict[int, bytes] = field(default_factory=dict)
-    mutations: list[Mutation] = field(default_factory=list)
-    dead_letters: list[dict[str, Any]] = field(default_factory=list)
-    #: The relay marks among its records, per ``topic/partition`` (fanout.watermark).
-    marks: dict[str, int] = field(default_factory=dict)
-
-
-def encode_bundle(b: Bundle) -> bytes:
-    return orjson.dumps(
-        {
-            "s": b.seq,
-            "t": b.ts,
-            "i": b.ignored,
-            "b": [[k, v.decode()] for k, v in b.bodies.items()],
-            "m": [
-                [int(m.op), m.owners, m.tweets, m.horizon, m.seq, m.as_of, m.authors]
-                for m in b.mutations
-            ],
-            "d": b.dead_letters,
-            "k": b.marks,
-        }
-    )
-
-
-def decode_bundle(raw: bytes) -> Bundle:
-    obj = orjson.loads(raw)
-    return Bundle(
-        seq=obj["s"],
-        ts=obj["t"],
-        ignored=obj["i"],
-        bodies={k: v.encode() for k, v in obj["b"]},
-        mutations=[
-            Mutation(Op(op), tuple(o), tuple(t), h, s, a, tuple(w))
-            for op, o, t, h, s, a, w in obj["m"]
-        ],
-        dead_letters=obj["d"],
-        marks=obj.get("k", {}),
-    )
+#: ``route``: :data:`spark.bundles.FIRST`, or the label of the sink partition
+#: its owners are written in (``routes``, below).
+OUTPUT_SCHEMA = "route int, bundle binary"
 
 
 class JoinProcessor(StatefulProcessor):
-    """Per bucket: decode the records, apply the join rules per author, emit one bundle."""
+    """Per bucket: decode the records, apply the join rules per author, emit the
+    bucket's bundles: its first bundle, and its timeline mutations routed by
+    owner to ``routes`` (one label per sink partition: spark.sink.route_labels)."""
 
-    def __init__(self, topics: TopicNames, cap: int, slack: int, pull_threshold: int = 0) -> None:
+    def __init__(
+        self,
+        topics: TopicNames,
+        cap: int,
+        slack: int,
+        pull_threshold: int = 0,
+        routes: tuple[int, ...] = (0,),
+    ) -> None:
         self.topics = topics
         self.cap = cap
         self.slack = slack
         self.pull_threshold = pull_threshold
+        self.routes = routes
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         task_started()
@@ -124,7 +90,7 @@ class JoinProcessor(StatefulProcessor):
     def handleInputRows(self, key: Any, rows: Iterator[Row], timerValues: Any) -> Iterator[Row]:
         bucket = int(key[0])
         if bucket == MARKS:
-            yield Row(bundle=encode_bundle(_marks(rows)))
+            yield Row(route=FIRST, bundle=encode_bundle(_marks(rows)))
             return
         out = Bundle()
         by_author: dict[int, list[events.Envelope]] = {}
@@ -145,7 +111,11 @@ class JoinProcessor(StatefulProcessor):
             by_author.setdefault(envelope.event.join_key, []).append(envelope)
             out.seq = max(out.seq, envelope.seq)
         self._join(by_author, out)
-        yield Row(bundle=encode_bundle(out))
+        first, timelines = split(out, len(self.routes))
+        yield Row(route=FIRST, bundle=encode_bundle(first))
+        for route, bundle in zip(self.routes, timelines, strict=True):
+            if bundle.mutations:
+                yield Row(route=route, bundle=encode_bundle(bundle))
 
     def _join(self, by_author: dict[int, list[events.Envelope]], out: Bundle) -> None:
         """Each author's events of the batch through the join rules, into ``out``.
@@ -186,14 +156,23 @@ class JoinProcessor(StatefulProcessor):
 
 
 def join_by_author(
-    changelogs: DataFrame, config: StarlingConfig, *, initial_state: DataFrame | None = None
+    changelogs: DataFrame,
+    config: StarlingConfig,
+    routes: tuple[int, ...],
+    *,
+    initial_state: DataFrame | None = None,
 ) -> DataFrame:
     """The changelog records grouped by state bucket through :class:`JoinProcessor`:
-    one bundle row per bucket with input. ``initial_state`` (``join_key``,
-    ``blob``: a rebuild's author states) applies to a fresh checkpoint only."""
+    the bundle rows of every bucket with input, timeline mutations routed by
+    owner to ``routes``. ``initial_state`` (``join_key``, ``blob``: a
+    rebuild's author states) applies to a fresh checkpoint only."""
     return changelogs.groupBy("bucket").transformWithState(
         JoinProcessor(
-            config.topics, config.timeline_size, config.timeline_slack, config.pull_threshold
+            config.topics,
+            config.timeline_size,
+            config.timeline_slack,
+            config.pull_threshold,
+            routes,
         ),
         OUTPUT_SCHEMA,
         "Append",

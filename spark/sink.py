@@ -1,11 +1,17 @@
 """Load: a micro-batch's bundles into Redis, then the watermark.
 
-``foreachBatch`` runs :class:`FanoutSink` on the driver. It has the executors
-apply each partition's bundles (:func:`apply_bundles`, through ``mapInArrow``,
-in the same stage as the operator), collects one small row of statistics
-per partition, and records the batch in the watermark: the highest ``seq``
-applied, the batch's end offsets, counters. Nothing but those statistics
-reaches the driver.
+``foreachBatch`` runs :class:`FanoutSink` on the driver. The executors write
+in two steps (spark.bundles says why):
+
+1. :func:`apply_first`, through ``mapInArrow`` in the operator's stage:
+   each task writes its buckets' first bundles (bodies, deleted bodies,
+   pulled authors' lists, dead letters) and hands on their timeline bundles;
+2. after a shuffle by route, :func:`apply_timelines`: each task writes the
+   timelines of its share of the owners, every timeline once.
+
+One small row of statistics per partition reaches the driver, which records
+the batch in the watermark: the highest ``seq`` applied, the batch's end
+offsets, counters.
 """
 
 from __future__ import annotations
@@ -19,15 +25,17 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql import DataFrame
+import pyarrow.compute as pc
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from fanout.config import StarlingConfig
 from fanout.join import Mutation, Op
-from fanout.timelines import store_for
+from fanout.timelines import TimelineStore, store_for
 from fanout.watermark import batch_duration_counters, contiguous, merge_marks
 from spark import arrow
+from spark.bundles import FIRST, Bundle, decode_bundle
 from spark.checkpoint_files import logged_offsets
-from spark.operator import decode_bundle
 from spark.worker_heap import spark_task
 
 STATS_SCHEMA = (
@@ -36,9 +44,13 @@ STATS_SCHEMA = (
     "redis_ms long, "
     "marks string"
 )
-#: Statistics combined across partitions by maximum; the others add up.
+#: Statistics combined across partitions by maximum; the others add up
+#: (``mutations`` counts a mutation cut across sink partitions in each).
 _MAXIMA = ("seq", "ts")
 _NUMBERS = [name for name in arrow.names(STATS_SCHEMA) if name != "marks"]
+#: Between the two steps: timeline bundles by route, and each first task's
+#: statistics (JSON in ``stats``, no bundle) routed like any row.
+ROUTED_SCHEMA = "route int, bundle binary, stats string"
 
 
 #: Mutation weight (owners + tweet ids) applied at once: bounds an executor's
@@ -47,55 +59,127 @@ _NUMBERS = [name for name in arrow.names(STATS_SCHEMA) if name != "marks"]
 SLICE_WEIGHT = 500_000
 
 
+def route_labels(spark: SparkSession, parts: int) -> tuple[int, ...]:
+    """One route label per sink partition: values of the ``route`` column that
+    Spark's hash partitioning (``repartition(parts, "route")``) sends to
+    partitions 0, 1, ..., ``parts - 1``, so that each task gets one share of
+    the owners. Asked of Spark's own hash, once per query."""
+    candidates = F.col("id").cast("int")
+    rows = (
+        spark.range(64 * parts)
+        .select(candidates.alias("label"), F.pmod(F.hash(candidates), F.lit(parts)).alias("p"))
+        .collect()
+    )
+    first: dict[int, int] = {}
+    for row in rows:
+        first.setdefault(row["p"], row["label"])
+    missing = [p for p in range(parts) if p not in first]
+    if missing:
+        raise RuntimeError(f"no route label found for sink partitions {missing}")
+    return tuple(first[p] for p in range(parts))
+
+
+def combine(totals: dict[str, int], stats: Any) -> None:
+    """Add one task's statistics (a mapping or a Row) to ``totals``, marks aside."""
+    for name in _NUMBERS:
+        value = stats[name] or 0
+        totals[name] = max(totals[name], value) if name in _MAXIMA else totals[name] + value
+
+
+class _Writer:
+    """One task's writes and statistics: bundles are applied in slices of
+    :data:`SLICE_WEIGHT`, in order; within a slice the store groups the
+    writes per timeline (a follower who gets five tweets in this batch gets
+    one write). A bundle is never split."""
+
+    def __init__(self, config: StarlingConfig, generation: int) -> None:
+        self.store: TimelineStore = store_for(config, timeout=120)
+        self.generation = generation
+        self.totals: dict[str, Any] = dict.fromkeys(_NUMBERS, 0)
+        self.marks: dict[str, int] = {}
+        self.bodies: dict[int, bytes] = {}
+        self.mutations: list[Mutation] = []
+        self.weight = 0
+        self.dead: list[dict[str, Any]] = []
+
+    def add(self, bundle: Bundle) -> None:
+        totals = self.totals
+        totals["seq"] = max(totals["seq"], bundle.seq)
+        totals["ts"] = max(totals["ts"], bundle.ts)
+        totals["ignored"] += bundle.ignored
+        self.bodies.update(bundle.bodies)
+        self.mutations.extend(bundle.mutations)
+        self.weight += sum(len(m.owners) + len(m.tweets) for m in bundle.mutations)
+        self.dead += bundle.dead_letters
+        self.marks = merge_marks(self.marks, bundle.marks)
+        if self.weight >= SLICE_WEIGHT:
+            self.flush()
+
+    def merge(self, stats: dict[str, Any]) -> None:
+        """Another task's statistics (a first step's, as JSON)."""
+        combine(self.totals, stats)
+        self.marks = merge_marks(self.marks, json.loads(stats["marks"]))
+
+    def flush(self) -> None:
+        totals, mutations = self.totals, self.mutations
+        if self.bodies or mutations:
+            totals["mutations"] += len(mutations)
+            totals["deliveries"] += sum(m.deliveries for m in mutations if m.op is Op.ADD)
+            started = time.perf_counter()
+            applied = self.store.apply(self.generation, self.bodies, mutations)
+            totals["redis_ms"] += int((time.perf_counter() - started) * 1000)
+            for name in ("added", "removed", "created", "short", "calls", "skipped"):
+                totals[name] += getattr(applied, name)
+        self.bodies, self.mutations, self.weight = {}, [], 0
+        if self.dead:
+            totals["dead_letters"] += self.store.dead_letter(self.dead)
+            self.dead = []
+
+    def stats(self) -> dict[str, Any]:
+        self.flush()
+        return {**self.totals, "marks": json.dumps(self.marks)}
+
+
 @spark_task
-def apply_bundles(
+def apply_first(
+    batches: Iterator[pa.RecordBatch],
+    *,
+    config: StarlingConfig,
+    generation: int,
+    routes: tuple[int, ...],
+) -> Iterator[pa.RecordBatch]:
+    """Executor side, in the operator's stage: write this task's first
+    bundles; hand on its timeline bundles as they are, then its statistics."""
+    writer = _Writer(config, generation)
+    for batch in batches:
+        first = pc.equal(batch.column("route"), FIRST)
+        for raw in batch.filter(first).column("bundle").to_pylist():
+            writer.add(decode_bundle(raw))
+        rest = batch.filter(pc.invert(first))
+        if rest.num_rows:
+            yield pa.RecordBatch.from_arrays(
+                [rest.column("route"), rest.column("bundle"), pa.nulls(rest.num_rows, pa.string())],
+                schema=arrow.schema(ROUTED_SCHEMA),
+            )
+    stats = json.dumps(writer.stats())
+    yield arrow.batch({"route": [routes[0]], "bundle": [None], "stats": [stats]}, ROUTED_SCHEMA)
+
+
+@spark_task
+def apply_timelines(
     batches: Iterator[pa.RecordBatch], *, config: StarlingConfig, generation: int
 ) -> Iterator[pa.RecordBatch]:
-    """Executor side: apply one partition's bundles to Redis, return its statistics.
-
-    Bundles are applied in slices of :data:`SLICE_WEIGHT`, in order; within a
-    slice the store groups the writes per timeline (a follower who gets five
-    tweets in this batch gets one write). A bucket's events are one bundle,
-    so they are never split.
-    """
-    store = store_for(config, timeout=120)
-    totals: dict[str, Any] = dict.fromkeys(_NUMBERS, 0)
-    bodies: dict[int, bytes] = {}
-    mutations: list[Mutation] = []
-    weight = 0
-    dead: list[dict[str, Any]] = []
-    marks: dict[str, int] = {}
-
-    def flush() -> None:
-        totals["mutations"] += len(mutations)
-        totals["deliveries"] += sum(m.deliveries for m in mutations if m.op is Op.ADD)
-        started = time.perf_counter()
-        applied = store.apply(generation, bodies, mutations)
-        totals["redis_ms"] += int((time.perf_counter() - started) * 1000)
-        for name in ("added", "removed", "created", "short", "calls", "skipped"):
-            totals[name] += getattr(applied, name)
-        bodies.clear()
-        mutations.clear()
-
+    """Executor side, after the shuffle: write this partition's timeline
+    bundles; return its statistics and those of the first step it received."""
+    writer = _Writer(config, generation)
     for batch in batches:
-        for raw in batch.column(0).to_pylist():
-            bundle = decode_bundle(raw)
-            totals["seq"] = max(totals["seq"], bundle.seq)
-            totals["ts"] = max(totals["ts"], bundle.ts)
-            totals["ignored"] += bundle.ignored
-            bodies.update(bundle.bodies)
-            mutations.extend(bundle.mutations)
-            weight += sum(len(m.owners) + len(m.tweets) for m in bundle.mutations)
-            dead += bundle.dead_letters
-            marks = merge_marks(marks, bundle.marks)
-            if weight >= SLICE_WEIGHT:
-                flush()
-                weight = 0
-    if bodies or mutations:
-        flush()
-    totals["dead_letters"] = store.dead_letter(dead)
-    totals["marks"] = json.dumps(marks)
-    yield arrow.batch({k: [v] for k, v in totals.items()}, STATS_SCHEMA)
+        bundles, stats = batch.column("bundle").to_pylist(), batch.column("stats").to_pylist()
+        for raw, first_stats in zip(bundles, stats, strict=True):
+            if first_stats is not None:
+                writer.merge(json.loads(first_stats))
+            else:
+                writer.add(decode_bundle(raw))
+    yield arrow.batch({k: [v] for k, v in writer.stats().items()}, STATS_SCHEMA)
 
 
 @dataclass
@@ -109,16 +193,29 @@ class BatchReport:
 class FanoutSink:
     """``foreachBatch``: write the batch from the executors, then the watermark."""
 
-    def __init__(self, config: StarlingConfig, generation: int, checkpoint: Path) -> None:
+    def __init__(
+        self, config: StarlingConfig, generation: int, checkpoint: Path, routes: tuple[int, ...]
+    ) -> None:
         self.config = config
         self.generation = generation
         self.checkpoint = checkpoint
+        self.routes = routes
         self.last = BatchReport()
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
-        write = functools.partial(apply_bundles, config=self.config, generation=self.generation)
-        rows = batch.mapInArrow(write, STATS_SCHEMA).collect()  # one small row per partition
+        first = functools.partial(
+            apply_first, config=self.config, generation=self.generation, routes=self.routes
+        )
+        timelines = functools.partial(
+            apply_timelines, config=self.config, generation=self.generation
+        )
+        rows = (  # one small row per partition
+            batch.mapInArrow(first, ROUTED_SCHEMA)
+            .repartition(len(self.routes), "route")
+            .mapInArrow(timelines, STATS_SCHEMA)
+            .collect()
+        )
         stats = dict.fromkeys(_NUMBERS, 0)
         store = store_for(self.config)
         previous = store.watermark(self.generation)
@@ -126,9 +223,7 @@ class FanoutSink:
             previous.marks if previous else {}, *(json.loads(row["marks"]) for row in rows)
         )
         for row in rows:
-            for name in stats:
-                value = row[name] or 0
-                stats[name] = max(stats[name], value) if name in _MAXIMA else stats[name] + value
+            combine(stats, row)
         complete = contiguous(marks, self.config.topics.all(), self.config.partitions)
         released = store.release_resets(self.generation, complete)
         stats["added"] += released.added

@@ -11,8 +11,9 @@ from fanout import events
 from fanout.author_state import AuthorState
 from fanout.config import TopicNames
 from fanout.join import Mutation, Op
+from spark.bundles import FIRST, Bundle, decode_bundle
 from spark.changelog import MARKS, ChangelogRecord, pack_record
-from spark.operator import Bundle, JoinProcessor, decode_bundle, encode_bundle
+from spark.operator import JoinProcessor
 
 TOPICS = TopicNames("p.")
 
@@ -63,8 +64,15 @@ BUCKET = 3
 
 
 def run(processor: JoinProcessor, bucket: int, rows: list[Row]) -> Bundle:
-    (out,) = list(processor.handleInputRows((bucket,), iter(rows), None))
-    return decode_bundle(out.bundle)
+    """The bucket's bundles as one: its first bundle, then each route's mutations."""
+    first, *timelines = processor.handleInputRows((bucket,), iter(rows), None)
+    routes = [row.route for row in timelines]
+    assert first.route == FIRST
+    assert routes == sorted(set(routes), key=processor.routes.index)  # each once, in order
+    out = decode_bundle(first.bundle)
+    for row in timelines:
+        out.mutations += decode_bundle(row.bundle).mutations
+    return out
 
 
 def test_processor_applies_the_rules_with_the_configured_cap_and_slack() -> None:
@@ -165,17 +173,39 @@ def test_bad_records_become_dead_letters_with_their_position() -> None:
     assert list(bundle.bodies) == [100] and bundle.seq == 5
 
 
-def test_bundles_round_trip() -> None:
-    bundle = Bundle(
-        seq=3,
-        ts=9,
-        ignored=1,
-        bodies={5: b'{"id":5}'},
-        mutations=[Mutation(Op.REMOVE, (1, 2), (5,), 0, 4), Mutation(Op.ADD, (3,), (), 7)],
-        dead_letters=[{"topic": "t", "partition": 0, "offset": 1, "error": "x"}],
-        marks={"p.tweets/0": 12},
+def test_timeline_mutations_are_routed_by_owner_and_the_rest_comes_first() -> None:
+    """Two sink partitions (routes 7 and 3): even owners go to 7, odd ones to 3;
+    bodies, deleted bodies and the batch's seq travel in the first bundle."""
+    processor = JoinProcessor(TOPICS, cap=10, slack=2, routes=(7, 3))
+    processor.init(FakeHandle())
+    rows = processor.handleInputRows(
+        (BUCKET,),
+        iter(
+            [
+                row(events.Followed(8, 7), 1),
+                row(events.Followed(9, 7), 2),
+                row(events.TweetPosted(100, 7, "ann", "a"), 3),
+                row(events.TweetDeleted(100, 7), 4),
+            ]
+        ),
+        None,
     )
-    assert decode_bundle(encode_bundle(bundle)) == bundle
+    by_route = {r.route: decode_bundle(r.bundle) for r in rows}
+    assert set(by_route) == {FIRST, 7, 3}
+    first = by_route[FIRST]
+    assert first.seq == 4 and first.mutations == [Mutation(Op.DELETE_BODY, (), (100,))]
+    assert by_route[7].mutations == [
+        Mutation(Op.ADD, (8,), (), 0, 1),
+        Mutation(Op.ADD, (8,), (100,), 0, 3),
+        Mutation(Op.REMOVE, (8,), (100,)),
+    ]
+    assert by_route[3].mutations == [
+        Mutation(Op.ADD, (9,), (), 0, 2),
+        Mutation(Op.ADD, (7, 9), (100,), 0, 3),
+        Mutation(Op.REMOVE, (7, 9), (100,)),
+    ]
+    assert 8 not in {o for m in by_route[3].mutations for o in m.owners}
+    assert by_route[7].bodies == {} and by_route[7].seq == 0
 
 
 def test_relay_marks_become_the_newest_mark_per_partition() -> None:
