@@ -47,6 +47,9 @@ from spark.changelog import (
 from spark.state_calls import get_values, update_values
 from spark.worker_heap import task_ended, task_started
 
+#: Where ``record`` is in an input row (spark.changelog.read_changelogs: ``bucket``,
+#: ``record``): by position, PySpark's ``Row`` finds a field by name with a list search.
+RECORD = 1
 STATE_SCHEMA = StructType([StructField("blob", BinaryType())])
 AUTHOR_KEY = StructType([StructField("author", LongType())])
 #: How a checkpoint's join state is laid out; the supervisor refuses to resume
@@ -95,7 +98,7 @@ class JoinProcessor(StatefulProcessor):
         out = Bundle()
         by_author: dict[int, list[events.Envelope]] = {}
         for row in rows:
-            record = unpack_record(row.record)
+            record = unpack_record(row[RECORD])
             out.ts = max(out.ts, record.timestamp or 0)
             try:
                 envelope = events.decode_record(
@@ -189,7 +192,7 @@ def _marks(rows: Iterator[Row]) -> Bundle:
     """The relay marks of a micro-batch: the newest per partition."""
     out = Bundle()
     for row in rows:
-        record = unpack_record(row.record)
+        record = unpack_record(row[RECORD])
         out.ts = max(out.ts, record.timestamp or 0)
         name = mark_name(record.topic, record.partition)
         out.marks[name] = max(out.marks.get(name, 0), record.mark or 0)

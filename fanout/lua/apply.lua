@@ -181,10 +181,12 @@ local function trim(key, len, seq)
 end
 
 -- Insert ids into a timeline without a horizon change, rewriting only the
--- entries from the first new id on (SETRANGE): when two executors interleave
--- their writes, that is a handful of entries, not 800. Every micro-batch
--- takes this path for most timelines (each executor writes its share of a
--- follower's tweets, and the second share lands among the first), so it
+-- entries from the first new id on (SETRANGE): for ids a little older than
+-- the newest (a tweet that arrived late, a write that follows another of the
+-- same micro-batch), that is a handful of entries, not 800. A micro-batch's
+-- posts reach a timeline in one write, an append (spark/bundles.py routes
+-- every timeline to one task), but a follow's merge of older tweets and a
+-- batch run again take this path, so it
 -- reads what it needs and decodes and packs in bulk: `t` holds the entries
 -- `base` to `n` (the newest ones, or all of them), packed from its byte
 -- `off` + 1. Returns nil, having written nothing, when the first new id is
