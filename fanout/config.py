@@ -33,6 +33,11 @@ DEFAULT_ACTIVE_DAYS = 30  # as Twitter: a month without a read or a sign-in
 #: (docs/decisions.md D18: a post then costs what 10,000 timeline writes cost,
 #: about 40 ms of Redis, and a reader rarely follows more than a few such authors).
 DEFAULT_PULL_THRESHOLD = 10_000
+#: Records in a micro-batch from which the fanout job writes each timeline
+#: from one task after a shuffle by owner (docs/decisions.md D25); a smaller
+#: micro-batch is written where the join ran, saving the shuffle's stage. At
+#: 1,000 tweets/s a micro-batch holds ~350.
+DEFAULT_ROUTE_FROM = 1_000
 
 
 class ConfigError(ValueError):
@@ -143,6 +148,8 @@ class StarlingConfig:
     active_days: int = DEFAULT_ACTIVE_DAYS
     #: Authors with this many followers or more are pulled (fanout.join); 0: none.
     pull_threshold: int = DEFAULT_PULL_THRESHOLD
+    #: Micro-batches of this many records or more are written one task per timeline.
+    route_from: int = DEFAULT_ROUTE_FROM
 
     @property
     def shards(self) -> Shards:
@@ -192,5 +199,8 @@ class StarlingConfig:
             active_days=_int(env, "FANOUT_ACTIVE_DAYS", DEFAULT_ACTIVE_DAYS, low=1, high=36_500),
             pull_threshold=_int(
                 env, "FANOUT_PULL_THRESHOLD", DEFAULT_PULL_THRESHOLD, low=0, high=1_000_000_000
+            ),
+            route_from=_int(
+                env, "FANOUT_ROUTE_FROM", DEFAULT_ROUTE_FROM, low=0, high=1_000_000_000
             ),
         )

@@ -9,6 +9,11 @@ in two steps (spark.bundles says why):
 2. after a shuffle by route, :func:`apply_timelines`: each task writes the
    timelines of its share of the owners, every timeline once.
 
+A micro-batch of fewer than ``FANOUT_ROUTE_FROM`` records skips the shuffle:
+each task writes its first bundles, then its own timeline bundles
+(:func:`apply_here`). Its timelines get a few ids each, so a second write
+to one of them costs little, less than the stage the shuffle adds.
+
 One small row of statistics per partition reaches the driver, which records
 the batch in the watermark: the highest ``seq`` applied, the batch's end
 offsets, counters.
@@ -36,6 +41,7 @@ from fanout.watermark import batch_duration_counters, contiguous, merge_marks
 from spark import arrow
 from spark.bundles import FIRST, Bundle, decode_bundle
 from spark.checkpoint_files import logged_offsets
+from spark.offsets import Offsets, ranges
 from spark.worker_heap import spark_task
 
 STATS_SCHEMA = (
@@ -140,6 +146,12 @@ class _Writer:
         return {**self.totals, "marks": json.dumps(self.marks)}
 
 
+def _first_and_rest(batch: pa.RecordBatch) -> tuple[list[bytes], pa.RecordBatch]:
+    """The first bundles of the operator's rows, and the rows of the others."""
+    first = pc.equal(batch.column("route"), FIRST)
+    return batch.filter(first).column("bundle").to_pylist(), batch.filter(pc.invert(first))
+
+
 @spark_task
 def apply_first(
     batches: Iterator[pa.RecordBatch],
@@ -152,10 +164,9 @@ def apply_first(
     bundles; hand on its timeline bundles as they are, then its statistics."""
     writer = _Writer(config, generation)
     for batch in batches:
-        first = pc.equal(batch.column("route"), FIRST)
-        for raw in batch.filter(first).column("bundle").to_pylist():
+        first, rest = _first_and_rest(batch)
+        for raw in first:
             writer.add(decode_bundle(raw))
-        rest = batch.filter(pc.invert(first))
         if rest.num_rows:
             yield pa.RecordBatch.from_arrays(
                 [rest.column("route"), rest.column("bundle"), pa.nulls(rest.num_rows, pa.string())],
@@ -163,6 +174,25 @@ def apply_first(
             )
     stats = json.dumps(writer.stats())
     yield arrow.batch({"route": [routes[0]], "bundle": [None], "stats": [stats]}, ROUTED_SCHEMA)
+
+
+@spark_task
+def apply_here(
+    batches: Iterator[pa.RecordBatch], *, config: StarlingConfig, generation: int
+) -> Iterator[pa.RecordBatch]:
+    """Executor side, in the operator's stage, for a small micro-batch: write
+    this task's first bundles, then its timeline bundles; return its statistics."""
+    writer = _Writer(config, generation)
+    timelines: list[bytes] = []
+    for batch in batches:
+        first, rest = _first_and_rest(batch)
+        for raw in first:
+            writer.add(decode_bundle(raw))
+        timelines += rest.column("bundle").to_pylist()
+    writer.flush()  # the bodies and lists before any timeline
+    for raw in timelines:
+        writer.add(decode_bundle(raw))
+    yield arrow.batch({k: [v] for k, v in writer.stats().items()}, STATS_SCHEMA)
 
 
 @spark_task
@@ -204,18 +234,8 @@ class FanoutSink:
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
-        first = functools.partial(
-            apply_first, config=self.config, generation=self.generation, routes=self.routes
-        )
-        timelines = functools.partial(
-            apply_timelines, config=self.config, generation=self.generation
-        )
-        rows = (  # one small row per partition
-            batch.mapInArrow(first, ROUTED_SCHEMA)
-            .repartition(len(self.routes), "route")
-            .mapInArrow(timelines, STATS_SCHEMA)
-            .collect()
-        )
+        offsets = logged_offsets(self.checkpoint, batch_id)
+        rows = self._write(batch, self._records(batch_id, offsets))
         stats = dict.fromkeys(_NUMBERS, 0)
         store = store_for(self.config)
         previous = store.watermark(self.generation)
@@ -236,7 +256,7 @@ class FanoutSink:
             marks=marks,
             contiguous=complete,
             event_time=stats["ts"] / 1000,
-            offsets=logged_offsets(self.checkpoint, batch_id) or {},
+            offsets=offsets or {},
             counters={
                 "batches": 1,
                 "deliveries": stats["deliveries"],
@@ -249,3 +269,25 @@ class FanoutSink:
             },
         )
         self.last = BatchReport(batch_id, stats, time.time())
+
+    def _write(self, batch: DataFrame, records: int | None) -> list[Any]:
+        """Run the executors' writes; one small row of statistics per partition."""
+        options: dict[str, Any] = {"config": self.config, "generation": self.generation}
+        if records is not None and records < self.config.route_from:
+            here = functools.partial(apply_here, **options)
+            return batch.mapInArrow(here, STATS_SCHEMA).collect()
+        first = functools.partial(apply_first, routes=self.routes, **options)
+        return (
+            batch.mapInArrow(first, ROUTED_SCHEMA)
+            .repartition(len(self.routes), "route")
+            .mapInArrow(functools.partial(apply_timelines, **options), STATS_SCHEMA)
+            .collect()
+        )
+
+    def _records(self, batch_id: int, end: Offsets | None) -> int | None:
+        """How many records the micro-batch reads, up to its ``end`` offsets,
+        from the offset log (None for the first batch, or when the log cannot say)."""
+        start = logged_offsets(self.checkpoint, batch_id - 1) if batch_id > 0 else None
+        if end is None or start is None:
+            return None
+        return sum(r.end - r.start for r in ranges(start, end))

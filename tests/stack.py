@@ -254,6 +254,9 @@ def running_stack(
         "TIMELINE_SLACK": "4",
         # Low, so the most followed authors are pulled and some cross it both ways.
         "FANOUT_PULL_THRESHOLD": str(PULL_THRESHOLD),
+        # Every micro-batch's timelines written after the shuffle by owner (the
+        # backlog path); the in-process job tests run the default, small batches' path.
+        "FANOUT_ROUTE_FROM": "0",
         "STARLING_VAR_DIR": str(logs),
         "STARLING_OUTBOX_SWEEP_SECONDS": "1",
         "DATABASE_LOCK_TIMEOUT": "5",
