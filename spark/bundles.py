@@ -6,14 +6,15 @@ bucket's output as *bundles*, each a JSON object in one binary column:
 * one **first** bundle: the tweet bodies to put, the bodies to delete, the
   pulled authors' lists, the dead letters, the relay marks and the batch's
   highest ``seq`` and newest timestamp. The sink writes these in the
-  operator's own stage, so they are all in Redis before any timeline write
-  of the micro-batch: a reader never finds an id without its body, nor a
-  follower told to read a list that is not there, and a deleted tweet's
-  body is gone before its removals reach any timeline.
+  operator's own stage, before any timeline write that refers to them (in
+  a large micro-batch, before any timeline write at all): a reader never
+  finds an id without its body, nor a follower told to read a list that is
+  not there, and a deleted tweet's body is gone before its removals reach
+  any timeline.
 * one **timeline** bundle per sink partition holding some of its owners:
   the timeline mutations, each cut down to the owners of that partition
-  (:func:`owner_part`). The sink shuffles them by partition, so every
-  timeline is written by one task, once per micro-batch.
+  (:func:`owner_part`). For a large micro-batch the sink shuffles them by
+  partition, so every timeline is written by one task, once (spark.sink).
 
 Why the owners are routed: a bucket's followers are everywhere, so when each
 task wrote its own buckets' mutations, most timelines got two writes per
