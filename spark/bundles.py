@@ -100,14 +100,7 @@ def split(out: Bundle, parts: int) -> tuple[Bundle, list[Bundle]]:
     (empty where no owner of ``out`` is in it). Each owner's mutations keep
     their order, which is all the store's grouping needs
     (fanout.timeline_ops.group_by_timeline)."""
-    first = Bundle(
-        seq=out.seq,
-        ts=out.ts,
-        ignored=out.ignored,
-        bodies=out.bodies,
-        dead_letters=out.dead_letters,
-        marks=out.marks,
-    )
+    first = replace(out, mutations=[])
     timelines = [Bundle() for _ in range(parts)]
     for m in out.mutations:
         if m.op in _FIRST_OPS:
