@@ -48,10 +48,13 @@ class Job:
             self.query.stop()
 
     def wait_for(self, seq: int, timeout: float = 90) -> None:
+        """Until every seq up to ``seq`` is applied (the contiguous watermark:
+        a micro-batch may hold one topic's records and not yet another's, and
+        the highest seq applied says nothing of those below it)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             wm = self.store.watermark(self.generation)
-            if wm is not None and wm.seq >= seq:
+            if wm is not None and wm.contiguous >= seq:
                 return
             assert self.query.isActive, self.query.exception()
             time.sleep(0.2)
