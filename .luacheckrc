@@ -1,9 +1,9 @@
--- luacheck settings for the Redis scripts in fanout/lua (Lua 5.1 inside Redis).
+-- luacheck settings for the Redis scripts in fanout/store/lua (Lua 5.1 inside Redis).
 std = "lua51"
 read_globals = { "redis", "struct", "cjson", "cmsgpack", "bit", "KEYS", "ARGV" }
 max_line_length = 100
 
--- fanout/scripts.py runs each script after the shared parts it needs
+-- fanout/store/scripts.py runs each script after the shared parts it needs
 -- (packed.lua, prefixes.lua, merged.lua): their helpers are the scripts' globals, and a
 -- part defines helpers that each script uses some of.
 local packed = {
@@ -18,10 +18,10 @@ local function both(a, b)
   for _, v in ipairs(b) do out[#out + 1] = v end
   return out
 end
-files["fanout/lua/packed.lua"] = { ignore = { "211" } }
-files["fanout/lua/prefixes.lua"] = { ignore = { "211" } }
-files["fanout/lua/merged.lua"] = { ignore = { "211" }, read_globals = both(packed, prefixes) }
-files["fanout/lua/apply.lua"] = { read_globals = both(packed, prefixes) }
-files["fanout/lua/read_page.lua"] = { read_globals = both(both(packed, prefixes), merged) }
-files["fanout/lua/drop_idle.lua"] = { read_globals = both(packed, prefixes) }
-files["fanout/lua/read_ids.lua"] = { read_globals = both(both(packed, prefixes), merged) }
+files["fanout/store/lua/packed.lua"] = { ignore = { "211" } }
+files["fanout/store/lua/prefixes.lua"] = { ignore = { "211" } }
+files["fanout/store/lua/merged.lua"] = { ignore = { "211" }, read_globals = both(packed, prefixes) }
+files["fanout/store/lua/apply.lua"] = { read_globals = both(packed, prefixes) }
+files["fanout/store/lua/read_page.lua"] = { read_globals = both(both(packed, prefixes), merged) }
+files["fanout/store/lua/drop_idle.lua"] = { read_globals = both(packed, prefixes) }
+files["fanout/store/lua/read_ids.lua"] = { read_globals = both(both(packed, prefixes), merged) }

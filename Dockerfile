@@ -1,7 +1,7 @@
 # Starling: one image for every role (docker-compose.yml, docs/deploy.md):
 #   web      granian --interface wsgi ... feed.wsgi:application
 #   worker   celery -A feed worker          beat   celery -A feed beat
-#   fanout   python -m spark.job         (the Spark driver)
+#   fanout   python -m spark.stream.job         (the Spark driver)
 #   spark    spark-class org.apache.spark.deploy.master.Master / ...worker.Worker
 #            (the standalone cluster runs from the pyspark wheel installed here, so
 #            its executors have the same Spark, the same Python and Starling's code)
@@ -42,9 +42,9 @@ COPY load_tests /tmp/build/load_tests
 RUN cd /tmp/build && pip install --no-deps . && cd / && rm -rf /tmp/build
 
 # Spark's classes, parsed and verified once at build time, for every JVM the
-# image's Python starts (spark/jvm_archive.py): a third off each Spark start.
+# image's Python starts (spark/runtime/jvm_archive.py): a third off each Spark start.
 # Optional: without it Spark starts, only slower.
-RUN python -m spark.jvm_archive || echo "no JVM class archive: Spark starts without it"
+RUN python -m spark.runtime.jvm_archive || echo "no JVM class archive: Spark starts without it"
 
 WORKDIR /app
 COPY manage.py /app/manage.py

@@ -35,10 +35,10 @@ lock: ## Re-resolve pyproject.toml's dependencies in a fresh environment into re
 setup: $(STAMP) check-java check-redis $(JVM_ARCHIVE) ## Create .venv and install everything (run and test do this)
 
 # Spark's classes, parsed and verified once, for every JVM PySpark starts
-# (spark/jvm_archive.py): a third off each Spark start. Optional: Spark
+# (spark/runtime/jvm_archive.py): a third off each Spark start. Optional: Spark
 # starts without it, only slower.
 $(JVM_ARCHIVE): $(STAMP) | check-java
-	$(BIN)/python -m spark.jvm_archive || echo "no JVM class archive: Spark starts without it"
+	$(BIN)/python -m spark.runtime.jvm_archive || echo "no JVM class archive: Spark starts without it"
 
 check-java: ## Check that Java 17+ is installed (PySpark needs it)
 	@v=$$(java -version 2>&1 | awk -F'"' '/version/ {print $$2}' | cut -d. -f1); \
@@ -87,8 +87,8 @@ test: setup check-postgres check-promtool lint-code ## Lint, type-check and run 
 test-quick: setup check-postgres check-promtool ## The suite without the slow tests (no Spark, no whole stack): under a minute
 	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
 
-test-unit: setup ## Only the unit tests (no services)
-	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)
+test-unit: setup check-promtool ## Only the unit tests (no services)
+	$(BIN)/python -m pytest -m unit $(PYTEST_ARGS)
 
 check-wrk: ## Install wrk with apt-get if it is missing (the read benchmark's HTTP client)
 	@command -v wrk >/dev/null || { \
@@ -107,7 +107,7 @@ lint-code: setup check-luacheck
 	$(BIN)/ruff check .
 	$(BIN)/mypy feed fanout spark load_tests
 	$(BIN)/lint-imports --no-cache
-	luacheck --no-color -q fanout/lua
+	luacheck --no-color -q fanout/store/lua
 
 .PHONY: spark-package
 spark-package: setup ## Pack Starling for a Spark cluster's executors into build/spark (docs/deploy.md)

@@ -1,2 +1,3 @@
-"""What Django and Spark share: event schema, ids, partitioning, the outbox
-relay, Kafka plumbing and the Redis timeline store. Never imports Django."""
+"""What Django and Spark share: the pure model (``fanout.model``), the Redis
+timeline store (``fanout.store``), and the settings, Kafka clients and process
+helpers every process uses. Never imports Django."""

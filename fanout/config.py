@@ -11,15 +11,16 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from fanout.keys import SLOTS, Shards
+from fanout.model.join import SLACK
+from fanout.store.keys import SLOTS, Shards
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_KAFKA = "127.0.0.1:9092"
-#: Shards of the timeline store on a Redis Cluster (fanout.keys.Shards): each is
+#: Shards of the timeline store on a Redis Cluster (fanout.store.keys.Shards): each is
 #: one hash slot, so this many slots carry data, spread evenly over the primaries.
 DEFAULT_CLUSTER_SHARDS = 256
 DEFAULT_TIMELINE_SIZE = 800
-DEFAULT_TIMELINE_SLACK = 64
+DEFAULT_TIMELINE_SLACK = SLACK
 #: How long the changelogs keep a tombstone once compacted (Kafka's default is 24 h).
 DEFAULT_TOMBSTONE_RETENTION_HOURS = 7 * 24
 #: Partitions of each changelog. Two per topic keep both cores busy on the
@@ -61,7 +62,7 @@ def _int(env: Mapping[str, str], name: str, default: int, *, low: int, high: int
 class TopicNames:
     """The topics, named from ``STARLING_TOPIC_PREFIX``: the two changelogs
     (the tables ``tweets`` and ``follows``) and ``timelines`` (commands for
-    the fanout job, see fanout.events)."""
+    the fanout job, see fanout.model.events)."""
 
     prefix: str = ""
 
@@ -133,7 +134,7 @@ class StarlingConfig:
     topics: TopicNames = field(default_factory=TopicNames)
     partitions: int = DEFAULT_PARTITIONS
     timeline_size: int = DEFAULT_TIMELINE_SIZE
-    #: Entries kept beyond the cap before a trim (see fanout.join): memory vs. trim work.
+    #: Entries kept beyond the cap before a trim (see fanout.model.join): memory vs. trim work.
     timeline_slack: int = DEFAULT_TIMELINE_SLACK
     spark_master: str = "local[2]"
     #: Fixed id-generator node number (0-31); ``None`` lets the process take one.
@@ -146,14 +147,14 @@ class StarlingConfig:
     #: Users who have not read their timeline or signed in for this many days are
     #: idle: their timelines are dropped and get no fan-out until they come back.
     active_days: int = DEFAULT_ACTIVE_DAYS
-    #: Authors with this many followers or more are pulled (fanout.join); 0: none.
+    #: Authors with this many followers or more are pulled (fanout.model.join); 0: none.
     pull_threshold: int = DEFAULT_PULL_THRESHOLD
     #: Micro-batches of this many records or more are written one task per timeline.
     route_from: int = DEFAULT_ROUTE_FROM
 
     @property
     def shards(self) -> Shards:
-        """How the timeline store's keys are spread (fanout.keys.Shards)."""
+        """How the timeline store's keys are spread (fanout.store.keys.Shards)."""
         if self.redis_shards:
             return Shards(self.redis_shards)
         return Shards(DEFAULT_CLUSTER_SHARDS if self.redis_cluster_urls else 1)

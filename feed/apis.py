@@ -20,7 +20,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from fanout import events, ids
+from fanout.model import events, ids
 from feed import readpath, selectors, services, timeline
 from feed.auth import issue_token
 from feed.errors import ApplicationError, NotFound

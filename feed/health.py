@@ -13,7 +13,7 @@ from django.db import connection
 from fanout.config import KafkaClient
 from fanout.kafka import admin_settings, topic_partitions
 from fanout.procs import per_process
-from fanout.redis_conn import connect
+from fanout.store.redis_conn import connect
 
 
 @per_process

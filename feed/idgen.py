@@ -1,4 +1,4 @@
-"""The process's tweet-id generator (see :mod:`fanout.ids` for the layout).
+"""The process's tweet-id generator (see :mod:`fanout.model.ids` for the layout).
 
 Each process needs its own node number so two processes minting ids in the
 same millisecond cannot collide. ``STARLING_NODE_ID`` fixes it; otherwise
@@ -17,9 +17,10 @@ import secrets
 import redis
 from django.conf import settings
 
-from fanout import ids, keys
+from fanout.model import ids
 from fanout.procs import per_process
-from fanout.redis_conn import connect
+from fanout.store import keys
+from fanout.store.redis_conn import connect
 
 log = logging.getLogger(__name__)
 

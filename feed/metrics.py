@@ -22,7 +22,7 @@
 **No SQL on a scrape.** The figures that need the database (the outbox
 backlog and age, the freshness of the newest applied write) are computed by
 the ``refresh_metrics`` beat task every ``STARLING_METRICS_REFRESH_SECONDS``
-and kept in Redis (:data:`fanout.keys.DB_GAUGES`); a scrape reads Redis
+and kept in Redis (:data:`fanout.store.keys.DB_GAUGES`); a scrape reads Redis
 only, so a busy Prometheus cannot load the database, and a scrape while the
 database is down still answers.
 
@@ -62,9 +62,9 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from fanout import keys
-from fanout.timelines import TimelineStore, store_for
-from fanout.watermark import BATCH_BUCKETS, Watermark
+from fanout.model.watermark import BATCH_BUCKETS, Watermark
+from fanout.store import keys
+from fanout.store.timelines import TimelineStore, store_for
 
 log = logging.getLogger(__name__)
 

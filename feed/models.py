@@ -30,7 +30,7 @@ class User(AbstractUser):
 
 
 class Tweet(models.Model):
-    #: 53-bit time-ordered id (:mod:`fanout.ids`); also the pagination cursor.
+    #: 53-bit time-ordered id (:mod:`fanout.model.ids`); also the pagination cursor.
     id = models.BigIntegerField(primary_key=True)
     author = models.ForeignKey(User, on_delete=models.PROTECT, related_name="tweets")
     text = models.CharField(max_length=280)

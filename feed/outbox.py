@@ -1,7 +1,7 @@
 """The Django side of the transactional outbox.
 
 :func:`append` is called by the use-cases inside their transaction;
-:class:`DjangoOutboxStore` is what :class:`fanout.relay.OutboxRelay` reads.
+:class:`DjangoOutboxStore` is what :class:`feed.relay.OutboxRelay` reads.
 """
 
 from __future__ import annotations
@@ -17,11 +17,12 @@ from django.db import connection, transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from fanout import events, keys
-from fanout.redis_conn import connect
-from fanout.relay import PendingEvent
+from fanout.model import events
+from fanout.store import keys
+from fanout.store.redis_conn import connect
 from feed.celery import app
 from feed.models import OutboxEvent
+from feed.relay import PendingEvent
 
 log = logging.getLogger(__name__)
 

@@ -30,11 +30,11 @@ from django.conf import settings
 from rest_framework.request import Request
 from rest_framework.throttling import BaseThrottle
 
-from fanout import keys
 from fanout.config import StarlingConfig
 from fanout.procs import per_process
-from fanout.redis_conn import connect
-from fanout.scripts import Script
+from fanout.store import keys
+from fanout.store.redis_conn import connect
+from fanout.store.scripts import Script
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 @per_process
 def _window_script(config: StarlingConfig) -> Script:
-    """The counting script (``fanout/lua/rate_limit.lua``) on the process's
+    """The counting script (``fanout/store/lua/rate_limit.lua``) on the process's
     client for the configuration's Redis, made once, not per request."""
     return Script(connect(config), "rate_limit")
 

@@ -14,7 +14,7 @@ from django.conf import settings
 
 from fanout.config import StarlingConfig
 from fanout.procs import per_process
-from fanout.timelines import store_for
+from fanout.store.timelines import store_for
 from feed import outbox, selectors, services
 from feed.timeline import TimelineQuery, TimelineReader
 

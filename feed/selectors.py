@@ -11,7 +11,7 @@ import orjson
 from django.db import connection
 from django.db.models import Q, QuerySet
 
-from fanout import events, ids
+from fanout.model import events, ids
 from feed.models import Follow, OutboxEvent, Tweet, User
 
 if TYPE_CHECKING:

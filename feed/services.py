@@ -18,7 +18,7 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from fanout import events, ids
+from fanout.model import events, ids
 from feed import outbox, selectors
 from feed.errors import ApplicationError, Conflict, Forbidden, NotFound, ServiceUnavailable
 from feed.idgen import next_tweet_id
@@ -158,7 +158,7 @@ def timeline_reset(*, user_id: int) -> int:
 
     The database computes the timeline's newest ``TIMELINE_SIZE +
     TIMELINE_SLACK`` entries (the join for this user) and the outbox carries
-    them to the job as a :class:`~fanout.events.TimelineReset`, which merges
+    them to the job as a :class:`~fanout.model.events.TimelineReset`, which merges
     them in: the job stays the only writer of timelines. For a timeline left
     short by removals, a cold timeline, a user back from idleness.
 
@@ -176,7 +176,7 @@ def timeline_reset(*, user_id: int) -> int:
         raise ServiceUnavailable("writes in flight hold the database; try again")
     if not _lock_user(user_id):
         raise NotFound(f"no user with id {user_id}")
-    from fanout.timelines import store_for
+    from fanout.store.timelines import store_for
 
     config = settings.STARLING
     keep = config.timeline_size + config.timeline_slack
@@ -291,7 +291,7 @@ def tokens_revoke(*, user: User, at: datetime | None = None, deactivate: bool = 
     Redis. Tokens are timestamped to the second: one issued in the same
     second as the revocation stays valid.
     """
-    from fanout.timelines import store_for
+    from fanout.store.timelines import store_for
 
     now = at or timezone.now()
     user.tokens_valid_after = now
@@ -314,7 +314,7 @@ def revocations_restore() -> int:
     path checks revocations there, never in the database): what a rebuild
     does first, so a Redis that lost its data does not let revoked tokens
     read timelines again. Returns how many were restored."""
-    from fanout.timelines import store_for
+    from fanout.store.timelines import store_for
 
     ttl = settings.STARLING_TOKEN_TTL
     since = timezone.now() - timedelta(seconds=ttl)

@@ -16,14 +16,14 @@ from confluent_kafka import Producer
 from django.conf import settings
 from django.utils import timezone
 
-from fanout import keys
 from fanout.config import KafkaClient, StarlingConfig
 from fanout.kafka import ensure_topics, producer_settings
 from fanout.procs import per_process
-from fanout.redis_conn import connect
-from fanout.relay import MarkState, OutboxRelay, RelayCoordinator, RelayResult
+from fanout.store import keys
+from fanout.store.redis_conn import connect
 from feed.models import OutboxEvent
 from feed.outbox import RELAY_TASK, DjangoOutboxStore
+from feed.relay import MarkState, OutboxRelay, RelayCoordinator, RelayResult
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ def refill_timelines() -> int:
     than TIMELINE_SIZE entries above their horizon) or whose regeneration's
     reset came stale: one reset each, computed by the database
     (services.timeline_reset). Run by beat every STARLING_REFILL_SECONDS."""
-    from fanout.timelines import store_for
+    from fanout.store.timelines import store_for
     from feed.errors import NotFound
     from feed.services import timeline_reset
 
@@ -120,7 +120,7 @@ def drop_idle_timelines() -> int:
     sign-in): the fanout job then writes nothing for them, and their next
     read answers from the database while the timeline is regenerated. Run by
     beat every hour; it also drops what a rebuild wrote for idle users."""
-    from fanout.timelines import store_for
+    from fanout.store.timelines import store_for
     from feed.selectors import idle_user_ids
 
     config = settings.STARLING
@@ -160,7 +160,7 @@ def rebuild_timelines(run_id: int) -> str:
     """Run ``manage.py rebuild_timelines`` (in a process of its own: it starts a
     Spark driver) for an admin-started rebuild and mirror its progress (which
     the rebuild publishes in Redis) into the row."""
-    from fanout.timelines import store_for
+    from fanout.store.timelines import store_for
     from feed.models import TimelineRebuild
 
     run = TimelineRebuild.objects.get(pk=run_id)

@@ -35,9 +35,9 @@ from urllib.parse import parse_qs
 import orjson
 import redis
 
-from fanout import ids
-from fanout.timeline_reads import Page
-from fanout.timelines import TimelineStore
+from fanout.model import ids
+from fanout.store.reads import Page
+from fanout.store.timelines import TimelineStore
 from feed.auth import InvalidToken, bearer_token, verify_token_cached
 
 log = logging.getLogger("starling.timeline")
@@ -159,7 +159,7 @@ class TimelineReader:
     regenerate: Regenerate
     continuation: Continuation
     high_water: HighWater
-    #: Records a user's activity (their first read of the day; see fanout/lua/read_page.lua).
+    #: Records a user's activity (their first read of the day; see fanout/store/lua/read_page.lua).
     seen: Callable[[int], None] = lambda user_id: None
     max_wait: float = 2.0
     #: Reads of this process that may wait for a min_seq at once; more answer at once.

@@ -28,12 +28,13 @@ from pathlib import Path
 import redis
 from redis.cluster import RedisCluster
 
-from fanout import embedded, events, ids
-from fanout.author_state import AuthorState
 from fanout.config import DEFAULT_CLUSTER_SHARDS
-from fanout.join import Mutation, Op, join_events, newest
-from fanout.keys import Shards
-from fanout.timelines import TimelineStore
+from fanout.model import events, ids
+from fanout.model.author_state import AuthorState
+from fanout.model.join import Mutation, Op, join_events, newest
+from fanout.store.keys import Shards
+from fanout.store.timelines import TimelineStore
+from feed.devstack import embedded
 from load_tests import network
 from load_tests.harness import Report, mark_applied, ratio, round_trips_per_read
 

@@ -9,7 +9,7 @@
 
 Starts its own broker and Redis, writes a follow graph with a power-law
 follower distribution (load_tests/network.py) straight to the changelogs,
-runs the real fanout job (``python -m spark.job``) and measures:
+runs the real fanout job (``python -m spark.stream.job``) and measures:
 
 1. sustained throughput: a backlog of tweets drained by the job, in timeline
    deliveries per second (one delivery = one tweet id into one timeline);
@@ -59,20 +59,21 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from fanout import embedded, events, ids
-from fanout.author_state import AuthorState
 from fanout.config import DEFAULT_PULL_THRESHOLD, StarlingConfig, TopicNames
-from fanout.join import Mutation, join_events
 from fanout.kafka import ensure_topics, make_producer
-from fanout.keys import timeline as timeline_key
-from fanout.partitioning import partition_for
-from fanout.redis_conn import Client
-from fanout.timeline_ops import entries, timeline_ids
-from fanout.timelines import TimelineStore, store_for
+from fanout.model import events, ids
+from fanout.model.author_state import AuthorState
+from fanout.model.join import Mutation, join_events
+from fanout.model.partitioning import partition_for
+from fanout.store.keys import timeline as timeline_key
+from fanout.store.ops import entries, timeline_ids
+from fanout.store.redis_conn import Client
+from fanout.store.timelines import TimelineStore, store_for
+from feed.devstack import embedded
 from load_tests import charts, network
 from load_tests.harness import Report, percentile, ratio, summary
-from spark.kafka_io import end_offsets
-from spark.offsets import Offsets
+from spark.source.kafka_io import end_offsets
+from spark.source.offsets import Offsets
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -162,7 +163,7 @@ class Job:
             [
                 sys.executable,
                 "-m",
-                "spark.job",
+                "spark.stream.job",
                 "--checkpoint",
                 str(workdir / "checkpoint"),
                 "--max-records",

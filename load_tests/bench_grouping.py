@@ -3,14 +3,14 @@
     python -m load_tests.bench_grouping [--authors zipf|uniform] [--users 10000]
 
 The fanout sink turns a micro-batch's mutations into one write per timeline
-(fanout.timeline_ops.group_by_timeline). Plain adds (posts, and follows'
+(fanout.store.ops.group_by_timeline). Plain adds (posts, and follows'
 merges: nearly every batch) take a vectorised path; everything else takes
 the general one, in Python. This benchmark builds the mutations of
 ``bench_fanout``'s backlog (the same follow graph and authors, the join's
 rules, micro-batches of ``--max-records`` posts), takes one executor's share
 (every other mutation) of a micro-batch, and times both paths on it, best of
 ``--repeat``, with the cyclic collector paused as it is in a Spark task
-(spark.worker_heap). The two results must be equal, op for op.
+(spark.runtime.worker_heap). The two results must be equal, op for op.
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from fanout import ids
 from fanout.config import DEFAULT_TIMELINE_SLACK
-from fanout.join import Mutation
-from fanout.timeline_ops import _group_adds, _group_any
+from fanout.model import ids
+from fanout.model.join import Mutation
+from fanout.store.ops import _group_adds, _group_any
 from load_tests import network
 from load_tests.bench_fanout import baseline_mutations, make_tweets, tweet_authors
 from load_tests.harness import Report, ratio

@@ -30,11 +30,12 @@ from collections import Counter, defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 
-from fanout import embedded, ids
 from fanout.config import DEFAULT_TIMELINE_SIZE, DEFAULT_TIMELINE_SLACK, StarlingConfig
-from fanout.redis_conn import Client
-from fanout.timeline_ops import pack_timeline
-from fanout.timelines import store_for
+from fanout.model import ids
+from fanout.store.ops import pack_timeline
+from fanout.store.redis_conn import Client
+from fanout.store.timelines import store_for
+from feed.devstack import embedded
 from load_tests import charts, network
 from load_tests.harness import Report, ratio
 

@@ -144,9 +144,9 @@ def fill(store: Any, config: Any, n_users: int) -> tuple[list[int], list[int]]:
     TIMELINE_SIZE entries for users following 200 pushed authors each, and 20
     pulled authors with full lists followed by the second half of the users.
     Returns the readers of one list and the readers of merged lists."""
-    from fanout import events, ids
-    from fanout.author_state import AuthorState
-    from fanout.join import Mutation, Op, join_events, newest
+    from fanout.model import events, ids
+    from fanout.model.author_state import AuthorState
+    from fanout.model.join import Mutation, Op, join_events, newest
     from load_tests import network
     from load_tests.harness import mark_applied
 
@@ -197,7 +197,7 @@ def serve(
     port: int, env: dict[str, str], args: argparse.Namespace, workdir: Path
 ) -> subprocess.Popen[bytes]:
     """The real WSGI application (fast path for the timeline) under granian."""
-    from fanout import embedded
+    from feed.devstack import embedded
 
     server = subprocess.Popen(  # noqa: S603
         [
@@ -270,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.update(DJANGO_SETTINGS_MODULE="feed.settings", DJANGO_SECRET_KEY=SECRET)
     import django
 
-    from fanout import embedded
+    from feed.devstack import embedded
 
     workdir = ROOT / "var" / "bench" / f"read-{uuid.uuid4().hex[:6]}"
     workdir.mkdir(parents=True)
@@ -312,9 +312,9 @@ def against_raw_script(
     args: argparse.Namespace, workdir: Path, env: dict[str, str], rport: int
 ) -> int:
     """The endpoint beside raw calls of the script it sends, one Redis."""
-    from fanout import embedded
     from fanout.config import StarlingConfig
-    from fanout.timelines import store_for
+    from fanout.store.timelines import store_for
+    from feed.devstack import embedded
     from feed.readpath import timeline_reader  # noqa: F401  (checks the app imports)
     from load_tests import charts
     from load_tests.harness import Report, ratio
@@ -429,9 +429,9 @@ def against_cluster(
     import redis
     from redis.cluster import RedisCluster
 
-    from fanout import embedded
     from fanout.config import StarlingConfig
-    from fanout.timelines import store_for
+    from fanout.store.timelines import store_for
+    from feed.devstack import embedded
     from load_tests import charts
     from load_tests.harness import Report, ratio, round_trips_per_read
 

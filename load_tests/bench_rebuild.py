@@ -9,7 +9,7 @@ Zipf-distributed authors (``--authors uniform``: every user alike), 5% of
 tweets deleted and 5% of follows undone: tombstones a compacted log would
 still hold). Then, in the same run:
 
-1. the baseline: the streaming fanout job (``python -m spark.job``)
+1. the baseline: the streaming fanout job (``python -m spark.stream.job``)
    replays the whole log from offset 0 until its watermark reaches the last
    record: records per second;
 2. the rebuild (``python -m spark.rebuild``) of the same log while that job
@@ -36,9 +36,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fanout import events, ids
 from fanout.kafka import ensure_topics
-from fanout.timelines import store_for
+from fanout.model import events, ids
+from fanout.store.timelines import store_for
 from load_tests import charts, network
 from load_tests.bench_fanout import Changelog, Job, start_services, stop_services, wait_for_seq
 from load_tests.harness import Report, ratio

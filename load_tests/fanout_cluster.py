@@ -3,7 +3,7 @@ a Redis Cluster, the same workload in the same run.
 
 For each layout it starts a broker, the store (one ``redis-server``, or three
 primaries and three replicas), writes the same power-law follow graph to the
-changelogs, starts the real job (``python -m spark.job``) and measures:
+changelogs, starts the real job (``python -m spark.stream.job``) and measures:
 
 1. end-to-end deliveries/s draining a backlog of ``--backlog`` tweets;
 2. micro-batch p50/p99 and event-time lag at ``--rate`` tweets/s;
@@ -21,9 +21,9 @@ import argparse
 import random
 from typing import Any
 
-from fanout import ids
 from fanout.kafka import ensure_topics
-from fanout.timelines import store_for
+from fanout.model import ids
+from fanout.store.timelines import store_for
 from load_tests import charts
 from load_tests.bench_fanout import (
     Changelog,

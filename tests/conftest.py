@@ -25,12 +25,12 @@ import pytest
 import redis
 from redis.cluster import RedisCluster
 
-from fanout import embedded
 from fanout.config import DEFAULT_CLUSTER_SHARDS, StarlingConfig, TopicNames
-from fanout.keys import Shards
-from tests import postgres
-from tests.redis_cluster import Node, start_cluster, stop_cluster, wait_until_ok
-from tests.stack import sqlite_stack, stack  # noqa: F401  (the whole stack, for e2e and faults)
+from fanout.store.keys import Shards
+from feed.devstack import embedded
+from tests.support import postgres
+from tests.support.redis_cluster import Node, start_cluster, stop_cluster, wait_until_ok
+from tests.support.stack import sqlite_stack, stack  # noqa: F401  (the whole stack, for e2e and faults)
 
 DATABASE_KIND = postgres.database_kind()
 #: The session's PostgreSQL server, started once collection shows a test needs it.
@@ -39,19 +39,38 @@ _DATABASE_FIXTURES = {"django_db_setup", "db", "transactional_db", "stack"}
 
 
 _SLOW_FIXTURES = {"spark", "stack", "sqlite_stack", "cluster_stack"}
+#: The fixtures that start or use a real service: a test that needs none is a unit test.
+_SERVICE_FIXTURES = {
+    *_SLOW_FIXTURES,
+    *_DATABASE_FIXTURES,
+    "kafka_bootstrap",
+    "redis_url",
+    "redis_cluster",
+    "postgres_server",
+}
 
 
 def pytest_collection_modifyitems(session: pytest.Session, items: list[pytest.Item]) -> None:
     """Mark what needs Spark or the whole stack as ``slow`` (``make test-quick``
-    leaves them out), and start PostgreSQL if any test needs the database."""
+    leaves them out) and what needs no service at all as ``unit`` (``make
+    test-unit``), and start PostgreSQL if any test needs the database."""
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
         if item.get_closest_marker("spark") or _SLOW_FIXTURES & fixtures:
             item.add_marker(pytest.mark.slow)
+        services = _SERVICE_FIXTURES & fixtures or item.get_closest_marker("spark")
+        if not (services or _needs_database(item) or _uses_layouts(item)):
+            item.add_marker(pytest.mark.unit)
     if DATABASE_KIND != "postgres" or _POSTGRES:
         return
     if any(_needs_database(item) for item in items):
         _POSTGRES.append(postgres.start())
+
+
+def _uses_layouts(item: pytest.Item) -> bool:
+    """Whether the test asks :func:`layout_client` for a store's services."""
+    callspec = getattr(item, "callspec", None)
+    return callspec is not None and "layout" in callspec.params
 
 
 def _needs_database(item: pytest.Item) -> bool:
@@ -240,7 +259,7 @@ def starling(
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
     """One SparkSession for the whole test session (it takes ~20 s to start)."""
-    from spark.session import build_session
+    from spark.runtime.session import build_session
 
     session = build_session("local[2]", "starling-tests")
     yield session

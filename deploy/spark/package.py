@@ -51,12 +51,12 @@ EXECUTOR_REQUIREMENTS = (
 
 #: The modules an executor's Python worker loads; imported once as a check.
 EXECUTOR_MODULES = (
-    "spark.kafka_io",
-    "spark.kafka_source",
-    "spark.operator",
-    "spark.sink",
-    "spark.rebuild_tasks",
-    "fanout.timelines",
+    "spark.source.kafka_io",
+    "spark.source.datasource",
+    "spark.stream.operator",
+    "spark.stream.sink",
+    "spark.rebuild.tasks",
+    "fanout.store.timelines",
     "pyspark.sql.streaming.stateful_processor_api_client",
 )
 

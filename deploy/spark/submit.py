@@ -1,19 +1,19 @@
 """What ``spark-submit`` runs: Starling's fanout job or its rebuild, on the
 cluster ``spark-submit`` was pointed at.
 
-    spark-submit [spark options] submit.py job [the options of python -m spark.job]
+    spark-submit [spark options] submit.py job [the options of python -m spark.stream.job]
     spark-submit [spark options] submit.py rebuild [the options of manage.py rebuild_timelines]
 
 ``spark-submit`` needs a file, and the modules cannot be given directly:
-run as a file, ``spark/job.py`` puts its own directory first on
-``sys.path``, where ``spark/operator.py`` hides the standard library's
+run as a file, ``spark/stream/job.py`` puts its own directory first on
+``sys.path``, where ``spark/stream/operator.py`` hides the standard library's
 ``operator``. This file only dispatches. The driver (the machine running
 ``spark-submit``) needs Starling installed (``spark.pyspark.driver.python``
 names its interpreter); the executors get it from the packed environment
 (``deploy/spark/package.py``, docs/deploy.md "Running on a Spark cluster").
 
 ``--master``, ``--conf`` and the other spark-submit options win over
-Starling's Spark defaults (spark/session.py); the job's and the rebuild's
+Starling's Spark defaults (spark/runtime/session.py); the job's and the rebuild's
 own ``--master`` and ``SPARK_MASTER`` are not used under spark-submit.
 The rebuild runs as ``manage.py rebuild_timelines --standalone`` (its
 verification samples the database), so ``DATABASE_URL`` and
@@ -48,7 +48,7 @@ def main(argv: list[str]) -> int:
         )
         return 2
     if command == "job":
-        from spark.job import main as job
+        from spark.stream.job import main as job
 
         return job(args)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "feed.settings")

@@ -129,7 +129,7 @@ NOT_FOR_PRODUCTION = {
     "WEB_PORT": "make run only",
     "WEB_WORKERS": "make run only (compose uses the name for granian's --workers)",
     "PATH": "make run only (puts the virtualenv's bin first)",
-    # spark.session sets them to sys.executable: the image's Python, on every node.
+    # spark.runtime.session sets them to sys.executable: the image's Python, on every node.
     "PYSPARK_PYTHON": "defaults to the running interpreter",
     "PYSPARK_DRIVER_PYTHON": "defaults to the running interpreter",
     "PYSPARK_GATEWAY_PORT": "set by spark-submit for the Python driver it starts",
@@ -551,7 +551,7 @@ def test_the_commands_are_the_documented_ones() -> None:
     assert command["worker"][0][:4] == ["celery", "-A", "feed", "worker"]
     assert command["beat"][0][:4] == ["celery", "-A", "feed", "beat"]
     assert command["fanout"][0] == shlex.split(
-        "python -m spark.job --master spark://spark-master:7077 "
+        "python -m spark.stream.job --master spark://spark-master:7077 "
         "--checkpoint /var/lib/starling/checkpoint/fanout"
     )
 

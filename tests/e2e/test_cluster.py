@@ -16,9 +16,9 @@ from collections.abc import Iterator
 import pytest
 import requests
 
-from tests import postgres
 from tests.conftest import cluster_client
-from tests.e2e.test_fanout_oracle import (
+from tests.support import postgres
+from tests.support.oracle import (
     ORACLE_SQL,
     Workload,
     check_against_oracle,
@@ -26,8 +26,8 @@ from tests.e2e.test_fanout_oracle import (
     go_idle,
     pulled_authors,
 )
-from tests.e2e.test_rebuild import corrupt, finish, rebuild, user_id
-from tests.redis_cluster import (
+from tests.support.rebuilds import corrupt, finish, rebuild, user_id
+from tests.support.redis_cluster import (
     Node,
     primaries,
     replica_of,
@@ -35,7 +35,7 @@ from tests.redis_cluster import (
     wait_for_failover,
     wait_until_ok,
 )
-from tests.stack import Stack, running_stack
+from tests.support.stack import Stack, running_stack
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
 

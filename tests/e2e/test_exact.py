@@ -14,10 +14,11 @@ from contextlib import contextmanager
 import pytest
 import requests
 
-from fanout import embedded, events
-from tests.e2e.test_fanout_oracle import ORACLE_SQL, check_against_oracle
-from tests.kafka_helpers import read_topic
-from tests.stack import BIN, ROOT, Stack
+from fanout.model import events
+from feed.devstack import embedded
+from tests.support.kafka_helpers import read_topic
+from tests.support.oracle import ORACLE_SQL, check_against_oracle
+from tests.support.stack import BIN, ROOT, Stack
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
 

@@ -3,134 +3,21 @@ Redis must equal the join computed by SQL over the database (the oracle)."""
 
 from __future__ import annotations
 
-import json
 import random
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
 
 import pytest
-import requests
 
-from fanout import keys
-from fanout.config import DEFAULT_ACTIVE_DAYS
-from tests.stack import PULL_THRESHOLD, Stack
+from tests.support.oracle import (
+    Workload,
+    check_against_oracle,
+    come_back,
+    go_idle,
+    pulled_authors,
+    read_while_dropped,
+)
+from tests.support.stack import PULL_THRESHOLD, Stack
 
 pytestmark = pytest.mark.spark
-
-#: The join (docs/architecture.md) plus each user's own tweets: the view being maintained.
-ORACLE_SQL = """
-    SELECT f.follower_id, t.id FROM feed_tweet t JOIN feed_follow f ON f.followee_id = t.author_id
-    UNION ALL
-    SELECT t.author_id, t.id FROM feed_tweet t
-"""
-
-
-@dataclass
-class Workload:
-    """Registers users, then mixes tweets, deletes, follows and unfollows at random."""
-
-    stack: Stack
-    rnd: random.Random
-    prefix: str
-    http: requests.Session = field(default_factory=requests.Session)
-    users: dict[str, str] = field(default_factory=dict)  # username -> token
-    live: dict[int, str] = field(default_factory=dict)  # tweet id -> author
-    follows: set[tuple[str, str]] = field(default_factory=set)
-    max_seq: int = 0
-    counts: dict[str, int] = field(default_factory=dict)
-
-    def call(
-        self, method: str, path: str, user: str | None = None, body: dict | None = None
-    ) -> dict:
-        headers = {"Authorization": f"Bearer {self.users[user]}"} if user else {}
-        response = self.http.request(
-            method, f"{self.stack.base}/api/v1{path}", json=body, headers=headers, timeout=30
-        )
-        assert response.status_code < 300, (method, path, response.status_code, response.text)
-        data = response.json() if response.content else {}
-        seq = data.get("seq") or int(response.headers.get("X-Starling-Seq", 0))
-        self.max_seq = max(self.max_seq, seq)
-        return data
-
-    def register(self, n: int) -> None:
-        for i in range(n):
-            name = f"{self.prefix}{i}"
-            self.users[name] = self.call(
-                "POST", "/auth/register", body={"username": name, "password": "pw-" + "x" * 12}
-            )["token"]
-
-    def run(self, writes: int, on_write: Callable[[int], None] = lambda i: None) -> None:
-        names = sorted(self.users)
-        # A few accounts are followed by many (power law), as on a real network.
-        popularity = [1 / (rank + 1) for rank in range(len(names))]
-        for i in range(writes):
-            on_write(i)
-            roll = self.rnd.random()
-            a, b = self.rnd.choice(names), self.rnd.choices(names, popularity)[0]
-            if roll < 0.45:
-                text = " ".join(
-                    self.rnd.choice(["hello", "world", "é", "🐦", "starling"]) for _ in range(5)
-                )
-                self.live[self.call("POST", "/tweets", a, {"text": text})["id"]] = a
-                kind = "tweet"
-            elif roll < 0.55 and self.live:
-                tweet_id = self.rnd.choice(sorted(self.live))
-                self.call("DELETE", f"/tweets/{tweet_id}", self.live.pop(tweet_id))
-                kind = "delete"
-            elif roll < 0.85 and a != b:
-                self.call("POST", f"/users/{b}/follow", a)
-                self.follows.add((a, b))
-                kind = "follow"
-            elif self.follows:
-                pair = self.rnd.choice(sorted(self.follows))
-                self.follows.discard(pair)
-                self.call("DELETE", f"/users/{pair[1]}/follow", pair[0])
-                kind = "unfollow"
-            else:
-                continue
-            self.counts[kind] = self.counts.get(kind, 0) + 1
-
-
-def check_against_oracle(stack: Stack, usernames: list[str]) -> dict[str, int]:
-    """Once the job has caught up (every write and refill applied), every
-    timeline is exactly the join's newest ``TIMELINE_SIZE``."""
-    stack.settle()
-    wanted = set(usernames)
-    ids = {
-        name: uid for name, uid in stack.sql("SELECT username, id FROM feed_user") if name in wanted
-    }
-    oracle: dict[int, list[int]] = {uid: [] for uid in ids.values()}
-    for owner, tweet_id in stack.sql(ORACLE_SQL):
-        if owner in oracle:
-            oracle[owner].append(tweet_id)
-    bodies = {
-        tid: (author, text)
-        for tid, author, text in stack.sql(
-            "SELECT t.id, u.username, t.text"
-            " FROM feed_tweet t JOIN feed_user u ON u.id = t.author_id"
-        )
-    }
-    store = stack.store
-    generation = store.active_generation()
-    assert generation is not None
-    cap = stack.timeline_size
-    stats = {"timelines": 0, "with_horizon": 0, "at_the_cap": 0, "entries": 0}
-    for name, uid in ids.items():
-        full = sorted(set(oracle[uid]), reverse=True)
-        found = store.timeline(generation, uid)
-        assert found is not None, f"{name} has no timeline"
-        shown = found.ids
-        assert len(shown) == len(set(shown)), f"{name}: duplicate entries"
-        # Exact: the join's newest `cap`, whatever was trimmed, deleted or unfollowed.
-        assert shown == full[:cap], f"{name}: timeline differs from the join"
-        stats["timelines"] += 1
-        stats["entries"] += len(shown)
-        stats["with_horizon"] += found.horizon > 0
-        stats["at_the_cap"] += len(full) > cap
-        for tweet_id, body in zip(shown[:5], store.bodies(shown[:5]), strict=True):
-            assert body is not None and json.loads(body)["text"] == bodies[tweet_id][1]
-    return stats
 
 
 def test_random_workload_matches_the_sql_join(stack: Stack) -> None:
@@ -189,43 +76,6 @@ def push_back(stack: Stack, work: Workload) -> int:
         work.follows.discard((follower, name))
         work.call("DELETE", f"/users/{name}/follow", follower)
     return ids[name]
-
-
-def pulled_authors(stack: Stack) -> tuple[set[int], set[int]]:
-    """(authors with a list: pulled at some point, authors pulled now: in
-    someone's set of pulls)."""
-    store = stack.store
-    generation = store.active_generation()
-    assert generation is not None
-    lists = store.redis.scan_iter(keys.list_prefix(generation) + "*")
-    listed = {keys.id_of(k) for k in lists}
-    pulled: set[int] = set()
-    for key in store.redis.scan_iter(keys.pulls_prefix(generation) + "*"):
-        pulled |= {int(a) for a in store.redis.smembers(key)}
-    return listed, pulled
-
-
-def go_idle(stack: Stack, names: list[str]) -> None:
-    """The users stop reading: a month later the hourly sweep drops their timelines."""
-    long_ago = datetime.now(UTC) - timedelta(days=DEFAULT_ACTIVE_DAYS + 1)
-    for name in names:
-        stack.sql("UPDATE feed_user SET last_active = ? WHERE username = ?", long_ago, name)
-    assert json.loads(stack.manage("drop_idle_timelines", "--json")) == {"dropped": len(names)}
-
-
-def come_back(stack: Stack, tokens: dict[str, str]) -> None:
-    """The users read again: the database answers, the timelines are regenerated."""
-    for name, token in tokens.items():
-        read_while_dropped(stack, name, token)
-    check_against_oracle(stack, sorted(tokens))
-
-
-def read_while_dropped(stack: Stack, name: str, token: str) -> None:
-    """A returning user's first read: answered by the database at once."""
-    headers = {"Authorization": f"Bearer {token}"}
-    response = requests.get(f"{stack.base}/api/v1/timeline", headers=headers, timeout=30)
-    assert response.status_code == 200, response.text
-    assert response.headers["X-Starling-Source"] == "fallback", name
 
 
 def test_fanout_job_killed_mid_workload_recovers_from_its_checkpoint(stack: Stack) -> None:

@@ -11,8 +11,8 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.e2e.test_fanout_oracle import Workload
-from tests.stack import Stack
+from tests.support.oracle import Workload
+from tests.support.stack import Stack
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
 

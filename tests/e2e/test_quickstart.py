@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from fanout import embedded
-from tests.stack import BIN, ROOT
+from feed.devstack import embedded
+from tests.support.stack import BIN, ROOT
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
 

@@ -8,7 +8,7 @@ import time
 import pytest
 import requests
 
-from tests.stack import READ_YOUR_WRITES_WAIT, Stack
+from tests.support.stack import READ_YOUR_WRITES_WAIT, Stack
 
 pytestmark = pytest.mark.spark
 

@@ -8,9 +8,9 @@ import random
 
 import pytest
 
-from tests.e2e.test_fanout_oracle import Workload, check_against_oracle
 from tests.faults.test_faults import assert_locked_database_refuses_writes_and_serves_reads
-from tests.stack import Stack
+from tests.support.oracle import Workload, check_against_oracle
+from tests.support.stack import Stack
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
 

@@ -24,12 +24,12 @@ import pyspark
 import pytest
 import requests
 
-from fanout import embedded
-from spark.session import LOG4J
-from tests import postgres
-from tests.e2e.test_fanout_oracle import Workload, check_against_oracle
-from tests.e2e.test_rebuild import corrupt, user_id
-from tests.stack import BIN, ROOT, Stack, running_stack
+from feed.devstack import embedded
+from spark.runtime.session import LOG4J
+from tests.support import postgres
+from tests.support.oracle import Workload, check_against_oracle
+from tests.support.rebuilds import corrupt, user_id
+from tests.support.stack import BIN, ROOT, Stack, running_stack
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -312,7 +312,7 @@ def test_the_job_and_the_rebuild_run_on_a_standalone_cluster_from_the_package(
         # standard output, so progress and the document would share one stream.
         [*cluster.submit, "rebuild", "--wait", "240"],
         cwd=cluster.package,
-        # An operator's settings: tests.settings is not importable from there.
+        # An operator's settings: tests.support.settings is not importable from there.
         env={**stack.env, "DJANGO_SETTINGS_MODULE": "feed.settings"},
         capture_output=True,
         text=True,

@@ -12,7 +12,7 @@ from rest_framework.test import APIClient
 
 from feed.auth import SALT, issue_token
 from feed.models import Follow, Tweet
-from tests.factories import UserFactory
+from tests.support.factories import UserFactory
 
 pytestmark = pytest.mark.django_db
 

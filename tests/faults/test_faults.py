@@ -20,14 +20,14 @@ import pytest
 import requests
 from confluent_kafka import Producer
 
-from fanout import events
-from spark.kafka_io import EndOffsetProbe
-from spark.kafka_source import read_range
-from spark.offsets import ranges
-from spark.supervisor import REPLAYABLE_BATCHES, generation_checkpoint
+from fanout.model import events
+from spark.source.datasource import read_range
+from spark.source.kafka_io import EndOffsetProbe
+from spark.source.offsets import ranges
+from spark.stream.supervisor import REPLAYABLE_BATCHES, generation_checkpoint
 from tests.conftest import SERVICES
-from tests.e2e.test_fanout_oracle import ORACLE_SQL, Workload, check_against_oracle
-from tests.stack import BIN, ROOT, Stack
+from tests.support.oracle import ORACLE_SQL, Workload, check_against_oracle
+from tests.support.stack import BIN, ROOT, Stack
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
 

@@ -8,8 +8,8 @@ import subprocess
 
 import pytest
 
-from tests.e2e.test_fanout_oracle import Workload
-from tests.stack import BIN, ROOT, Stack
+from tests.support.oracle import Workload
+from tests.support.stack import BIN, ROOT, Stack
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
 

@@ -10,7 +10,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
-from fanout.timelines import store_for
+from fanout.store.timelines import store_for
 
 
 def _preview(raw: str | None, width: int = 60) -> str:

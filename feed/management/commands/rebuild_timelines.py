@@ -1,4 +1,4 @@
-"""``manage.py rebuild_timelines``: recompute every home timeline (spark.rebuild).
+"""``manage.py rebuild_timelines``: recompute every home timeline (spark.rebuild.stages).
 
 The one way in to the rebuild, for operators and for the admin's Celery
 task: it hands the Spark code the database queries it verifies against.
@@ -13,7 +13,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from feed import services
 from feed.selectors import home_timeline_oracle, settled_since
-from spark import rebuild_command
+from spark.rebuild import command as rebuild_command
 
 
 class Command(BaseCommand):

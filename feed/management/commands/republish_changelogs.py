@@ -15,7 +15,7 @@ from typing import Any
 from django.core.management.base import BaseCommand
 from django.db import transaction
 
-from fanout import events
+from fanout.model import events
 from feed import outbox
 from feed.models import Follow, Tweet, User
 

@@ -20,7 +20,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from fanout.embedded import free_port, port_open
+from feed.devstack.embedded import free_port, port_open
 from feed.models import User
 
 PROCESSES = ["broker", "redis", "web", "worker", "beat", "fanout", "ready"]

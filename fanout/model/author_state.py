@@ -1,0 +1,164 @@
+"""An author's join state and how it is stored (pure: no I/O).
+
+The fanout job keeps one per join key in Spark's state store
+(spark/stream/operator.py): every follower and every live tweet of the author, as
+packed 8-byte ids behind a small header. A pulled author's follower ids
+(docs/decisions.md D18) are stored apart, in a value of their own.
+"""
+
+from __future__ import annotations
+
+import struct
+from array import array
+from collections.abc import Callable, Iterable
+
+_STATE_VERSION = 3
+_HEADER = struct.Struct("<BIIB")  # version, n_followers, n_tweets, flags
+_HEADER_V2 = struct.Struct("<BII")  # version 2 had no flags (every author was pushed)
+_HEADER_V1 = struct.Struct("<BqII")  # version 1 also had a horizon (no longer kept)
+
+_PULLED = 1  # flags: the author is pulled
+_APART = 2  # flags: the follower ids are kept in a value of their own (encode_split)
+
+
+class AuthorState:
+    """An author's join state: its followers and every live tweet.
+
+    The followers are decoded on first use and written back as they were
+    read when unchanged; a pulled author's are stored apart
+    (:meth:`encode_split`): its posts, the common case, need only the
+    tweets, and a million followers are 8 MB to move, decode and sort.
+    """
+
+    __slots__ = ("_apart", "_count", "_followers", "_load", "pulled", "tweets")
+
+    def __init__(
+        self,
+        followers: Iterable[int] = (),
+        tweets: Iterable[int] = (),
+        pulled: bool = False,
+        *,
+        load: Callable[[], bytes] | None = None,
+        count: int = 0,
+    ) -> None:
+        self.tweets: list[int] = list(tweets)  # ascending
+        #: Followers read the author's list instead of receiving its tweets.
+        self.pulled = pulled
+        self._followers: set[int] | None = None if load is not None else set(followers)
+        self._load = load  # the packed follower ids, until they are needed
+        self._count = count
+        self._apart = False  # read from a value of their own (encode_split)
+
+    @property
+    def followers(self) -> set[int]:
+        if self._followers is None:
+            assert self._load is not None
+            numbers = array("q")
+            numbers.frombytes(self._load())
+            if len(numbers) != self._count:
+                raise ValueError("author state's followers are truncated")
+            self._followers, self._load = set(numbers), None
+        return self._followers
+
+    @property
+    def follower_count(self) -> int:
+        return self._count if self._followers is None else len(self._followers)
+
+    @property
+    def followers_loaded(self) -> bool:
+        return self._followers is not None
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, AuthorState):
+            return NotImplemented
+        return (self.followers, self.tweets, self.pulled) == (
+            other.followers,
+            other.tweets,
+            other.pulled,
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        followers = sorted(self.followers) if self.followers_loaded else f"<{self._count} ids>"
+        return f"AuthorState(followers={followers}, tweets={self.tweets}, pulled={self.pulled})"
+
+    def replaced(self, tweets: Iterable[int], pulled: bool) -> AuthorState:
+        """The same followers (still undecoded if they were) with these tweets."""
+        out = AuthorState(tweets=tweets, pulled=pulled)
+        out._followers, out._load, out._count = self._followers, self._load, self._count
+        out._apart = self._apart
+        return out
+
+    def encode(self) -> bytes:
+        """The whole state as one value."""
+        return self._pack(self._followers_packed(), _PULLED if self.pulled else 0)
+
+    def encode_split(self) -> tuple[bytes, bytes | None]:
+        """A pulled author's state without its follower ids, and the ids packed
+        (None if they were read apart and not decoded since: unchanged); a
+        pushed author's whole state, and None."""
+        if not self.pulled:
+            return self.encode(), None
+        tweets = array("q", self.tweets)
+        header = _HEADER.pack(_STATE_VERSION, self.follower_count, len(tweets), _PULLED | _APART)
+        unchanged = self._apart and not self.followers_loaded
+        return header + tweets.tobytes(), None if unchanged else self._followers_packed()
+
+    @staticmethod
+    def apart(blob: bytes | None) -> bool:
+        """Whether a value from :meth:`encode_split` left the follower ids out."""
+        if not blob or blob[0] != _STATE_VERSION:
+            return False
+        return bool(blob[_HEADER.size - 1] & _APART)
+
+    def _followers_packed(self) -> bytes:
+        """The follower ids, packed ascending (undecoded ones passed through)."""
+        if self._followers is None:
+            assert self._load is not None
+            return self._load()
+        return array("q", sorted(self._followers)).tobytes()
+
+    def _pack(self, followers: bytes, flags: int) -> bytes:
+        tweets = array("q", self.tweets)
+        header = _HEADER.pack(_STATE_VERSION, len(followers) // 8, len(tweets), flags)
+        return header + followers + tweets.tobytes()
+
+    @classmethod
+    def decode(
+        cls, blob: bytes | None, followers: Callable[[], bytes | None] | None = None
+    ) -> AuthorState:
+        """The state in ``blob`` (any version), its followers left undecoded;
+        ``followers`` gives them (packed) when they were stored apart."""
+        if not blob:
+            return cls()
+        version, flags = blob[0], 0
+        if version == _STATE_VERSION:
+            _, n_followers, n_tweets, flags = _HEADER.unpack_from(blob)
+            body = blob[_HEADER.size :]
+        elif version == 2:
+            _, n_followers, n_tweets = _HEADER_V2.unpack_from(blob)
+            body = blob[_HEADER_V2.size :]
+        elif version == 1:  # kept only the newest tweets: a rebuild restores the rest
+            _, _, n_followers, n_tweets = _HEADER_V1.unpack_from(blob)
+            body = blob[_HEADER_V1.size :]
+        else:
+            raise ValueError(f"unknown author-state version {version}")
+        inline = 0 if flags & _APART else n_followers
+        if len(body) != 8 * (inline + n_tweets):
+            raise ValueError("author state is truncated")
+        tweets = array("q")
+        tweets.frombytes(body[8 * inline :])
+        if flags & _APART:
+            if followers is None:
+                raise ValueError("the author state's followers are stored apart")
+            load = followers
+            state = cls(tweets=tweets, pulled=True, load=lambda: load() or b"", count=n_followers)
+            state._apart = True
+            return state
+        return cls(
+            tweets=tweets,
+            pulled=bool(flags & _PULLED),
+            load=lambda: body[: 8 * n_followers],
+            count=n_followers,
+        )

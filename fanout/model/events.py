@@ -1,0 +1,384 @@
+"""Changelog events: plain frozen dataclasses and their wire format.
+
+This module is the only place that knows how an event looks on Kafka. It is
+pure (no Kafka, Django, Redis or Spark) so the web app, the outbox relay and
+the Spark jobs share one definition.
+
+Wire format (KTable style: the topics are tables):
+
+* topic ``tweets``: key = tweet id, value = the tweet row as versioned JSON,
+  delete = tombstone (``None`` value).
+* topic ``follows``: key = ``"<follower_id>:<followee_id>"`` (the follow's
+  natural key), value = the follow row as versioned JSON, unfollow = tombstone.
+* topic ``timelines``: commands for the fanout job that are not table
+  rows: a :class:`TimelineReset` (key = the owner) carries the newest
+  entries of one home timeline computed by the database, for the job to
+  merge in (a timeline left short by removals, a cold or returning user).
+  Not compacted: its records expire (see fanout/kafka.py).
+* every record carries two headers: ``seq``, the outbox id of the write
+  (global commit order, used for read-your-writes and to order events inside
+  a micro-batch), and ``jk``, the join key (tweet author / followee /
+  timeline owner). A tombstone has no value, so the header is how a consumer
+  routes it.
+* the relay's *marks*: after each delivered run it writes, into every
+  partition of every topic, a record with key ``mark:<partition>``, no value
+  and the header ``mark`` = P: every outbox event with ``seq`` <= P is
+  before this record in the log (see :func:`mark_record`).
+
+Keys and header values are decimal ASCII.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from fanout.model import ids
+
+SCHEMA_VERSION = 1
+TWEETS = "tweets"
+FOLLOWS = "follows"
+TIMELINES = "timelines"
+HEADER_SEQ = "seq"
+HEADER_JOIN_KEY = "jk"
+HEADER_MARK = "mark"
+MARK_KEY_PREFIX = b"mark:"
+
+
+class BadEvent(ValueError):
+    """A record that cannot be decoded into an event; ``str()`` says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class TweetPosted:
+    tweet_id: int
+    author_id: int
+    author: str
+    text: str
+
+    @property
+    def join_key(self) -> int:
+        return self.author_id
+
+
+@dataclass(frozen=True, slots=True)
+class TweetDeleted:
+    tweet_id: int
+    author_id: int
+
+    @property
+    def join_key(self) -> int:
+        return self.author_id
+
+
+@dataclass(frozen=True, slots=True)
+class Followed:
+    follower_id: int
+    followee_id: int
+
+    @property
+    def join_key(self) -> int:
+        return self.followee_id
+
+
+@dataclass(frozen=True, slots=True)
+class Unfollowed:
+    follower_id: int
+    followee_id: int
+
+    @property
+    def join_key(self) -> int:
+        return self.followee_id
+
+
+@dataclass(frozen=True, slots=True)
+class TimelineReset:
+    """The newest entries of ``owner_id``'s home timeline as the database
+    computed them: ``tweet_ids`` ascending, and ``horizon``, the oldest of them
+    when older ones were left out (0 when these are all). ``as_of``: every
+    write with a seq up to it was committed, and so seen, when they were read.
+    ``pulled``: the authors left out, whose tweets the owner read from their
+    lists then (see fanout.model.join); the reset applies only if they still are."""
+
+    owner_id: int
+    tweet_ids: tuple[int, ...]
+    horizon: int
+    as_of: int
+    pulled: tuple[int, ...] = ()
+
+    @property
+    def join_key(self) -> int:
+        return self.owner_id
+
+
+Event = TweetPosted | TweetDeleted | Followed | Unfollowed | TimelineReset
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """An event as it is stored in the outbox and written to Kafka."""
+
+    topic: str  # logical name: TWEETS or FOLLOWS
+    key: bytes
+    value: bytes | None
+    join_key: int
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    """A decoded event with the outbox sequence number it was written under."""
+
+    seq: int
+    event: Event
+
+
+def created_at_iso(tweet_id: int) -> str:
+    """A tweet's creation time, derived from its id (ids are time-ordered), in
+    UTC to the millisecond: ``2026-01-01T12:00:00.123Z``. Computed from the
+    integer milliseconds with the second's text cached (a batch's tweets share
+    their seconds): ~0.3 µs instead of ~1.5 µs through ``datetime``, paid for
+    every tweet body the job and the rebuild write."""
+    second, milli = divmod(ids.timestamp_ms(tweet_id), 1000)
+    return f"{_utc_second(second)}.{milli:03d}Z"
+
+
+@functools.lru_cache(maxsize=4096)
+def _utc_second(second: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+
+
+def tweet_fields(tweet_id: int, author: str, text: str) -> dict[str, Any]:
+    """A tweet as clients see it (the API and the timeline cache share this shape)."""
+    return {"id": tweet_id, "author": author, "text": text, "created_at": created_at_iso(tweet_id)}
+
+
+def tweet_json(event: TweetPosted) -> bytes:
+    """The cached body of a posted tweet, served as-is by timeline reads."""
+    return orjson.dumps(tweet_fields(event.tweet_id, event.author, event.text))
+
+
+def follow_key(follower_id: int, followee_id: int) -> bytes:
+    return f"{follower_id}:{followee_id}".encode("ascii")
+
+
+def encode(event: Event) -> Record:
+    if isinstance(event, TweetPosted):
+        value = orjson.dumps(
+            {
+                "v": SCHEMA_VERSION,
+                "id": event.tweet_id,
+                "author_id": event.author_id,
+                "author": event.author,
+                "text": event.text,
+            }
+        )
+        return Record(TWEETS, str(event.tweet_id).encode("ascii"), value, event.author_id)
+    if isinstance(event, TweetDeleted):
+        return Record(TWEETS, str(event.tweet_id).encode("ascii"), None, event.author_id)
+    if isinstance(event, Followed):
+        value = orjson.dumps(
+            {
+                "v": SCHEMA_VERSION,
+                "follower_id": event.follower_id,
+                "followee_id": event.followee_id,
+            }
+        )
+        return Record(
+            FOLLOWS, follow_key(event.follower_id, event.followee_id), value, event.followee_id
+        )
+    if isinstance(event, Unfollowed):
+        return Record(
+            FOLLOWS, follow_key(event.follower_id, event.followee_id), None, event.followee_id
+        )
+    if isinstance(event, TimelineReset):
+        value = orjson.dumps(
+            {
+                "v": SCHEMA_VERSION,
+                "ids": list(event.tweet_ids),
+                "horizon": event.horizon,
+                "as_of": event.as_of,
+                "pulled": list(event.pulled),
+            }
+        )
+        return Record(TIMELINES, str(event.owner_id).encode("ascii"), value, event.owner_id)
+    raise TypeError(f"not an event: {event!r}")
+
+
+def mark_record(partition: int, seq: int) -> tuple[bytes, list[tuple[str, bytes]]]:
+    """(key, headers) of the relay's mark in ``partition``: every event with a
+    ``seq`` up to ``seq`` is already before it in that partition's log."""
+    return MARK_KEY_PREFIX + str(partition).encode("ascii"), [
+        (HEADER_MARK, str(seq).encode("ascii"))
+    ]
+
+
+def headers(seq: int, join_key: int) -> list[tuple[str, bytes]]:
+    return [
+        (HEADER_SEQ, str(seq).encode("ascii")),
+        (HEADER_JOIN_KEY, str(join_key).encode("ascii")),
+    ]
+
+
+# --- decoding ---------------------------------------------------------------
+
+
+def _int_field(raw: bytes | str | None, what: str) -> int:
+    if raw is None:
+        raise BadEvent(f"missing {what}")
+    text = raw.decode("ascii", "replace") if isinstance(raw, bytes) else raw
+    if not text.isdigit() or len(text) > 20:
+        raise BadEvent(f"{what} is not a decimal id: {text[:40]!r}")
+    return int(text)
+
+
+def _id(obj: Mapping[str, Any], name: str) -> int:
+    value = obj.get(name)
+    if not ids.is_valid(value):
+        raise BadEvent(f"field {name!r} is not a valid id: {value!r}")
+    return int(value)  # type: ignore[arg-type]
+
+
+#: A decimal header's bounds: Spark reads headers as ``bigint``.
+_BIGINT = (-(2**63), 2**63)
+
+
+def header_number(raw: bytes | None) -> int | None:
+    """A decimal header's value, or ``None`` when missing or not a ``bigint``:
+    what Spark's ``try_cast`` makes of it (spark.stream.changelog.header_column), so
+    that records decoded in Python and in SQL carry the same numbers."""
+    if raw is None:
+        return None
+    text = raw.decode("ascii", "replace").strip()
+    digits = text[1:] if text[:1] in ("+", "-") else text
+    if not digits.isdigit():
+        return None
+    number = int(text)
+    return number if _BIGINT[0] <= number < _BIGINT[1] else None
+
+
+def header_numbers(
+    items: Iterable[tuple[str, bytes]] | None,
+) -> tuple[int | None, int | None, int | None]:
+    """(seq, jk, mark) of a record's headers, each from the first header of its
+    name (:func:`header_number`)."""
+    seq = jk = mark = None
+    seen: set[str] = set()
+    for name, raw in items or ():
+        if name in seen:
+            continue
+        seen.add(name)
+        if name == HEADER_SEQ:
+            seq = header_number(raw)
+        elif name == HEADER_JOIN_KEY:
+            jk = header_number(raw)
+        elif name == HEADER_MARK:
+            mark = header_number(raw)
+    return seq, jk, mark
+
+
+def _header_map(raw: Mapping[str, bytes] | Iterable[tuple[str, bytes]] | None) -> dict[str, bytes]:
+    if raw is None:
+        return {}
+    if isinstance(raw, Mapping):
+        return dict(raw)
+    return {k: v for k, v in raw}
+
+
+def _load(value: bytes) -> dict[str, Any]:
+    try:
+        obj = orjson.loads(value)
+    except orjson.JSONDecodeError as exc:
+        raise BadEvent(f"value is not JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise BadEvent("value is not a JSON object")
+    if obj.get("v") != SCHEMA_VERSION:
+        raise BadEvent(f"unknown schema version {obj.get('v')!r}")
+    return obj
+
+
+def decode(
+    topic: str,
+    key: bytes | None,
+    value: bytes | None,
+    header_items: Mapping[str, bytes] | Iterable[tuple[str, bytes]] | None,
+) -> Envelope:
+    """Decode one changelog record; raise :class:`BadEvent` naming the problem.
+
+    ``topic`` is the logical name (``"tweets"`` or ``"follows"``).
+    """
+    hdrs = _header_map(header_items)
+    seq = _int_field(hdrs.get(HEADER_SEQ), "header 'seq'")
+    join_key = _int_field(hdrs.get(HEADER_JOIN_KEY), "header 'jk'")
+    return decode_record(topic, key, value, seq, join_key)
+
+
+def decode_record(
+    topic: str, key: bytes | None, value: bytes | None, seq: int | None, join_key: int | None
+) -> Envelope:
+    """:func:`decode` for a record whose headers were already read as numbers
+    (``None`` when missing or not a number), as the Spark job does in SQL."""
+    if seq is None or seq < 0:
+        raise BadEvent("missing header 'seq' (or not a decimal id)")
+    if join_key is None or join_key <= 0:
+        raise BadEvent("missing header 'jk' (or not a decimal id)")
+    if key is None:
+        raise BadEvent("record has no key")
+    event: Event
+    if topic == TWEETS:
+        tweet_id = _int_field(key, "tweet key")
+        if value is None:
+            event = TweetDeleted(tweet_id=tweet_id, author_id=join_key)
+        else:
+            obj = _load(value)
+            text, author = obj.get("text"), obj.get("author")
+            if not isinstance(text, str) or not isinstance(author, str):
+                raise BadEvent("tweet needs string fields 'text' and 'author'")
+            event = TweetPosted(
+                tweet_id=_id(obj, "id"), author_id=_id(obj, "author_id"), author=author, text=text
+            )
+            if event.tweet_id != tweet_id:
+                raise BadEvent(f"key {tweet_id} does not match tweet id {event.tweet_id}")
+    elif topic == TIMELINES:
+        owner_id = _int_field(key, "timeline owner key")
+        if value is None:
+            raise BadEvent("a timeline reset needs a value")
+        obj = _load(value)
+        tweet_ids = obj.get("ids")
+        if not isinstance(tweet_ids, list) or not all(ids.is_valid(t) for t in tweet_ids):
+            raise BadEvent("field 'ids' is not a list of tweet ids")
+        horizon, as_of = obj.get("horizon"), obj.get("as_of")
+        if not isinstance(horizon, int) or horizon < 0:
+            raise BadEvent(f"field 'horizon' is not an id or 0: {horizon!r}")
+        if not isinstance(as_of, int) or as_of < 0:
+            raise BadEvent(f"field 'as_of' is not a seq: {as_of!r}")
+        pulled = obj.get("pulled", [])
+        if not isinstance(pulled, list) or not all(ids.is_valid(a) for a in pulled):
+            raise BadEvent("field 'pulled' is not a list of user ids")
+        event = TimelineReset(
+            owner_id, tuple(sorted(set(tweet_ids))), horizon, as_of, tuple(sorted(set(pulled)))
+        )
+    elif topic == FOLLOWS:
+        left, sep, right = key.partition(b":")
+        if not sep:
+            raise BadEvent(f"follow key is not 'follower:followee': {key[:40]!r}")
+        follower_id = _int_field(left, "follower in key")
+        followee_id = _int_field(right, "followee in key")
+        if value is None:
+            event = Unfollowed(follower_id=follower_id, followee_id=followee_id)
+        else:
+            obj = _load(value)
+            event = Followed(
+                follower_id=_id(obj, "follower_id"), followee_id=_id(obj, "followee_id")
+            )
+            if (event.follower_id, event.followee_id) != (follower_id, followee_id):
+                raise BadEvent("follow key does not match its value")
+    else:
+        raise BadEvent(f"unknown topic {topic!r}")
+    if event.join_key != join_key:
+        raise BadEvent(f"header 'jk' {join_key} does not match the event's join key")
+    return Envelope(seq=seq, event=event)

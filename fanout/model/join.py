@@ -1,0 +1,329 @@
+"""The join rules: tweets ⋈ follows, maintained incrementally per author.
+
+This is the pure core of the fanout job (no Spark, Kafka or Redis). The job
+groups changelog events by their join key (a tweet's author, a follow's
+followee, a timeline's owner) and calls :func:`join_events` with that key's
+state; the returned mutations say how home timelines change. The product
+rule:
+
+| event | effect |
+| --- | --- |
+| ``a`` posts ``t`` | add ``t`` to the timeline of every follower of ``a`` and to ``a``'s own |
+| ``t`` deleted | remove ``t`` from those timelines (its body goes first: see the store) |
+| ``f`` follows ``a`` | merge ``a``'s newest tweets into ``f``'s timeline |
+| ``f`` unfollows ``a`` | remove ``a``'s newest tweets from ``f``'s timeline |
+| reset of ``f`` | merge the database's newest entries of ``f``'s timeline (a refill) |
+
+An author with at least the pull threshold's followers is *pulled*
+(docs/decisions.md D18): its tweets go to its own timeline and to its list,
+which its followers' reads merge in, instead of to every follower; a follow
+or an unfollow of it changes the follower's set of pulled authors; crossing
+the threshold moves every follower between the two layouts.
+
+``Followed(u, u)`` (the self edge, written when a user registers) creates
+``u``'s timeline and merges ``u``'s own tweets into it; ``u`` is not its own
+follower and ``Unfollowed(u, u)`` changes nothing.
+
+**State** per author: the set of followers and *every* live tweet id of the
+author. An author's newest ``K = cap + slack`` tweets are then always known,
+whatever was deleted, which is what makes follows and unfollows exact.
+
+**Timelines** keep between ``cap`` and ``K`` entries (readers see the newest
+``cap``) and a *horizon*: when a timeline outgrows ``K`` it is trimmed and
+its horizon becomes its oldest kept entry; a merge of an author with more
+than ``K`` tweets raises it to the oldest merged one. Invariant: a timeline
+holds exactly the join's tweets at or above its horizon. Merges never leave
+fewer than ``cap`` of them; removals can (an unfollow, deletes). Such a
+timeline is *short*: the store notices it and the system of record refills
+it (a :class:`~fanout.model.events.TimelineReset` computed by the database,
+merged through this job), so once the job has caught up every timeline's
+newest ``cap`` entries equal the join's.
+
+Why an unfollow removes ``a``'s newest ``K``: a timeline holds at most ``K``
+entries, all the join's tweets above its horizon, so any tweet of ``a`` in
+it is among ``a``'s newest ``K`` live tweets.
+
+Events of one key are applied in ``seq`` (commit) order, whatever the order
+they arrived in: within a micro-batch the result does not depend on how the
+topics interleave. Mutations carry their ``seq``: a timeline remembers the
+newest that removed entries from it, had entries fall below its horizon,
+or merged an author's newest tweets without the older ones (its *fence*).
+A reset is applied once every event before it is (the authors' states then
+route later deletes to this follower), and only if its read saw every seq
+up to the fence (``as_of``): otherwise it may still hold an unfollowed
+author, or miss what fell below the horizon, and is redone.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from enum import IntEnum
+
+from fanout.model import events
+from fanout.model.author_state import AuthorState
+
+#: Entries kept beyond the cap, in timelines and in merges (the default of TIMELINE_SLACK).
+SLACK = 64
+
+
+class Op(IntEnum):
+    """Timeline mutations."""
+
+    ADD = 1  # merge tweets into owners' timelines (creating missing timelines)
+    REMOVE = 2  # remove tweets from owners' timelines
+    RESET = 3  # merge a refill from the system of record (fenced by seq)
+    DELETE_BODY = 4  # drop tweet bodies from the tweet cache (before anything else)
+    LIST = 5  # set a pulled author's list to its newest tweets (before any timeline op)
+    PULL = 6  # the owners read ``authors[0]`` from its list: its tweets leave their timelines
+    UNPULL = 7  # the owners stop reading ``authors[0]``'s list: its tweets are merged in
+
+
+#: A pulled author goes back to push below this share of the threshold (in
+#: tenths): an author hovering at the threshold does not flip at every follow.
+PUSH_BACK_TENTHS = 9
+
+
+@dataclass(frozen=True, slots=True)
+class Mutation:
+    op: Op
+    owners: tuple[int, ...] = ()
+    tweets: tuple[int, ...] = ()  # ascending
+    #: ADD / RESET: the merged list leaves out older tweets below this (0: it is whole).
+    horizon: int = 0
+    #: The seq of the event it comes from (0 for a tweet's removal: a delete).
+    seq: int = 0
+    #: RESET: every seq up to this one was visible to the database's read.
+    as_of: int = 0
+    #: PULL / UNPULL: the pulled author. RESET: the authors the database's read
+    #: left out (those the owner read from their lists then).
+    authors: tuple[int, ...] = ()
+
+    @property
+    def deliveries(self) -> int:
+        return len(self.owners) * len(self.tweets)
+
+
+def newest(tweets: Sequence[int], keep: int) -> tuple[tuple[int, ...], int]:
+    """The newest ``keep`` of ``tweets`` (ascending) and their horizon: the
+    oldest of them when older ones were left out, else 0."""
+    if len(tweets) <= keep:
+        return tuple(tweets), 0
+    kept = tuple(tweets[-keep:])
+    return kept, kept[0]
+
+
+@dataclass
+class JoinResult:
+    state: AuthorState
+    #: Bodies to put in the tweet cache (before the mutations are applied).
+    bodies: dict[int, bytes]
+    mutations: list[Mutation]
+    changed: bool
+    #: Events that changed nothing (duplicates from a relay re-send, self unfollows).
+    ignored: int
+
+
+def pulled_at(followers: int, threshold: int, pulled: bool) -> bool:
+    """Whether an author with ``followers`` followers is pulled: from
+    ``threshold`` followers on, and back to push below
+    :data:`PUSH_BACK_TENTHS` tenths of it (a threshold of 0: never)."""
+    if threshold <= 0:
+        return False
+    if pulled:
+        return followers * 10 >= threshold * PUSH_BACK_TENTHS
+    return followers >= threshold
+
+
+def join_events(
+    author_id: int,
+    state: AuthorState,
+    envelopes: Iterable[events.Envelope],
+    *,
+    cap: int,
+    slack: int = SLACK,
+    pull_threshold: int = 0,
+) -> JoinResult:
+    """Apply one key's events (in ``seq`` order) to its state (whose follower
+    set it may change: pass a state of your own).
+
+    An author with ``pull_threshold`` followers or more is *pulled*
+    (:func:`pulled_at`): its tweets go to its own timeline and to one list
+    (``Op.LIST``, its newest ``cap + slack``), which each follower's read
+    merges in; crossing the threshold moves every follower's share of its
+    tweets between the timeline and the list (``Op.PULL`` / ``Op.UNPULL``).
+    """
+    keep = cap + slack
+    # The followers are decoded only if needed: a pulled author's posts do not need them.
+    tweets, pulled = list(state.tweets), state.pulled
+    bodies: dict[int, bytes] = {}
+    out: list[Mutation] = []
+    ignored = 0
+    changed = False
+    listed = False  # the author's list changed: written once, at the end
+
+    # Sorted once per call and again only after a follow or an unfollow: an
+    # author with a million followers who posts pays for one sort, not one per tweet.
+    cached: list[tuple[int, ...]] = []
+
+    def audience() -> tuple[int, ...]:
+        if pulled:
+            return (author_id,)
+        if not cached:
+            cached.append(tuple(sorted(state.followers | {author_id})))
+        return cached[0]
+
+    def cross(seq: int) -> None:
+        """Move between push and pull when the follower count says so."""
+        nonlocal pulled, listed, changed
+        now = pulled_at(state.follower_count, pull_threshold, pulled)
+        if now == pulled:
+            return
+        pulled, changed = now, True
+        cached.clear()
+        owners = tuple(sorted(state.followers))
+        merged, horizon = newest(tweets, keep)
+        if pulled:
+            listed = True
+            out.append(Mutation(Op.PULL, owners, merged, 0, seq, authors=(author_id,)))
+        else:
+            out.append(Mutation(Op.UNPULL, owners, merged, horizon, seq, authors=(author_id,)))
+
+    for envelope in sorted(envelopes, key=lambda e: e.seq):
+        ev, seq = envelope.event, envelope.seq
+        if ev.join_key != author_id:
+            raise ValueError(f"event {ev!r} routed to key {author_id}")
+        if isinstance(ev, events.TweetPosted):
+            at = bisect.bisect_left(tweets, ev.tweet_id)
+            if at < len(tweets) and tweets[at] == ev.tweet_id:
+                ignored += 1
+                continue
+            tweets.insert(at, ev.tweet_id)
+            changed = True
+            listed = listed or pulled
+            bodies[ev.tweet_id] = events.tweet_json(ev)
+            out.append(Mutation(Op.ADD, audience(), (ev.tweet_id,), 0, seq))
+        elif isinstance(ev, events.TweetDeleted):
+            at = bisect.bisect_left(tweets, ev.tweet_id)
+            if at < len(tweets) and tweets[at] == ev.tweet_id:
+                del tweets[at]
+                changed = True
+            listed = listed or pulled
+            bodies.pop(ev.tweet_id, None)
+            out.append(Mutation(Op.DELETE_BODY, (), (ev.tweet_id,)))
+            out.append(Mutation(Op.REMOVE, audience(), (ev.tweet_id,)))
+        elif isinstance(ev, events.Followed):
+            follower = ev.follower_id
+            if follower != author_id and follower not in state.followers:
+                state.followers.add(follower)
+                changed = True
+                cached.clear()
+            # Also for a known follower (a relay re-send): merging again is harmless.
+            if pulled and follower != author_id:
+                out.append(Mutation(Op.PULL, (follower,), (), 0, seq, authors=(author_id,)))
+            else:
+                merged, horizon = newest(tweets, keep)
+                out.append(Mutation(Op.ADD, (follower,), merged, horizon, seq))
+        elif isinstance(ev, events.Unfollowed):
+            if ev.follower_id == author_id or ev.follower_id not in state.followers:
+                ignored += 1
+                continue
+            state.followers.discard(ev.follower_id)
+            changed = True
+            cached.clear()
+            if pulled:  # nothing of the author is in the timeline: only the fence moves
+                out.append(Mutation(Op.UNPULL, (ev.follower_id,), (), 0, seq, authors=(author_id,)))
+            else:
+                removed = newest(tweets, keep)[0]
+                out.append(Mutation(Op.REMOVE, (ev.follower_id,), removed, 0, seq))
+        elif isinstance(ev, events.TimelineReset):
+            out.append(
+                Mutation(
+                    Op.RESET, (ev.owner_id,), ev.tweet_ids, ev.horizon, seq, ev.as_of, ev.pulled
+                )
+            )
+            continue
+        cross(seq)
+    if listed:
+        merged, horizon = newest(tweets, keep)
+        out.insert(0, Mutation(Op.LIST, (author_id,), merged, horizon))
+    return JoinResult(
+        state=state.replaced(tweets, pulled),
+        bodies=bodies,
+        mutations=coalesce(out),
+        changed=changed,
+        ignored=ignored,
+    )
+
+
+def coalesce(mutations: list[Mutation]) -> list[Mutation]:
+    """Merge adjacent tweet ADDs to the same owners (an author posting several
+    tweets in one micro-batch becomes one write per follower).
+
+    Linear in the tweets: a run's ids are gathered first and sorted once (an
+    author posting k tweets in a batch used to cost k sorted merges), and the
+    owners, one cached tuple per audience, compare by identity first."""
+    out: list[Mutation] = []
+    runs: dict[int, tuple[set[int], int]] = {}  # index in out -> (ids, highest seq)
+    for m in mutations:
+        prev = out[-1] if out else None
+        if (
+            prev is not None
+            and m.op is Op.ADD
+            and prev.op is Op.ADD
+            and prev.horizon == m.horizon == 0
+            and (prev.owners is m.owners or prev.owners == m.owners)
+        ):
+            at = len(out) - 1
+            ids, seq = runs.get(at) or (set(prev.tweets), prev.seq)
+            ids.update(m.tweets)
+            runs[at] = (ids, max(seq, m.seq))
+        else:
+            out.append(m)
+    for at, (ids, seq) in runs.items():
+        out[at] = Mutation(Op.ADD, out[at].owners, tuple(sorted(ids)), 0, seq)
+    return out
+
+
+# --- the same view computed in one pass (the rebuild) ----------------------------------
+
+
+def rebuilt_timeline(
+    ids: Iterable[int], *, cap: int, slack: int = SLACK, floor: int = 0
+) -> tuple[int, list[int]]:
+    """(horizon, ids ascending) of a timeline computed from scratch.
+
+    ``ids`` are each followed author's newest ``cap + slack`` tweets (what a
+    follow merges); ``floor`` is the highest of their horizons (below it an
+    author's older tweets are not among them). Kept: the newest ``cap + slack``
+    at or above ``floor``, which are at least ``cap + slack`` whenever the
+    floor is not 0, so the result is never short. The horizon is ``floor``,
+    or the oldest kept id when older ones were cut.
+    """
+    return distinct_timeline(
+        sorted({i for i in ids if i >= floor}), cap=cap, slack=slack, floor=floor
+    )
+
+
+def distinct_timeline(
+    ids: Sequence[int], *, cap: int, slack: int = SLACK, floor: int = 0
+) -> tuple[int, list[int]]:
+    """:func:`rebuilt_timeline` of ``ids`` that are already distinct, ascending
+    and at or above ``floor`` (a rebuild prepares them in bulk)."""
+    kept, horizon = newest(ids, cap + slack)
+    return max(horizon, floor), list(kept)
+
+
+def rebuilt_author_state(
+    author_id: int, followers: Iterable[int], live_tweets: Iterable[int], *, pull_threshold: int = 0
+) -> AuthorState:
+    """An author's join state computed from the current tables: what
+    :func:`join_events` holds after replaying the author's history (pulled
+    from ``pull_threshold`` followers on: a rebuild forgets the hysteresis)."""
+    audience = {f for f in followers if f != author_id}
+    return AuthorState(
+        followers=audience,
+        tweets=sorted(set(live_tweets)),
+        pulled=pulled_at(len(audience), pull_threshold, False),
+    )

@@ -1,0 +1,2 @@
+"""The timeline store: the one owner of the Redis layout (keys, encodings, Lua
+scripts, connections, generations, reads and writes)."""

@@ -1,0 +1,106 @@
+"""The timeline store's bulk writes and reads by owner: what a rebuild writes
+(timelines, lists, pulled sets, bodies, tombstones) and reads back, pipelined
+per node, ``MSET`` per shard.
+
+Part of :class:`fanout.store.timelines.TimelineStore`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from fanout.store import keys
+from fanout.store.ops import HEADER, IDLE, entries_in
+from fanout.store.redis_conn import Client, Command, command, run
+
+
+class TimelineBulk:
+    """Bulk writes and reads of the timeline store (mixed into it)."""
+
+    redis: Client
+    shards: keys.Shards
+    one_shard: bool
+
+    def write_timelines(self, generation: int, timelines: Iterable[tuple[int, bytes]]) -> int:
+        """Set packed timelines (a rebuild's output), pipelined; returns how many."""
+        tag = self.shards.tag_of
+        return self._set_many((keys.timeline(generation, o, tag(o)), p) for o, p in timelines)
+
+    def write_lists(self, generation: int, lists: Iterable[tuple[int, bytes]]) -> int:
+        """Set pulled authors' packed lists (a rebuild's output); returns how many."""
+        tag = self.shards.tag_of
+        return self._set_many((keys.author_list(generation, a, tag(a)), p) for a, p in lists)
+
+    def write_pulls(self, generation: int, pulls: Iterable[tuple[int, Sequence[int]]]) -> int:
+        """Set each owner's pulled authors (a rebuild's output) in a generation
+        being built, 2,000 owners per round trip; returns how many owners. The
+        sets are new (a generation's number is never used twice), and a task
+        run again adds the same authors: a ``SADD`` alone sets them."""
+        n = 0
+        commands: list[Command] = []
+        for owner, authors in pulls:
+            key = keys.pulls(generation, owner, self.shards.tag_of(owner))
+            commands.append(command("SADD", key, *authors))
+            n += 1
+            if len(commands) >= 2000:
+                run(self.redis, commands, per_trip=2000)
+                commands.clear()
+        run(self.redis, commands, per_trip=2000)
+        return n
+
+    def write_bodies(self, bodies: Iterable[tuple[int, bytes]]) -> int:
+        """Put tweet bodies in the cache. A body never changes, and the fanout
+        job writes the same bytes (``events.tweet_json``), so overwriting one
+        that is there changes nothing."""
+        return self._set_many((keys.tweet(t, self.shards.tag_of(t)), b) for t, b in bodies)
+
+    def _set_many(self, items: Iterable[tuple[str, bytes]]) -> int:
+        """SET each key, 1,000 per ``MSET`` (per shard); returns how many. One
+        command per thousand keys costs the client a fifth of what a pipeline
+        of single SETs does (measured: ~850,000 against ~165,000 keys/s)."""
+        n = 0
+        per_shard: dict[int, list[str | bytes]] = {}
+        pending = 0
+        for key, value in items:
+            chunk = per_shard.setdefault(keys.slot(key) if not self.one_shard else 0, [])
+            chunk += (key, value)
+            n += 1
+            pending += 1
+            if pending >= 16_000:
+                self._mset(per_shard)
+                per_shard.clear()
+                pending = 0
+        self._mset(per_shard)
+        return n
+
+    def _mset(self, per_shard: Mapping[int, list[str | bytes]]) -> None:
+        commands: list[Command] = []
+        for chunk in per_shard.values():
+            for start in range(0, len(chunk), 2000):
+                pairs = chunk[start : start + 2000]
+                commands.append(command("MSET", str(pairs[0]), *pairs[1:]))
+        run(self.redis, commands, per_trip=16)
+
+    def timeline_lengths(self, generation: int, owners: Sequence[int]) -> list[int | None]:
+        """How many ids each of ``owners``' timelines holds, from its size alone
+        (``STRLEN``, pipelined: no timeline travels): None where there is none,
+        -1 where it was dropped (an idle user's tombstone)."""
+        sizes = self._per_timeline(generation, owners, "STRLEN")
+        return [None if not n else -1 if n < HEADER.size else entries_in(n) for n in sizes]
+
+    def _per_timeline(self, generation: int, owners: Sequence[int], name: str) -> list[Any]:
+        """Command ``name`` on each of the owners' timeline keys, 1,000 per round trip."""
+        tag = self.shards.tag_of
+        names = [keys.timeline(generation, o, tag(o)) for o in owners]
+        return run(self.redis, [command(name, k) for k in names])
+
+    def dropped(self, generation: int, owners: Sequence[int]) -> set[int]:
+        """Those of ``owners`` whose timeline was dropped (idle users), pipelined."""
+        lengths = self.timeline_lengths(generation, owners)
+        return {o for o, n in zip(owners, lengths, strict=True) if n == -1}
+
+    def write_dropped(self, generation: int, owners: Iterable[int]) -> int:
+        """Write dropped timelines (tombstones), as a rebuild keeps idle users idle."""
+        tag = self.shards.tag_of
+        return self._set_many((keys.timeline(generation, o, tag(o)), IDLE) for o in owners)

@@ -1,0 +1,482 @@
+-- Apply a batch's timeline operations (fanout.store.timelines.TimelineStore.apply).
+-- Arguments (after the prefixes): generation, cap, slack, then operations
+-- (see fanout/store/ops.py encode_ops):
+--   4 packed-ids                     delete tweet bodies (comes first)
+--   3 tweet-id body                  put a tweet body
+--   1 owner horizon seq packed-ids   merge tweets into a timeline (creating it)
+--   2 owner seq packed-ids           remove tweets from a timeline
+--   5 owner horizon seq as_of ids    a refill from the database: kept until the
+--                                    watermark reaches its seq (see below)
+--   6 watermark deleted-ids          apply the kept refills up to the watermark,
+--                                    leaving out the tweets deleted since (packed ids)
+--   7 author horizon packed-ids      set a pulled author's list
+--   8 owner seq author packed-ids    the owner reads the author's list: the ids
+--                                    leave the timeline (fenced, as by an unfollow)
+--   9 owner horizon seq author       the owner stops reading the author's list:
+--     list-version ids               the ids are merged in (an unfollow: none, a fence)
+-- Every key a call touches is in its shard (the tag T): the caller groups the
+-- operations by the shard of their owner, author or tweet, and reads what a call
+-- needs from other shards beforehand (the deleted tweets, a list's version).
+-- Returns {added, removed, created, short, skipped}. Every operation is idempotent.
+--
+-- Idle users' timelines are dropped: a tombstone (IDLE) takes their place and
+-- no write goes to it (`skipped`); a user coming back reads from the database
+-- while a reset regenerates the timeline. While that regeneration is pending
+-- (its key exists), the timeline is a placeholder: adds and removals land in
+-- it (a removal creates it, to carry its fence), and the reset completes it
+-- with the higher of the two horizons (the placeholder misses what came
+-- before the regeneration was asked for); a stale one is asked for again
+-- through the refill set, the timeline cold until the new one is applied.
+--
+-- A refill waits for every event before it to be applied: its tweets are
+-- merged only when the authors' states that route their deletes already know
+-- this follower. Its read saw every seq up to `as_of`; if the fence has passed
+-- that (an unfollow, or entries fallen below the horizon, that the read may
+-- not have seen) it is dropped and asked for again; so is one whose read left
+-- out other pulled authors than the owner reads now. Its tweets deleted since
+-- (their bodies are gone; the caller names them) are skipped.
+--
+-- Pulled authors (fanout.model.join): their followers' timelines hold none of their
+-- tweets; each follower's set of pulled authors (P.pulls) names the lists
+-- (P.list) its reads merge in (fanout/store/lua/merged.lua). Moving an author in or
+-- out of that set bumps the timeline's version by more than the list's: the
+-- merged version (the sum) still only grows.
+--
+-- A timeline holds exactly the join's tweets at or above its horizon. When it
+-- outgrows cap + slack it keeps its newest cap + slack/2. When removals leave
+-- fewer than cap entries above a horizon (a short timeline), its owner goes
+-- into the refill set; the web tier answers it with a reset.
+
+local gen, cap, slack = arg(1), tonumber(arg(2)), tonumber(arg(3))
+if redis.call('EXISTS', P.generation .. gen .. T) == 0 then
+  return redis.error_reply('NOGEN generation ' .. gen .. ' is not in Redis (was Redis flushed?)')
+end
+local limit = cap + slack
+local keep = cap + math.floor(slack / 2)
+local added, removed, created, short, skipped = 0, 0, 0, 0, 0
+
+local function regeneration(owner) return P.regeneration .. gen .. ':' .. T .. owner end
+local function pulls(owner) return P.pulls .. gen .. ':' .. T .. owner end
+local function list_key(author) return P.list .. gen .. ':' .. T .. author end
+local function pending(owner) return redis.call('EXISTS', regeneration(owner)) == 1 end
+
+-- Ids in bulk: one struct call per BULK of them, half the cost of a call per
+-- id (Lua's stack bounds how many one call takes).
+local BULK = 500
+local formats = {}
+local function format(m)
+  local f = formats[m]
+  if not f then
+    f = '>' .. string.rep('I8', m)
+    formats[m] = f
+  end
+  return f
+end
+
+-- The `k` ids packed in `s` from its byte `from` on, as numbers.
+local function unpack_ids(s, from, k)
+  if k <= BULK then
+    local got = {struct.unpack(format(k), s, from)}
+    got[k + 1] = nil  -- where the next id would start
+    return got
+  end
+  local out, o = {}, 0
+  while k > 0 do
+    local m = math.min(k, BULK)
+    local got = {struct.unpack(format(m), s, from)}
+    for x = 1, m do out[o + x] = got[x] end
+    from, k, o = got[m + 1], k - m, o + m
+  end
+  return out
+end
+
+local function pack_ids(ids)
+  local parts = {}
+  for x = 1, #ids, BULK do
+    local y = math.min(#ids, x + BULK - 1)
+    parts[#parts + 1] = struct.pack(format(y - x + 1), unpack(ids, x, y))
+  end
+  return table.concat(parts)
+end
+
+-- The ids packed in `blob`, as numbers.
+local function ids_of(blob) return unpack_ids(blob, 1, #blob / 8) end
+
+-- The newest id a timeline holds or held: an entry arriving below it is late.
+local function ceiling(h, ids) return math.max(h.top, ids[#ids] or 0) end
+
+local function check_short(owner, h, n)
+  if n < cap and h.horizon > 0 then
+    redis.call('SADD', P.refill .. T, owner)
+    short = short + 1
+  end
+end
+
+-- The fence: the newest seq that removed entries or had entries fall below the
+-- horizon (a merge's horizon, a trim). A reset older than it may miss them, or
+-- hold what was removed.
+local function fence(h, seq) if seq > h.fence then h.fence = seq end end
+
+-- Write a timeline, trimmed to its newest `keep` entries when over `limit`.
+local function store(key, h, ids, seq)
+  if #ids > limit then
+    local kept = {}
+    for i = #ids - keep + 1, #ids do kept[#kept + 1] = ids[i] end
+    ids = kept
+    h.horizon = ids[1]
+    fence(h, seq)
+  end
+  if h.top ~= 0 and ids[#ids] ~= nil and ids[#ids] >= h.top then h.top = 0 end
+  redis.call('SET', key, encode(h, ids))
+  return #ids
+end
+
+-- Merge `new` (ascending) into `ids`, skipping ids below `floor`.
+-- Returns the merged list, how many were added, and whether one arrived late.
+local function merge(ids, new, floor, top)
+  local merged, i, j, n, late = {}, 1, 1, 0, false
+  while i <= #ids or j <= #new do
+    local a, b = ids[i], new[j]
+    if b ~= nil and b < floor then j = j + 1
+    elseif b == nil or (a ~= nil and a < b) then merged[#merged + 1] = a; i = i + 1
+    elseif a == b then merged[#merged + 1] = a; i = i + 1; j = j + 1
+    else
+      merged[#merged + 1] = b; j = j + 1; n = n + 1
+      if b < top then late = true end
+    end
+  end
+  return merged, n, late
+end
+
+local function add_slow(owner, key, s, new, hm, seq)
+  local h, ids = new_header(), {}
+  if s then h, ids = decode(s) else created = created + 1 end
+  local top = ceiling(h, ids)
+  if hm > h.horizon then
+    h.horizon = hm
+    local kept = {}
+    for i = 1, #ids do if ids[i] >= hm then kept[#kept + 1] = ids[i] end end
+    ids = kept
+    fence(h, seq)
+  end
+  -- A merge that leaves out older tweets (hm > 0), or drops some below the
+  -- horizon, fences: a reset read before it has neither, and may not lower
+  -- the horizon over them.
+  if hm > 0 or (#new > 0 and new[1] < h.horizon) then fence(h, seq) end
+  local merged, n, late = merge(ids, new, h.horizon, s and top or 0)
+  if late then h.version = h.version + 1 end
+  check_short(owner, h, store(key, h, merged, seq))
+  return n
+end
+
+-- Trim after an APPEND: keep the newest `keep` (a new horizon, the fence moved).
+local function trim(key, len, seq)
+  if len > HEADER + limit * 8 then
+    local h = read_header(redis.call('GETRANGE', key, 0, HEADER - 1))
+    local tail = redis.call('GETRANGE', key, len - keep * 8, -1)
+    h.horizon = upk(tail, 1)
+    fence(h, seq)
+    redis.call('SET', key, pack_header(h) .. tail)
+  end
+end
+
+-- Insert ids into a timeline without a horizon change, rewriting only the
+-- entries from the first new id on (SETRANGE): for ids a little older than
+-- the newest (a tweet that arrived late, a write that follows another of the
+-- same micro-batch), that is a handful of entries, not 800. A micro-batch's
+-- posts reach a timeline in one write, an append (spark/stream/bundles.py routes
+-- every timeline to one task), but a follow's merge of older tweets and a
+-- batch run again take this path, so it
+-- reads what it needs and decodes and packs in bulk: `t` holds the entries
+-- `base` to `n` (the newest ones, or all of them), packed from its byte
+-- `off` + 1. Returns nil, having written nothing, when the first new id is
+-- older than every entry of `t` but `t` does not start at the oldest entry:
+-- the caller then passes the whole timeline.
+local function add_inside(key, h, n, t, off, base, blob, seq)
+  local new, below = ids_of(blob), false
+  if new[1] ~= nil and new[1] < h.horizon then  -- ascending: those below come first
+    local all = new
+    new, below = {}, true
+    for _, id in ipairs(all) do if id >= h.horizon then new[#new + 1] = id end end
+  end
+  local lo, hi = base, n
+  if #new > 0 then
+    while lo <= hi do
+      local mid = math.floor((lo + hi) / 2)
+      if upk(t, off + (mid - base) * 8 + 1) < new[1] then lo = mid + 1 else hi = mid - 1 end
+    end
+    if lo == base and base > 1 then return nil end
+  end
+  if below and seq > h.fence then
+    fence(h, seq)
+    redis.call('SETRANGE', key, 8, pk(h.fence))
+  end
+  if #new == 0 then return 0 end
+  local old = unpack_ids(t, off + (lo - base) * 8 + 1, n - lo + 1)  -- entries lo to n
+  local top = math.max(h.top, old[#old] or (n > 0 and upk(t, off + (n - base) * 8 + 1)) or 0)
+  -- m counts the merged ids (cheaper than the length operator in this loop).
+  local merged, m, n_added, late, i, a = {}, 0, 0, false, 1, old[1]
+  for j = 1, #new do
+    local b = new[j]
+    while a ~= nil and a < b do
+      m = m + 1
+      merged[m] = a
+      i = i + 1
+      a = old[i]
+    end
+    if a ~= b then
+      m = m + 1
+      merged[m] = b
+      n_added = n_added + 1
+      if b < top then late = true end
+    end
+  end
+  if n_added == 0 then return 0 end
+  for x = i, #old do
+    m = m + 1
+    merged[m] = old[x]
+  end
+  if late then h.version = h.version + 1 end
+  if h.top ~= 0 and new[#new] >= h.top then h.top = 0 end
+  redis.call('SETRANGE', key, 0, pack_header(h))
+  trim(key, redis.call('SETRANGE', key, HEADER + (lo - 1) * 8, pack_ids(merged)), seq)
+  return n_added
+end
+
+-- Merge packed ids (ascending). A plain add of the newest tweets is an APPEND.
+local function add(owner, key, blob, hm, seq)
+  local s_len = redis.call('STRLEN', key)
+  if s_len > 0 and s_len < HEADER then  -- a tombstone
+    if not pending(owner) then
+      skipped = skipped + 1
+      return 0
+    end
+    s_len = 0  -- a placeholder replaces it
+  end
+  if hm == 0 and s_len > 0 then
+    if #blob == 0 then return 0 end
+    local h = read_header(redis.call('GETRANGE', key, 0, HEADER - 1))
+    local n = (s_len - HEADER) / 8
+    local last = n > 0 and upk(redis.call('GETRANGE', key, -8, -1)) or 0
+    local first = upk(blob, 1)
+    if first > math.max(h.top, last) and first >= h.horizon then
+      local len = redis.call('APPEND', key, blob)
+      if h.top ~= 0 then redis.call('SETRANGE', key, 16, pk(0)) end
+      trim(key, len, seq)
+      return #blob / 8
+    end
+    -- The newest entries first: another executor's share of this batch is there.
+    local window = 2 * #blob / 8 + 8
+    if n > window then
+      local t = redis.call('GETRANGE', key, s_len - window * 8, -1)
+      local added_here = add_inside(key, h, n, t, 0, n - window + 1, blob, seq)
+      if added_here ~= nil then return added_here end
+    end
+    return add_inside(key, h, n, redis.call('GET', key), HEADER, 1, blob, seq)
+  end
+  return add_slow(owner, key, s_len > 0 and redis.call('GET', key) or nil, ids_of(blob), hm, seq)
+end
+
+local function remove(owner, key, blob, seq)
+  local s = redis.call('GET', key)
+  if not s or #s < HEADER then
+    -- A pending regeneration's reset may predate this removal: the fence says so.
+    if seq > 0 and pending(owner) then
+      local h = new_header()
+      h.fence = seq
+      redis.call('SET', key, encode(h, {}))
+      created = created + 1
+    end
+    return 0
+  end
+  if #blob == 0 then  -- nothing to remove (a pulled author's unfollow): only the fence
+    if seq > upk(s, 9) then redis.call('SETRANGE', key, 8, pk(seq)) end
+    return 0
+  end
+  local h, ids = decode(s)
+  local drop = {}
+  for pos = 1, #blob, 8 do drop[upk(blob, pos)] = true end
+  local kept = {}
+  for i = 1, #ids do if not drop[ids[i]] then kept[#kept + 1] = ids[i] end end
+  local gone = #ids - #kept
+  if gone == 0 and seq <= h.fence then return 0 end
+  if gone > 0 and kept[#kept] ~= ids[#ids] then h.top = math.max(h.top, ids[#ids]) end
+  fence(h, seq)
+  redis.call('SET', key, encode(h, kept))
+  check_short(owner, h, #kept)
+  return gone
+end
+
+-- Whether the owner reads exactly these pulled authors' lists (packed ids).
+local function same_pulls(owner, blob)
+  local have = redis.call('SMEMBERS', pulls(owner))
+  if #have ~= #blob / 8 then return false end
+  local set = {}
+  for _, author in ipairs(have) do set[tonumber(author)] = true end
+  for pos = 1, #blob, 8 do
+    if not set[upk(blob, pos)] then return false end
+  end
+  return true
+end
+
+-- A refill from the database: its entries whose bodies exist (a body gone is a
+-- tweet deleted since) merged in, the horizon lowered to what it covers. A
+-- refill older than the timeline's last unfollow may still hold that author:
+-- it is dropped and asked for again. Onto a placeholder (a regeneration is
+-- pending) the horizon is the higher one, and the regeneration is over; a
+-- stale one is asked for again (the refill task names the new reset's seq).
+local function reset(owner, key, blob, hr, seq, as_of, pulled, deleted)
+  local s = redis.call('GET', key)
+  local regen = regeneration(owner)
+  local placeholder = pending(owner)
+  if s and #s < HEADER then  -- a tombstone
+    if not placeholder then  -- a refill for a timeline dropped since
+      skipped = skipped + 1
+      return 0
+    end
+    s = nil
+  end
+  local h, ids = new_header(), {}
+  if s then h, ids = decode(s) end
+  if (s and h.fence > as_of) or not same_pulls(owner, pulled) then  -- stale
+    if placeholder then  -- asked for again; reads stay cold until the refill task's
+      redis.call('SET', regen, num(2 ^ 53 - 1), 'KEEPTTL')  -- reset names its seq
+      redis.call('SADD', P.refill .. T, owner)
+      short = short + 1
+    elseif s then  -- asked for again if the timeline is still short
+      check_short(owner, h, #ids)
+    end
+    return 0
+  end
+  if not s then created = created + 1 end
+  if placeholder then redis.call('DEL', regen) end
+  local new = {}
+  for pos = 1, #blob, 8 do
+    local id = upk(blob, pos)
+    if not deleted[id] then new[#new + 1] = id end
+  end
+  local top = s and ceiling(h, ids) or 0
+  if not s then
+    h.horizon = hr
+  elseif not placeholder then
+    h.horizon = math.min(h.horizon, hr)
+  elseif hr > h.horizon then
+    h.horizon = hr
+    local kept = {}
+    for i = 1, #ids do if ids[i] >= hr then kept[#kept + 1] = ids[i] end end
+    if #kept < #ids then fence(h, seq) end
+    ids = kept
+  end
+  local merged, n, late = merge(ids, new, h.horizon, top)
+  if late then h.version = h.version + 1 end
+  check_short(owner, h, store(key, h, merged, seq))
+  return n
+end
+
+local function release(watermark, gone)
+  local key = P.resets .. gen .. T
+  local due = redis.call('ZRANGEBYSCORE', key, '-inf', watermark)
+  if #due == 0 then return end  -- no write: most batches have no reset to release
+  local deleted = {}
+  for _, id in ipairs(ids_of(gone)) do deleted[id] = true end
+  for _, member in ipairs(due) do
+    local owner, hr, seq, as_of = upk(member, 1), upk(member, 9), upk(member, 17), upk(member, 25)
+    local ids_at = 41 + upk(member, 33) * 8
+    added = added + reset(num(owner), P.timeline .. gen .. ':' .. T .. num(owner),
+                          string.sub(member, ids_at), hr, seq, as_of,
+                          string.sub(member, 41, ids_at - 1), deleted)
+  end
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', watermark)
+end
+
+-- A pulled author's list: its newest tweets and their horizon, as the job
+-- computed them. An id new to it below the newest it held arrived late.
+local function set_list(author, hm, blob)
+  local key = list_key(author)
+  local old = redis.call('GET', key)
+  local h, ids = new_header(), ids_of(blob)
+  if old and #old >= HEADER then
+    local oh, held = decode(old)
+    local top = ceiling(oh, held)
+    local had = {}
+    for _, id in ipairs(held) do had[id] = true end
+    h.version = oh.version
+    for _, id in ipairs(ids) do
+      if id < top and not had[id] then h.version = h.version + 1; break end
+    end
+    if (ids[#ids] or 0) < top then h.top = top end
+  end
+  h.horizon = hm
+  redis.call('SET', key, encode(h, ids))
+end
+
+-- Add n to a timeline's version (pollers re-read), if it is in Redis.
+local function bump(key, n)
+  if redis.call('STRLEN', key) >= HEADER then
+    redis.call('SETRANGE', key, 24, pk(upk(redis.call('GETRANGE', key, 24, 31)) + n))
+  end
+end
+
+-- The owner now reads the author's list: the author's tweets leave its timeline.
+local function pull(owner, key, author, blob, seq)
+  redis.call('SADD', pulls(owner), author)
+  local n = remove(owner, key, blob, seq)
+  bump(key, 1)
+  return n
+end
+
+-- The owner stops reading the author's list: its tweets (if any: none after
+-- an unfollow) are merged into the timeline, which is fenced either way. The
+-- list's version (in the author's shard) leaves the merged version: the
+-- timeline's takes it over.
+local function unpull(owner, key, author, listed, blob, hm, seq)
+  local gone = redis.call('SREM', pulls(owner), author) == 1
+  local n = 0
+  if #blob > 0 then n = add(owner, key, blob, hm, seq) else remove(owner, key, blob, seq) end
+  bump(key, 1 + (gone and listed or 0))
+  return n
+end
+
+local timelines = P.timeline .. gen .. ':' .. T
+local i = 4
+while i <= nargs() do
+  local op = arg(i)
+  if op == '1' then                       -- add: owner, horizon, seq, packed ids
+    added = added + add(arg(i + 1), timelines .. arg(i + 1), arg(i + 4),
+                        tonumber(arg(i + 2)), tonumber(arg(i + 3)))
+    i = i + 5
+  elseif op == '2' then                   -- remove: owner, seq, packed ids
+    removed = removed + remove(arg(i + 1), timelines .. arg(i + 1), arg(i + 3),
+                               tonumber(arg(i + 2)))
+    i = i + 4
+  elseif op == '5' then                   -- reset: owner, horizon, seq, as_of, pulled, ids
+    local member = pk(tonumber(arg(i + 1))) .. pk(tonumber(arg(i + 2)))
+                   .. pk(tonumber(arg(i + 3))) .. pk(tonumber(arg(i + 4)))
+                   .. pk(#arg(i + 5) / 8) .. arg(i + 5) .. arg(i + 6)
+    redis.call('ZADD', P.resets .. gen .. T, arg(i + 3), member)
+    i = i + 7
+  elseif op == '7' then                   -- a pulled author's list: author, horizon, ids
+    set_list(arg(i + 1), tonumber(arg(i + 2)), arg(i + 3))
+    i = i + 4
+  elseif op == '8' then                   -- pull: owner, seq, author, packed ids
+    removed = removed + pull(arg(i + 1), timelines .. arg(i + 1), arg(i + 3), arg(i + 4),
+                             tonumber(arg(i + 2)))
+    i = i + 5
+  elseif op == '9' then                   -- unpull: owner, horizon, seq, author, version, ids
+    added = added + unpull(arg(i + 1), timelines .. arg(i + 1), arg(i + 4),
+                           tonumber(arg(i + 5)), arg(i + 6),
+                           tonumber(arg(i + 2)), tonumber(arg(i + 3)))
+    i = i + 7
+  elseif op == '6' then                   -- release the resets up to a watermark
+    release(arg(i + 1), arg(i + 2))
+    i = i + 3
+  elseif op == '3' then                   -- put a tweet body: id, body
+    redis.call('SET', P.tweet .. T .. arg(i + 1), arg(i + 2))
+    i = i + 3
+  else                                    -- 4: delete tweet bodies: packed ids
+    local blob = arg(i + 1)
+    for pos = 1, #blob, 8 do redis.call('DEL', P.tweet .. T .. num(upk(blob, pos))) end
+    i = i + 2
+  end
+end
+return {added, removed, created, short, skipped}

@@ -1,0 +1,404 @@
+"""Pure encoding of timeline writes and of the packed timeline format.
+
+A timeline in Redis is a string: a 32-byte header, then tweet ids as 8-byte
+big-endian integers in ascending order (docs/decisions.md D10 has the
+measurements behind the format). The header holds four 8-byte big-endian
+numbers:
+
+| field | meaning |
+| --- | --- |
+| horizon | the timeline holds exactly the join's tweets at or above it (0: all of them) |
+| fence | the newest ``seq`` that removed entries or left some out below the horizon |
+| top | the newest id it ever held, while that entry is gone (0: its newest entry) |
+| version | how many writes brought an entry below ``top``: pollers re-read on a change |
+
+A pulled author's list (fanout.model.join) has the same format: its newest
+tweets, its horizon, and a version of its own.
+
+An idle user's timeline is dropped: the string ``idle`` (:data:`IDLE`,
+shorter than any header) takes its place, and no write goes to it until the
+user is back and it is regenerated.
+
+This module turns a batch's mutations into the arguments of the apply
+script (``fanout/store/lua/apply.lua``) and packs and unpacks timelines; it does
+no I/O.
+"""
+
+from __future__ import annotations
+
+import itertools
+import struct
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from fanout.model.join import Mutation, Op
+from fanout.store.keys import Shards
+
+HEADER = struct.Struct(">4Q")
+#: What a dropped timeline leaves (fanout/store/lua/packed.lua spells it too).
+IDLE = b"idle"
+
+
+class OpCode:
+    """Operation codes of the apply script."""
+
+    ADD = 1  # owner, horizon, seq, packed ids
+    REMOVE = 2  # owner, seq, packed ids
+    PUT_BODY = 3  # tweet id, body
+    DELETE_BODIES = 4  # packed ids
+    RESET = 5  # owner, horizon, seq, as_of, packed ids (kept until the watermark reaches seq)
+    RELEASE_RESETS = 6  # watermark, packed ids of the tweets deleted (left out)
+    LIST = 7  # author, horizon, packed ids (a pulled author's list)
+    PULL = 8  # owner, seq, author, packed ids (removed from the timeline)
+    UNPULL = 9  # owner, horizon, seq, author, the list's version, packed ids (merged in)
+
+
+class TimelineOp(NamedTuple):
+    """One timeline's share of a batch (a tuple: a celebrity's post makes a
+    million of them, and a tuple is made several times faster than a frozen
+    dataclass)."""
+
+    op: Op
+    owner: int
+    tweets: tuple[int, ...]  # ascending
+    horizon: int = 0
+    seq: int = 0
+    as_of: int = 0
+    authors: tuple[int, ...] = ()  # see Mutation.authors
+
+
+@dataclass(frozen=True, slots=True)
+class Header:
+    horizon: int = 0
+    fence: int = 0
+    top: int = 0
+    version: int = 0
+
+
+def group_by_timeline(
+    mutations: Iterable[Mutation], keep: int | None = None
+) -> tuple[list[TimelineOp], list[int]]:
+    """Regroup a batch's mutations per timeline, keeping each timeline's order.
+
+    Consecutive adds to one timeline merge (their ids united, the higher
+    horizon kept), and so do consecutive removes (the higher seq kept); an
+    add and a remove never swap, and resets stay as they are. A follower
+    receiving five tweets in a micro-batch then costs one write, not five.
+    With ``keep`` (``cap + slack``), a merged add keeps only its newest
+    ``keep`` ids, the oldest of them as its horizon: a user who follows
+    thousands of accounts in one batch gets one bounded write. Pulls and
+    unpulls stay as they are too.
+    Returns the timeline ops and the tweet ids whose bodies go (which the
+    store deletes before any timeline op, so a deleted tweet disappears from
+    every timeline at once). The pulled authors' lists (``Op.LIST``, the last
+    one of each author) come first: a follower's read finds a list before
+    its timeline says to read it.
+    """
+    deleted: list[int] = []
+    lists: dict[int, TimelineOp] = {}
+    timeline_mutations: list[Mutation] = []
+    plain_adds = True
+    for m in mutations:
+        op = m.op
+        if op is Op.DELETE_BODY:
+            deleted.extend(m.tweets)
+        elif op is Op.LIST:
+            lists[m.owners[0]] = TimelineOp(Op.LIST, m.owners[0], m.tweets, m.horizon)
+        else:
+            timeline_mutations.append(m)
+            plain_adds = plain_adds and op is Op.ADD and not m.as_of and not m.authors
+    out = list(lists.values())
+    if plain_adds:
+        out += _group_adds(timeline_mutations, keep)
+    else:
+        out += _group_any(timeline_mutations, keep)
+    return out, deleted
+
+
+def _group_any(mutations: list[Mutation], keep: int | None) -> list[TimelineOp]:
+    """:func:`group_by_timeline` of timeline mutations of any kind, in Python."""
+    # An owner reached by one mutation only (every follower of an author who
+    # posted once) points at that mutation: nothing is copied per owner.
+    per_owner: dict[int, Mutation | list[list[Any]]] = {}
+    get = per_owner.get
+    for m in mutations:
+        op = m.op
+        # This loop runs once per delivery: the mutation's fields are read once.
+        merges, horizon, seq, tweets = op in _MERGED, m.horizon, m.seq, m.tweets
+        for owner in m.owners:
+            ops = get(owner)
+            if ops is None:
+                per_owner[owner] = m
+                continue
+            if isinstance(ops, Mutation):
+                ops = per_owner[owner] = [_entry(ops)]
+            last = ops[-1]
+            if merges and last[0] is op:
+                if horizon > last[1]:
+                    last[1] = horizon
+                if seq > last[2]:
+                    last[2] = seq
+                last[4].update(tweets)
+            else:
+                ops.append(_entry(m))
+    single: dict[int, tuple[tuple[int, ...], int]] = {}  # per mutation: its trimmed ids
+    out: list[TimelineOp] = []
+    for owner, ops in per_owner.items():
+        if isinstance(ops, Mutation):
+            m = ops
+            trimmed = single.get(id(m))
+            if trimmed is None:
+                trimmed = single[id(m)] = _own_ids(m, keep)
+            out.append(TimelineOp(m.op, owner, trimmed[0], trimmed[1], m.seq, m.as_of, m.authors))
+            continue
+        for op, horizon, seq, as_of, ids, authors in ops:
+            tweets, horizon = _trim(op, tuple(sorted(ids)), horizon, keep)
+            out.append(TimelineOp(op, owner, tweets, horizon, seq, as_of, authors))
+    return out
+
+
+def _group_adds(adds: list[Mutation], keep: int | None) -> list[TimelineOp]:
+    """:func:`group_by_timeline` of plain adds (posts, and the merges of
+    follows: the common case), vectorised. Every add to a timeline merges
+    into one, so the deliveries of owners reached more than once are sorted
+    by (owner, tweet) in NumPy, and Python touches each timeline once instead
+    of each (owner, mutation) pair; an owner reached once shares its
+    mutation's ids, as in :func:`_group_any`, whose result this is, in the
+    same order (owners as first reached). One executor's share of a
+    micro-batch of 20,000 posts to 10,000 users (~400,000 deliveries;
+    ``python -m load_tests.bench_grouping [--authors uniform]``): 0.20 s ->
+    0.10 s with uniform authors, 0.12 s -> 0.07 s with Zipf authors."""
+    count = len(adds)
+    n_owners = np.fromiter((len(m.owners) for m in adds), np.int64, count)
+    owners = np.fromiter(
+        itertools.chain.from_iterable(m.owners for m in adds), np.int64, int(n_owners.sum())
+    )
+    if not len(owners):
+        return []
+    entry_mutation = np.repeat(np.arange(count), n_owners)  # one entry per (owner, mutation)
+    by_owner = np.argsort(owners, kind="stable")
+    sorted_owners = owners[by_owner]
+    starts = np.flatnonzero(_run_starts(sorted_owners))
+    reached = np.diff(np.r_[starts, len(owners)])  # entries per owner
+    unique_owners = sorted_owners[starts]
+    first_entry = by_owner[starts]  # the stable sort keeps each owner's first entry first
+    horizons = np.fromiter((m.horizon for m in adds), np.int64, count)[entry_mutation]
+    seqs = np.fromiter((m.seq for m in adds), np.int64, count)[entry_mutation]
+    horizon = np.maximum.reduceat(horizons[by_owner], starts).tolist()
+    seq = np.maximum.reduceat(seqs[by_owner], starts).tolist()
+    # The deliveries of owners reached more than once: (owner, tweet), sorted, distinct.
+    merged = np.empty(len(owners), bool)
+    merged[by_owner] = np.repeat(reached > 1, reached)
+    entries = np.flatnonzero(merged)
+    n_tweets = np.fromiter((len(m.tweets) for m in adds), np.int64, count)
+    tweets = np.fromiter(
+        itertools.chain.from_iterable(m.tweets for m in adds), np.int64, int(n_tweets.sum())
+    )
+    tweet_start = np.cumsum(n_tweets) - n_tweets
+    per_entry = n_tweets[entry_mutation[entries]]
+    delivery_owner = np.repeat(owners[entries], per_entry)
+    entry_start = np.cumsum(per_entry) - per_entry
+    offset = np.arange(int(per_entry.sum())) - np.repeat(entry_start, per_entry)
+    delivery_tweet = tweets[np.repeat(tweet_start[entry_mutation[entries]], per_entry) + offset]
+    order = np.lexsort((delivery_tweet, delivery_owner))
+    delivery_owner, delivery_tweet = delivery_owner[order], delivery_tweet[order]
+    distinct = _run_starts(delivery_owner) | _run_starts(delivery_tweet)
+    delivery_owner, ids = delivery_owner[distinct], delivery_tweet[distinct].tolist()
+    # Each timeline's slice of them (empty for an owner reached once, or by adds without ids).
+    begin = np.searchsorted(delivery_owner, unique_owners, "left").tolist()
+    end = np.searchsorted(delivery_owner, unique_owners, "right").tolist()
+    owner_list, reached_list = unique_owners.tolist(), reached.tolist()
+    first_mutation = entry_mutation[first_entry].tolist()
+    single: dict[int, tuple[tuple[int, ...], int]] = {}  # per mutation: its trimmed ids
+    out: list[TimelineOp] = []
+    for k in np.argsort(first_entry, kind="stable").tolist():
+        if reached_list[k] == 1:
+            i = first_mutation[k]
+            trimmed = single.get(i)
+            if trimmed is None:
+                trimmed = single[i] = _own_ids(adds[i], keep)
+            out.append(TimelineOp(Op.ADD, owner_list[k], trimmed[0], trimmed[1], seq[k]))
+            continue
+        tweets_of, h = _trim(Op.ADD, tuple(ids[begin[k] : end[k]]), horizon[k], keep)
+        out.append(TimelineOp(Op.ADD, owner_list[k], tweets_of, h, seq[k]))
+    return out
+
+
+def _run_starts(values: np.ndarray) -> np.ndarray:
+    """Where each run of equal values starts in ``values``."""
+    starts = np.ones(len(values), bool)
+    starts[1:] = values[1:] != values[:-1]
+    return starts
+
+
+#: Consecutive ops of these kinds to one timeline merge into one.
+_MERGED = (Op.ADD, Op.REMOVE)
+
+
+def _entry(m: Mutation) -> list[Any]:
+    return [m.op, m.horizon, m.seq, m.as_of, set(m.tweets), m.authors]
+
+
+def _own_ids(m: Mutation, keep: int | None) -> tuple[tuple[int, ...], int]:
+    """The ids (and horizon) an owner reached by ``m`` alone receives: its
+    ids sorted and distinct, trimmed to ``keep``."""
+    return _trim(m.op, tuple(sorted(set(m.tweets))), m.horizon, keep)
+
+
+def _trim(
+    op: Op, tweets: tuple[int, ...], horizon: int, keep: int | None
+) -> tuple[tuple[int, ...], int]:
+    """An add's newest ``keep`` ids (ascending) and its horizon."""
+    if op is Op.ADD and keep is not None and len(tweets) > keep:
+        tweets = tweets[-keep:]
+        horizon = max(horizon, tweets[0])
+    return tweets, horizon
+
+
+class ShardedOps(NamedTuple):
+    """A batch's writes per shard tag, in the order they are applied."""
+
+    #: tag -> (bodies, deleted tweet ids): by the tweet's shard.
+    bodies: dict[str, tuple[dict[int, bytes], list[int]]]
+    #: tag -> pulled authors' lists: by the author's shard.
+    lists: dict[str, list[TimelineOp]]
+    #: tag -> the other timeline ops: by the owner's shard.
+    timelines: dict[str, list[TimelineOp]]
+    #: The authors whose lists unpulls need the version of.
+    unpulled: list[int]
+
+
+def split_by_shard(
+    bodies: Mapping[int, bytes], ops: Sequence[TimelineOp], deleted: Sequence[int], shards: Shards
+) -> ShardedOps:
+    """Cut :func:`group_by_timeline`'s output by shard (fanout.store.keys.Shards), each
+    op keeping its order within its shard."""
+    out = ShardedOps({}, {}, {}, [])
+    tag = shards.tag_of
+    for tweet in deleted:
+        out.bodies.setdefault(tag(tweet), ({}, []))[1].append(tweet)
+    for tweet, body in bodies.items():
+        out.bodies.setdefault(tag(tweet), ({}, []))[0][tweet] = body
+    for op in ops:
+        if op.op is Op.LIST:
+            out.lists.setdefault(tag(op.owner), []).append(op)
+            continue
+        out.timelines.setdefault(tag(op.owner), []).append(op)
+        if op.op is Op.UNPULL:
+            out.unpulled.append(op.authors[0])
+    return out
+
+
+def pack_ids(ids: Sequence[int]) -> bytes:
+    return struct.pack(f">{len(ids)}Q", *ids)
+
+
+def unpack_ids(packed: bytes) -> list[int]:
+    return list(struct.unpack(f">{len(packed) // 8}Q", packed))
+
+
+#: The work of one timeline op beyond its ids, counted in ids: an op may rewrite
+#: its whole timeline (a trim, a merge), so a call of ``chunk`` units holds at
+#: most ``chunk / OP_COST`` ops whatever their size. Measured (load_tests/
+#: bench_heavy.py): about 48 us per rewrite of an 864-entry timeline.
+OP_COST = 8
+#: Body bytes counted as one unit: a body is a SET of its bytes.
+BODY_BYTES = 64
+
+
+def encode_ops(
+    bodies: Mapping[int, bytes],
+    ops: Sequence[TimelineOp],
+    deleted: Sequence[int],
+    chunk: int,
+    versions: Mapping[int, int] | None = None,
+) -> list[list[Any]]:
+    """The apply script's arguments, cut into calls of about ``chunk`` units of
+    work each (an id, :data:`BODY_BYTES` of a body, :data:`OP_COST` per op), so
+    one call blocks Redis for milliseconds, not tens of them. Bodies of deleted
+    tweets go first, then new bodies, then timeline ops. ``versions``: the
+    version of each unpulled author's list (0 where missing)."""
+    chunks: list[list[Any]] = []
+    current: list[Any] = []
+    weight = 0
+    if deleted:
+        current += [OpCode.DELETE_BODIES, pack_ids(sorted(set(deleted)))]
+        weight += len(set(deleted))
+    for tweet_id, body in bodies.items():
+        current += [OpCode.PUT_BODY, tweet_id, body]
+        weight += 1 + len(body) // BODY_BYTES
+        if weight >= chunk:
+            chunks.append(current)
+            current, weight = [], 0
+    packed: dict[tuple[int, ...], bytes] = {}  # a post's id, packed once for all followers
+    for op in ops:
+        blob = packed.get(op.tweets)
+        if blob is None:
+            blob = packed[op.tweets] = pack_ids(op.tweets)
+        if op.op is Op.ADD:
+            current += [OpCode.ADD, op.owner, op.horizon, op.seq, blob]
+        elif op.op is Op.REMOVE:
+            current += [OpCode.REMOVE, op.owner, op.seq, blob]
+        elif op.op is Op.LIST:
+            current += [OpCode.LIST, op.owner, op.horizon, blob]
+        elif op.op is Op.PULL:
+            current += [OpCode.PULL, op.owner, op.seq, op.authors[0], blob]
+        elif op.op is Op.UNPULL:
+            author = op.authors[0]
+            version = (versions or {}).get(author, 0)
+            current += [OpCode.UNPULL, op.owner, op.horizon, op.seq, author, version, blob]
+        else:
+            pulled = pack_ids(op.authors)
+            current += [OpCode.RESET, op.owner, op.horizon, op.seq, op.as_of, pulled, blob]
+        weight += OP_COST + len(op.tweets)
+        if weight >= chunk:
+            chunks.append(current)
+            current, weight = [], 0
+    if current:
+        chunks.append(current)
+    return chunks
+
+
+def pack_timeline(
+    horizon: int, ids_ascending: Sequence[int], header: Header | None = None
+) -> bytes:
+    """The packed form of a timeline (what the scripts write), for rebuilds and tests."""
+    h = header or Header()
+    return HEADER.pack(horizon, h.fence, h.top, h.version) + pack_ids(ids_ascending)
+
+
+def unpack_timeline(packed: bytes) -> tuple[int, list[int]]:
+    """(horizon, ids ascending) of a packed timeline."""
+    return read_header(packed).horizon, timeline_ids(packed)
+
+
+def is_timeline(raw: bytes) -> bool:
+    """A packed timeline, not a dropped one's tombstone."""
+    return len(raw) >= HEADER.size
+
+
+def read_header(packed: bytes) -> Header:
+    return Header(*HEADER.unpack_from(packed))
+
+
+def timeline_ids(packed: bytes) -> list[int]:
+    """The ids of a packed timeline, ascending."""
+    return unpack_ids(packed[HEADER.size :])
+
+
+def entries(packed: bytes) -> int:
+    """How many ids a packed timeline holds."""
+    return entries_in(len(packed))
+
+
+def entries_in(size: int) -> int:
+    """How many ids a packed timeline of ``size`` bytes holds."""
+    return (size - HEADER.size) // 8
+
+
+def visible(ids_ascending: Sequence[int], cap: int) -> list[int]:
+    """What readers see of a timeline: its newest ``cap`` ids, newest first."""
+    return list(reversed(ids_ascending[-cap:])) if cap else []

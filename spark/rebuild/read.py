@@ -1,0 +1,420 @@
+"""The rebuild's read, and its join, in one task per partition.
+
+The relay puts a tweet and a follow in the partition of their join key (the
+author, the followee: :mod:`fanout.model.partitioning`), with the same partition
+count on every topic. So partition ``p`` of ``tweets`` and partition ``p`` of
+``follows`` hold every record of the same authors, and a task that reads
+partition ``p`` of each topic has all it needs to compute those authors'
+join state: the join runs where the records are read, with no shuffle.
+
+A task of :class:`NewestRecordSource` reads partition ``p`` of each topic in
+turn, keeps the newest record of each key (a tombstone removes the row, as
+compaction would), decodes those (:func:`spark.rebuild.decode.decode_records`),
+and puts the live tweets' bodies in the tweet cache. It then yields rows of
+:data:`READ`: every author's state (the rule is
+:func:`fanout.model.join.rebuilt_author_state`) and the edges the timelines are
+made from, plus a handful of rows the driver reads for its figures: counts,
+relay marks, bad records. Rows for every live tweet and follow would cost
+the JVM more than their join does here.
+
+The join is only right if the records are where the relay puts them, and
+the task checks it: every live record's join key is hashed
+(:func:`fanout.model.partitioning.partitions_of`), and a record in another
+partition is reported (``MISPLACED``) and fails the rebuild, instead of
+leaving a timeline short.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+
+from fanout.config import StarlingConfig, TopicNames
+from fanout.model.join import newest, rebuilt_author_state
+from fanout.model.partitioning import partitions_of
+from fanout.store.timelines import store_for
+from spark.rebuild.decode import decode_records
+from spark.runtime import arrow
+from spark.runtime.worker_heap import collector_paused
+from spark.source.datasource import KafkaBatchReader, KafkaChangelogSource, SourceOptions
+from spark.source.kafka_io import Columns, consume_range
+from spark.source.offsets import OffsetRange, Offsets, ranges
+
+#: Records decoded (and handed to Spark) per Arrow batch of the read.
+DECODE_CHUNK = 10_000
+#: Rows per Arrow batch of what a read task yields.
+OUT_CHUNK = 50_000
+#: Bytes of Python memory a read task holds per record of the topic-partition
+#: it is reading (measured: 941 MiB resident, 123 MiB of it the interpreter,
+#: for a partition of 1,162,445 follows).
+READ_BYTES_PER_RECORD = 740
+#: Bad records a read task hands over (all are counted): the dead-letter
+#: list's share of them.
+BAD_KEPT = 10_000
+#: Misplaced records a read task names (all are counted).
+MISPLACED_NAMED = 10
+
+
+class Row(enum.IntEnum):
+    """What a row of :data:`READ` is (its ``kind``)."""
+
+    #: An author's join state: ``a`` the author, ``blob`` the fanout job's
+    #: state, ``kept`` the newest tweets a follow of the author merges (or its
+    #: list holds, if ``pulled``), ``horizon`` theirs.
+    STATE = 0
+    #: A timeline's input: ``a`` the owner, ``b`` an author they follow, or
+    #: themselves if they tweeted.
+    EDGE = 1
+    #: A relay mark: ``name`` the topic, ``a`` the partition, ``b`` its seq.
+    MARK = 2
+    #: A record set aside: ``name`` the topic, ``partition``, ``offset``,
+    #: ``seq``, ``error``.
+    BAD = 3
+    #: A live record outside its join key's partition: ``name`` the topic,
+    #: ``partition``, ``offset``, ``a`` the join key, ``b`` its partition.
+    MISPLACED = 4
+    #: A task's count of ``name`` (a kind of record, ``keys`` of every kind,
+    #: ``authors``, ``kept`` ids, ``edges``, ``misplaced`` records) in ``a``;
+    #: ``name`` ``seq``: the largest seq read, in ``a``.
+    TALLY = 5
+
+
+#: The read's rows (``starling-changelog-newest``), by :class:`Row`.
+READ = (
+    "kind tinyint, a long, b long, blob binary, kept array<long>, horizon long, "
+    "pulled boolean, name string, partition int, offset long, seq long, error string"
+)
+
+
+def largest_partition(ends: Offsets) -> tuple[str, int, int, float]:
+    """(topic, partition, offsets, GiB its read task needs) of the largest
+    partition up to ``ends``: what a read task of :class:`NewestRecordSource`
+    must hold in memory at most (it reads one topic-partition at a time)."""
+    topic, part, n = max(
+        ((t, int(p), int(o)) for t, parts in ends.items() for p, o in parts.items()),
+        key=lambda x: x[2],
+        default=("", 0, 0),
+    )
+    return topic, part, n, n * READ_BYTES_PER_RECORD / 2**30
+
+
+def newest_per_key(
+    chunks: Iterable[Columns],
+) -> tuple[dict[bytes | None, tuple[Any, int, Any]], int]:
+    """({key: (value, offset, headers)} of the newest record of each key, how
+    many records were read) of one partition's records, read in offset order
+    (a later record replaces an earlier one, as compaction would)."""
+    found: dict[bytes | None, tuple[Any, int, Any]] = {}
+    read = 0
+    for keys, values, offsets, _, headers in chunks:
+        found.update(zip(keys, zip(values, offsets, headers, strict=True), strict=True))
+        read += len(offsets)
+    return found, read
+
+
+@dataclass(frozen=True)
+class CoPartition(InputPartition):
+    """One read task: partition ``partition`` of every topic (the ranges)."""
+
+    partition: int
+    ranges: tuple[OffsetRange, ...]
+
+    @property
+    def records(self) -> int:
+        return sum(r.end - r.start for r in self.ranges)
+
+
+def co_partitions(start: Offsets, end: Offsets) -> list[CoPartition]:
+    """The ranges to read, one :class:`CoPartition` per partition number, the
+    largest first (Spark starts tasks in this order: the long ones do not come
+    last)."""
+    by_partition: dict[int, list[OffsetRange]] = {}
+    for r in ranges(start, end):
+        by_partition.setdefault(r.partition, []).append(r)
+    parts = [CoPartition(p, tuple(rs)) for p, rs in by_partition.items()]
+    return sorted(parts, key=lambda c: (-c.records, c.partition))
+
+
+@dataclass
+class _Pairs:
+    """Live records of one kind: (join key, other id, offset) columns."""
+
+    keys: list[np.ndarray] = field(default_factory=list)
+    others: list[np.ndarray] = field(default_factory=list)
+    offsets: list[np.ndarray] = field(default_factory=list)
+
+    def add(self, batch: pa.RecordBatch, live: pa.Array) -> None:
+        self.keys.append(pc.filter(batch.column("a"), live).to_numpy())
+        self.others.append(pc.filter(batch.column("b"), live).to_numpy())
+        self.offsets.append(pc.filter(batch.column("offset"), live).to_numpy())
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        def whole(parts: list[np.ndarray]) -> np.ndarray:
+            return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
+
+        return whole(self.keys), whole(self.others), whole(self.offsets)
+
+
+def _groups(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, dict[int, np.ndarray]]:
+    """(the distinct ``keys``, ascending; {key: its ``values``})."""
+    order = np.argsort(keys, kind="stable")
+    keys, values = keys[order], values[order]
+    distinct, starts = np.unique(keys, return_index=True)
+    ends = np.append(starts[1:], len(keys)) if len(keys) else starts
+    return distinct, {
+        int(k): values[a:b]
+        for k, a, b in zip(distinct, starts.tolist(), ends.tolist(), strict=True)
+    }
+
+
+@dataclass
+class PartitionJoin:
+    """What a read task gathers from partition ``partition`` of each topic (rows
+    of :data:`spark.rebuild.decode.DECODED`, :meth:`add`), and the rows of
+    :data:`READ` it yields once it has them all (:meth:`rows`). ``partitions``:
+    the relay's partition count, which placed the records."""
+
+    partition: int
+    partitions: int
+    cap: int
+    slack: int
+    pull_threshold: int
+    tweets: _Pairs = field(default_factory=_Pairs)  # (author, tweet id)
+    follows: _Pairs = field(default_factory=_Pairs)  # (followee, follower)
+    tally: Counter[str] = field(default_factory=Counter)
+    other: list[dict[str, Any]] = field(default_factory=list)  # marks, bad records
+    seq: int = 0
+    bad_kept: int = 0
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        """Take in a chunk of one topic's decoded records."""
+        kind = batch.column("kind")
+        self.tally["keys"] += batch.num_rows
+        for count in pc.value_counts(kind).to_pylist():
+            self.tally[count["values"]] += count["counts"]
+        self.seq = max(self.seq, pc.max(batch.column("seq")).as_py() or 0)
+        self.tweets.add(batch, pc.equal(kind, "tweet").fill_null(False))
+        self.follows.add(batch, pc.equal(kind, "follow").fill_null(False))
+        for row in batch.filter(pc.is_in(kind, pa.array(["mark", "bad"]))).to_pylist():
+            if row["kind"] == "mark":
+                self.other.append(
+                    {"kind": Row.MARK, "name": row["topic"], "a": row["a"], "b": row["b"]}
+                )
+            elif self.bad_kept < BAD_KEPT:
+                self.other.append({"kind": Row.BAD, **_named(row)})
+                self.bad_kept += 1
+
+    def rows(self, topics: TopicNames) -> Iterator[pa.RecordBatch]:
+        authors, tweet_ids, tweet_offsets = self.tweets.arrays()
+        followees, followers, follow_offsets = self.follows.arrays()
+        self.tweets = self.follows = _Pairs()  # the task's memory: one copy
+        tweeted, tweets = _groups(authors, tweet_ids)
+        followed_authors, audiences = _groups(followees, followers)
+        yield from self._misplaced(topics.tweets, authors, tweet_offsets, tweeted)
+        yield from self._misplaced(topics.follows, followees, follow_offsets, followed_authors)
+        yield from self._states(tweets, audiences)
+        # Each author who tweeted has their own tweets in their timeline.
+        owners, followed = (
+            np.concatenate((followers, tweeted)),
+            np.concatenate((followees, tweeted)),
+        )
+        for at in range(0, len(owners), OUT_CHUNK):
+            yield _batch(
+                {
+                    "kind": np.full(min(OUT_CHUNK, len(owners) - at), Row.EDGE, np.int8),
+                    "a": owners[at : at + OUT_CHUNK],
+                    "b": followed[at : at + OUT_CHUNK],
+                }
+            )
+        self.tally["edges"] = len(owners)
+        if self.other:
+            yield _rows(self.other)
+        tallies = [{"kind": Row.TALLY, "name": k, "a": n} for k, n in self.tally.items()]
+        yield _rows([*tallies, {"kind": Row.TALLY, "name": "seq", "a": self.seq}])
+
+    def _misplaced(
+        self, topic: str, keys: np.ndarray, offsets: np.ndarray, distinct: np.ndarray
+    ) -> Iterator[pa.RecordBatch]:
+        """The records of ``topic`` whose join key (``keys``, of which
+        ``distinct`` are the distinct ones) is not in this partition."""
+        homes = partitions_of(distinct, self.partitions)
+        strays = distinct[homes != self.partition]
+        if not len(strays):
+            return
+        home = dict(zip(strays.tolist(), homes[homes != self.partition].tolist(), strict=True))
+        wrong = np.flatnonzero(np.isin(keys, strays))
+        self.tally["misplaced"] += len(wrong)
+        yield _rows(
+            [
+                {
+                    "kind": Row.MISPLACED,
+                    "name": topic,
+                    "partition": self.partition,
+                    "offset": int(offsets[i]),
+                    "a": int(keys[i]),
+                    "b": home[int(keys[i])],
+                }
+                for i in wrong[:MISPLACED_NAMED]
+            ]
+        )
+
+    def _states(
+        self, tweets: Mapping[int, np.ndarray], followers: Mapping[int, np.ndarray]
+    ) -> Iterator[pa.RecordBatch]:
+        """Every author's state (one with tweets or followers), in batches."""
+        out: dict[str, list[Any]] = {k: [] for k in ("a", "blob", "kept", "horizon", "pulled")}
+        for author in sorted(tweets.keys() | followers.keys()):
+            state = rebuilt_author_state(
+                author,
+                followers[author].tolist() if author in followers else (),
+                tweets[author].tolist() if author in tweets else (),
+                pull_threshold=self.pull_threshold,
+            )
+            kept, horizon = newest(state.tweets, self.cap + self.slack)  # what a follow merges
+            out["a"].append(author)
+            out["blob"].append(state.encode())
+            out["kept"].append(kept)
+            out["horizon"].append(horizon)
+            out["pulled"].append(state.pulled)
+            self.tally["authors"] += 1
+            self.tally["kept"] += len(kept)
+            if len(out["a"]) == OUT_CHUNK:
+                yield _batch({"kind": np.full(OUT_CHUNK, Row.STATE, np.int8), **out})
+                out = {k: [] for k in out}
+        if out["a"]:
+            yield _batch({"kind": np.full(len(out["a"]), Row.STATE, np.int8), **out})
+
+
+def _named(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A bad record's row of :data:`READ` from its decoded row."""
+    return {
+        "name": row["topic"],
+        "partition": row["partition"],
+        "offset": row["offset"],
+        "seq": row["seq"],
+        "error": row["error"],
+    }
+
+
+_SCHEMA = arrow.schema(READ)
+
+
+def _batch(columns: Mapping[str, Any]) -> pa.RecordBatch:
+    """A batch of :data:`READ` from some of its columns (the others null)."""
+    n = len(next(iter(columns.values())))
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array(columns[f.name], f.type) if f.name in columns else pa.nulls(n, f.type)
+            for f in _SCHEMA
+        ],
+        schema=_SCHEMA,
+    )
+
+
+def _rows(rows: list[dict[str, Any]]) -> pa.RecordBatch:
+    """A batch of :data:`READ` from rows given as dicts (a missing column: null)."""
+    return pa.RecordBatch.from_pylist([{**r, "kind": int(r["kind"])} for r in rows], schema=_SCHEMA)
+
+
+def _required(raw: Mapping[str, str], name: str) -> int:
+    """A number the join needs from the source's options (no default: a wrong
+    one would rebuild wrong timelines)."""
+    if name not in raw:
+        raise ValueError(f"starling-changelog-newest needs the option {name!r}")
+    return int(raw[name])
+
+
+class NewestRecordReader(KafkaBatchReader):
+    """One task per partition number (:class:`CoPartition`): partition ``p`` of
+    every topic, one topic after the other, then its authors' join."""
+
+    def __init__(self, options: SourceOptions, raw: Mapping[str, str], topics: TopicNames) -> None:
+        super().__init__(options, raw)
+        self.topics = topics
+        self.redis_url = raw.get("redisUrl")
+        self.store_config = StarlingConfig(
+            redis_url=self.redis_url or "",
+            redis_cluster_urls=tuple(u for u in raw.get("redisClusterUrls", "").split(",") if u),
+            redis_shards=int(raw.get("redisShards", "1")),
+        )
+        self.write_bodies = raw.get("writeBodies", "false").lower() == "true"
+        self.partition_count, self.cap, self.slack, self.pull_threshold = (
+            _required(raw, name)
+            for name in ("partitions", "timelineSize", "timelineSlack", "pullThreshold")
+        )
+
+    def partitions(self) -> list[CoPartition]:  # type: ignore[override]
+        return co_partitions(self.start, self.end)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, CoPartition)
+        with collector_paused():  # a million records held, no cycles among them
+            yield from self._read(partition)
+
+    def _read(self, partition: CoPartition) -> Iterator[pa.RecordBatch]:
+        join = PartitionJoin(
+            partition.partition, self.partition_count, self.cap, self.slack, self.pull_threshold
+        )
+        store = store_for(self.store_config, timeout=120) if self.redis_url else None
+        for part in partition.ranges:
+            newest, read = newest_per_key(
+                consume_range(self.options.client, part, self.options.read_timeout)
+            )
+            if store is not None:
+                store.count_records_read(read - len(newest))  # a key's older records: done
+            order = list(newest)
+            for at in range(0, len(order), DECODE_CHUNK):
+                some = order[at : at + DECODE_CHUNK]
+                values, offsets, headers = zip(*(newest.pop(k) for k in some), strict=True)
+                rows, bodies = decode_records(
+                    part, some, list(values), list(offsets), list(headers), topics=self.topics
+                )
+                join.add(rows)
+                if store is not None:
+                    if self.write_bodies:
+                        store.write_bodies(bodies)
+                    store.count_records_read(len(some))
+        yield from join.rows(self.topics)
+
+
+class NewestRecordSource(KafkaChangelogSource):
+    """``starling-changelog-newest``: the changelogs read as tables and joined,
+    as a batch (rows of :data:`READ`). Takes the Kafka source's options plus
+    ``topicPrefix`` (the deployment's topic names), ``partitions`` (the relay's
+    partition count), ``timelineSize``, ``timelineSlack`` and ``pullThreshold``
+    (the join's settings), ``redisUrl`` (where the tasks count the records
+    they are done with, as they go: a task reads whole partitions, so
+    finished tasks alone would say little) and ``writeBodies`` (``true``: the
+    tasks put the live tweets' bodies in the tweet cache there, the same
+    bytes the fanout job writes, so that the bodies never travel through
+    Spark).
+
+    A task holds the newest records of one topic-partition in memory until it
+    has read them all (:data:`READ_BYTES_PER_RECORD`; the rebuild's snapshot
+    stage names the largest partition and what it needs), and its authors'
+    tweets and followers as NumPy arrays until it has joined them."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "starling-changelog-newest"
+
+    def schema(self) -> str:
+        return READ
+
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        raise NotImplementedError(
+            "starling-changelog-newest is read as a batch (the rebuild's read); the "
+            "fanout job streams from starling-kafka"
+        )
+
+    def reader(self, schema: Any) -> DataSourceReader:
+        topics = TopicNames(self.options.get("topicPrefix", ""))
+        return NewestRecordReader(SourceOptions.parse(self.options), self.options, topics)

@@ -1,0 +1,296 @@
+"""The rebuild's executor side after the read (:mod:`spark.rebuild.read`):
+pure Python over Arrow batches (see :mod:`spark.rebuild.stages` for the stages
+that use them). Each function here is run by ``mapInArrow``: it takes an
+iterator of Arrow batches and yields batches of the schema named beside it
+(a Spark DDL string).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark import Broadcast
+
+from fanout.config import StarlingConfig
+from fanout.model.join import distinct_timeline
+from fanout.store.ops import pack_timeline, visible
+from fanout.store.timelines import store_for
+from spark.runtime import arrow
+from spark.runtime.worker_heap import spark_task
+
+#: The authors' states (read by :mod:`spark.rebuild.read`): an author's join
+#: state, and what of it timelines are made from.
+STATE = "join_key long, blob binary, kept array<long>, horizon long, pulled boolean"
+#: The timelines' input: one row per owner and author they follow (the self
+#: edge included), with the author's kept tweets and horizon, and whether the
+#: author is pulled; each owner's rows consecutive (:func:`owner_inputs`).
+EDGES = "owner long, author long, kept array<long>, horizon long, pull boolean"
+#: write_timelines_partition: each timeline written, and its length.
+WRITTEN = "owner long, entries int"
+#: diff_partition: how a rebuilt timeline differs from the live one.
+DIFF = "owner long, live_missing boolean, missing int, extra int"
+#: write_lists_partition: how many pulled authors' lists were written.
+COUNT = "n long"
+
+
+@spark_task
+def write_lists_partition(
+    batches: Iterator[pa.RecordBatch], config: StarlingConfig, generation: int
+) -> Iterator[pa.RecordBatch]:
+    """Write the pulled authors' lists (``join_key``, ``kept``, ``horizon``) into
+    ``generation``."""
+    store = store_for(config, timeout=120)
+    for batch in batches:
+        rows = batch.to_pylist()
+        n = store.write_lists(
+            generation, ((r["join_key"], pack_timeline(r["horizon"], r["kept"])) for r in rows)
+        )
+        yield arrow.batch({"n": [n]}, COUNT)
+
+
+#: The edges a write task joins with the broadcast :class:`KeptIds`: one row
+#: per owner and author they follow, each owner's rows consecutive.
+OWNED = "owner long, author long"
+
+
+@dataclass(frozen=True)
+class KeptIds:
+    """Every author's kept tweets, horizon and whether it is pulled (rows of
+    :data:`STATE`), as NumPy arrays ordered by author: the side of the
+    timelines' join that is small enough to broadcast (see
+    :func:`spark.rebuild.stages.Rebuild.join`)."""
+
+    authors: np.ndarray
+    values: np.ndarray
+    offsets: np.ndarray
+    horizons: np.ndarray
+    pulled: np.ndarray
+
+    @classmethod
+    def of(cls, table: pa.Table) -> KeptIds:
+        """From ``join_key, kept, horizon, pulled`` columns, one row per author."""
+        table = table.sort_by("join_key").combine_chunks()
+        kept = pa.concat_arrays(table.column("kept").chunks or [pa.array([], pa.list_(pa.int64()))])
+        if kept.null_count or kept.values.null_count:
+            raise ValueError("an author's kept tweets hold a null")
+        flat = kept.flatten()  # from the first list's first id, whatever the array's offset
+        lengths = pc.list_value_length(kept).to_numpy(zero_copy_only=False)
+        return cls(
+            authors=table.column("join_key").to_numpy(),
+            values=flat.to_numpy(),
+            offsets=np.concatenate(([0], np.cumsum(lengths, dtype=np.int64))),
+            horizons=table.column("horizon").to_numpy(),
+            pulled=table.column("pulled").to_numpy(zero_copy_only=False),
+        )
+
+    def join(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """Rows of :data:`OWNED` in, rows of :data:`EDGES` out, in the same order
+        (an author without state has no tweets, horizon 0, and is not pulled).
+        The ids are gathered in NumPy: a popular author's tweets are copied to
+        each follower's row in C."""
+        owners = batch.column("owner").to_numpy()
+        authors = batch.column("author").to_numpy()
+        at = np.searchsorted(self.authors, authors)
+        found = at < len(self.authors)
+        found[found] = self.authors[at[found]] == authors[found]
+        at = at[found]
+        starts = np.zeros(len(authors), dtype=np.int64)
+        starts[found] = self.offsets[at]
+        lengths = np.zeros(len(authors), dtype=np.int64)
+        lengths[found] = self.offsets[at + 1] - starts[found]
+        offsets = np.concatenate(([0], np.cumsum(lengths)))
+        gather = np.repeat(starts - offsets[:-1], lengths) + np.arange(offsets[-1])
+        horizons = np.zeros(len(authors), dtype=np.int64)
+        horizons[found] = self.horizons[at]
+        pull = np.zeros(len(authors), dtype=bool)
+        pull[found] = self.pulled[at]
+        columns = [
+            batch.column("owner"),
+            batch.column("author"),
+            pa.LargeListArray.from_arrays(offsets, self.values[gather]),
+            pa.array(horizons),
+            pa.array(pull & (owners != authors)),
+        ]
+        return pa.RecordBatch.from_arrays(columns, names=arrow.names(EDGES))
+
+
+def joined(
+    batches: Iterable[pa.RecordBatch], kept: Broadcast[KeptIds] | None
+) -> Iterable[pa.RecordBatch]:
+    """Rows of :data:`EDGES`: ``batches`` as they are without ``kept``, else
+    rows of :data:`OWNED` joined with it."""
+    if kept is None:
+        return batches
+    ids = kept.value
+    return (ids.join(batch) for batch in batches)
+
+
+@dataclass
+class OwnerInput:
+    """What one owner's timeline is made from: the kept tweets of the authors
+    they follow (and their own), as arrays of ids in any order, duplicates
+    allowed."""
+
+    owner: int
+    #: The pushed authors' kept tweets, and the highest of their horizons.
+    ids: list[np.ndarray] = field(default_factory=list)
+    floor: int = 0
+    #: The pulled authors followed (their tweets are merged at read time).
+    pulls: list[int] = field(default_factory=list)
+    #: Every followed author's kept tweets, pulled ones included (what readers
+    #: see), and the highest horizon among them.
+    seen: list[np.ndarray] = field(default_factory=list)
+    seen_floor: int = 0
+
+    def merge(self, other: OwnerInput) -> None:
+        """Add ``other``, more rows of the same owner."""
+        self.ids += other.ids
+        self.floor = max(self.floor, other.floor)
+        self.pulls += other.pulls
+        self.seen += other.seen
+        self.seen_floor = max(self.seen_floor, other.seen_floor)
+
+    def timeline(self, cap: int, slack: int, *, seen: bool = False) -> tuple[int, list[int]]:
+        """(horizon, ids ascending) of the rebuilt timeline
+        (:func:`fanout.model.join.rebuilt_timeline`); with ``seen``, of what readers
+        see, the pulled authors' lists merged in."""
+        parts, floor = (self.seen, self.seen_floor) if seen else (self.ids, self.floor)
+        ids = parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else _NO_IDS
+        return distinct_timeline(
+            newest_distinct(ids, floor, cap + slack + 1), cap=cap, slack=slack, floor=floor
+        )
+
+
+_NO_IDS = np.empty(0, dtype=np.int64)
+
+
+def owner_inputs(batches: Iterable[pa.RecordBatch]) -> Iterator[OwnerInput]:
+    """One :class:`OwnerInput` per owner, from rows of :data:`EDGES` where each
+    owner's rows are consecutive (they may run on into the next batch).
+
+    The ids stay NumPy views of the batches' buffers: a popular author's
+    tweets, repeated for each follower, never become Python ints."""
+    current: OwnerInput | None = None
+    for batch in batches:
+        if not batch.num_rows:
+            continue
+        for part in _batch_inputs(batch):
+            if current is not None and current.owner == part.owner:
+                current.merge(part)
+                continue
+            if current is not None:
+                yield current
+            current = part
+    if current is not None:
+        yield current
+
+
+def _batch_inputs(batch: pa.RecordBatch) -> Iterator[OwnerInput]:
+    """Each run of one owner's rows in ``batch``, as an :class:`OwnerInput`."""
+    owners = batch.column("owner").to_numpy()
+    horizons = batch.column("horizon").to_numpy()
+    pulled = batch.column("pull").to_numpy(zero_copy_only=False)
+    kept = batch.column("kept")
+    if kept.null_count:  # an author without state: no tweets
+        kept = pa.array([ids or [] for ids in kept.to_pylist()], pa.list_(pa.int64()))
+    if kept.values.null_count:
+        raise ValueError("a timeline's input holds a null tweet id")
+    values = kept.values.to_numpy()
+    offsets = kept.offsets.to_numpy()
+    starts = np.flatnonzero(np.concatenate(([True], owners[1:] != owners[:-1])))
+    ends = np.append(starts[1:], len(owners))
+    seen_floors = np.maximum.reduceat(horizons, starts)
+    floors = np.maximum.reduceat(np.where(pulled, 0, horizons), starts)
+    any_pulled = np.logical_or.reduceat(pulled, starts)
+    authors = batch.column("author").to_numpy()
+    for run, (a, b) in enumerate(zip(starts.tolist(), ends.tolist(), strict=True)):
+        seen = values[offsets[a] : offsets[b]]
+        ids, pulls = [seen], []
+        if any_pulled[run]:  # the pulled authors' ids left out, in NumPy (most owners)
+            rows = pulled[a:b]
+            ids = [seen[np.repeat(~rows, offsets[a + 1 : b + 1] - offsets[a:b])]]
+            pulls = authors[a:b][rows].tolist()
+        yield OwnerInput(
+            int(owners[a]), ids, int(floors[run]), pulls, [seen], int(seen_floors[run])
+        )
+
+
+def newest_distinct(ids: np.ndarray, floor: int, keep: int) -> list[int]:
+    """The newest ``keep`` distinct ids at or above ``floor``, ascending.
+
+    A timeline's input is every followed author's newest tweets, thousands
+    of ids per owner where popular authors are followed: NumPy cuts it down
+    in C, ready for :func:`fanout.model.join.distinct_timeline` (the rule of
+    :func:`fanout.model.join.rebuilt_timeline` on ids already distinct and sorted).
+    With ``keep`` one more than the rule keeps, the rule gives the same result
+    on the cut list as on the whole one (and still sees that older ids were
+    cut, which sets the horizon)."""
+    distinct = np.unique(ids[ids >= floor] if floor else ids)
+    return distinct[-keep:].tolist() if keep > 0 else []
+
+
+def _chunks(inputs: Iterator[OwnerInput], size: int = 5_000) -> Iterator[list[OwnerInput]]:
+    while chunk := list(itertools.islice(inputs, size)):
+        yield chunk
+
+
+@spark_task
+def write_timelines_partition(
+    batches: Iterator[pa.RecordBatch],
+    config: StarlingConfig,
+    generation: int,
+    kept: Broadcast[KeptIds] | None = None,
+) -> Iterator[pa.RecordBatch]:
+    """Write this partition's timelines (from rows of :data:`EDGES`, or of
+    :data:`OWNED` with ``kept``) into ``generation``; return their lengths
+    (-1 for the users idle in the active generation: their timelines stay
+    dropped)."""
+    store = store_for(config, timeout=120)
+    live = store.active_generation()
+    cap, slack = config.timeline_size, config.timeline_slack
+    for chunk in _chunks(owner_inputs(joined(batches, kept))):
+        owners = [i.owner for i in chunk]
+        rows = [(i.owner, *i.timeline(cap, slack)) for i in chunk]
+        idle = store.dropped(live, owners) if live is not None and live != generation else set()
+        store.write_timelines(
+            generation, ((o, pack_timeline(h, ids)) for o, h, ids in rows if o not in idle)
+        )
+        store.write_dropped(generation, idle)
+        store.write_pulls(generation, ((i.owner, i.pulls) for i in chunk if i.pulls))
+        yield arrow.batch(
+            {"owner": owners, "entries": [-1 if o in idle else len(ids) for o, _, ids in rows]},
+            WRITTEN,
+        )
+
+
+@spark_task
+def diff_partition(
+    batches: Iterator[pa.RecordBatch],
+    config: StarlingConfig,
+    live: int,
+    newest_tweet: int,
+    kept: Broadcast[KeptIds] | None = None,
+) -> Iterator[pa.RecordBatch]:
+    """Compare what readers see of the rebuilt timelines (the pulled authors'
+    lists merged in) with what they see of the live generation's; tweets newer
+    than the snapshot are left out of the live side."""
+    store = store_for(config, timeout=120)
+    cap = config.timeline_size
+    for chunk in _chunks(owner_inputs(joined(batches, kept))):
+        views = store.timelines(live, [i.owner for i in chunk])
+        out: dict[str, list[Any]] = arrow.columns(DIFF)
+        for owner_input, view in zip(chunk, views, strict=True):
+            _, ids = owner_input.timeline(cap, config.timeline_slack, seen=True)
+            want = set(visible(ids, cap))
+            have = {i for i in view.ids if i <= newest_tweet} if view else set()
+            out["owner"].append(owner_input.owner)
+            out["live_missing"].append(view is None)
+            out["missing"].append(len(want - have))
+            out["extra"].append(len(have - want))
+        yield arrow.batch(out, DIFF)

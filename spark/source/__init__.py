@@ -1,0 +1,1 @@
+"""The Kafka data source (a PySpark Python data source over the changelogs)."""

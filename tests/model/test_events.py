@@ -1,0 +1,230 @@
+from __future__ import annotations
+
+import contextlib
+from datetime import UTC
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fanout.model import events, ids
+
+ID = st.integers(min_value=1, max_value=ids.MAX_ID)
+TEXT = st.text(min_size=1, max_size=280)
+EVENTS = st.one_of(
+    st.builds(
+        events.TweetPosted, tweet_id=ID, author_id=ID, author=st.text(max_size=30), text=TEXT
+    ),
+    st.builds(events.TweetDeleted, tweet_id=ID, author_id=ID),
+    st.builds(events.Followed, follower_id=ID, followee_id=ID),
+    st.builds(events.Unfollowed, follower_id=ID, followee_id=ID),
+)
+
+
+def wire(
+    event: events.Event, seq: int = 1
+) -> tuple[str, bytes, bytes | None, list[tuple[str, bytes]]]:
+    record = events.encode(event)
+    return record.topic, record.key, record.value, events.headers(seq, record.join_key)
+
+
+@given(EVENTS, st.integers(min_value=1, max_value=2**62))
+def test_every_event_round_trips(event: events.Event, seq: int) -> None:
+    assert events.decode(*wire(event, seq)) == events.Envelope(seq=seq, event=event)
+
+
+def test_keys_topics_and_tombstones() -> None:
+    posted = events.encode(events.TweetPosted(tweet_id=10, author_id=3, author="ann", text="hi"))
+    deleted = events.encode(events.TweetDeleted(tweet_id=10, author_id=3))
+    followed = events.encode(events.Followed(follower_id=4, followee_id=3))
+    unfollowed = events.encode(events.Unfollowed(follower_id=4, followee_id=3))
+    assert (posted.topic, posted.key, posted.join_key) == ("tweets", b"10", 3)
+    assert (deleted.key, deleted.value) == (b"10", None)
+    assert (followed.topic, followed.key, followed.join_key) == ("follows", b"4:3", 3)
+    assert (unfollowed.key, unfollowed.value) == (b"4:3", None)
+    assert orjson.loads(posted.value or b"") == {
+        "v": 1,
+        "id": 10,
+        "author_id": 3,
+        "author": "ann",
+        "text": "hi",
+    }
+
+
+def test_tombstone_is_routed_by_the_join_key_header() -> None:
+    decoded = events.decode("tweets", b"10", None, {"seq": b"5", "jk": b"3"})
+    assert decoded == events.Envelope(5, events.TweetDeleted(tweet_id=10, author_id=3))
+
+
+def test_created_at_comes_from_the_id() -> None:
+    tweet_id = ids.compose(ids.EPOCH_MS + 1234, 0, 0)
+    assert events.created_at_iso(tweet_id) == "2026-01-01T00:00:01.234Z"
+
+
+GOOD_VALUE = b'{"v":1,"id":10,"author_id":3,"author":"ann","text":"hi"}'
+GOOD_HEADERS = {"seq": b"5", "jk": b"3"}
+
+
+@pytest.mark.parametrize(
+    ("topic", "key", "value", "headers", "reason"),
+    [
+        ("tweets", b"10", b"{not json", GOOD_HEADERS, "not JSON"),
+        ("tweets", b"10", b"[1,2]", GOOD_HEADERS, "not a JSON object"),
+        ("tweets", b"10", GOOD_VALUE.replace(b'"v":1', b'"v":99'), GOOD_HEADERS, "schema version"),
+        ("tweets", b"11", GOOD_VALUE, GOOD_HEADERS, "does not match"),
+        ("tweets", b"10", GOOD_VALUE, {"jk": b"3"}, "header 'seq'"),
+        ("tweets", b"10", GOOD_VALUE, {"seq": b"x", "jk": b"3"}, "header 'seq'"),
+        ("tweets", b"10", GOOD_VALUE, {"seq": b"5", "jk": b"4"}, "join key"),
+        ("tweets", None, GOOD_VALUE, GOOD_HEADERS, "no key"),
+        ("tweets", b"10", GOOD_VALUE.replace(b'"id":10', b'"id":-10'), GOOD_HEADERS, "valid id"),
+        ("tweets", b"10", GOOD_VALUE.replace(b'"text":"hi"', b'"text":5'), GOOD_HEADERS, "text"),
+        ("follows", b"4-3", None, GOOD_HEADERS, "follower:followee"),
+        ("follows", b"4:3", b'{"v":1,"follower_id":4,"followee_id":9}', GOOD_HEADERS, "match"),
+        ("likes", b"1", b"{}", GOOD_HEADERS, "unknown topic"),
+    ],
+)
+def test_bad_records_raise_bad_event_naming_the_problem(
+    topic: str, key: bytes | None, value: bytes | None, headers: dict[str, bytes], reason: str
+) -> None:
+    with pytest.raises(events.BadEvent, match=reason):
+        events.decode(topic, key, value, headers)
+
+
+@given(st.binary(max_size=200), st.one_of(st.none(), st.binary(max_size=300)))
+def test_arbitrary_bytes_never_crash_the_decoder(key: bytes, value: bytes | None) -> None:
+    for topic in ("tweets", "follows"):
+        with contextlib.suppress(events.BadEvent):
+            events.decode(topic, key, value, GOOD_HEADERS)
+
+
+def test_a_timeline_reset_round_trips_and_bad_ones_are_named() -> None:
+    reset = events.TimelineReset(owner_id=9, tweet_ids=(3, 5), horizon=3, as_of=41)
+    record = events.encode(reset)
+    assert (record.topic, record.key, record.join_key) == (events.TIMELINES, b"9", 9)
+    assert events.decode(record.topic, record.key, record.value, events.headers(42, 9)) == (
+        events.Envelope(42, reset)
+    )
+    for value, problem in (
+        (b'{"v": 1, "ids": [1, "x"], "horizon": 0, "as_of": 1}', "ids"),
+        (b'{"v": 1, "ids": [1], "horizon": -1, "as_of": 1}', "horizon"),
+        (b'{"v": 1, "ids": [1], "horizon": 0}', "as_of"),
+    ):
+        with pytest.raises(events.BadEvent, match=problem):
+            events.decode(events.TIMELINES, b"9", value, events.headers(42, 9))
+
+
+def test_deleted_bodies_are_the_first_thing_a_batch_writes() -> None:
+    from fanout.model.join import Mutation, Op
+    from fanout.store.ops import OpCode, encode_ops, group_by_timeline, pack_ids
+
+    ops, deleted = group_by_timeline(
+        [
+            Mutation(Op.ADD, tuple(range(1, 50)), (7,), 0, 3),
+            Mutation(Op.DELETE_BODY, (), (5,)),
+            Mutation(Op.REMOVE, tuple(range(1, 50)), (5,)),
+        ]
+    )
+    chunks = encode_ops({7: b"{}"}, ops, deleted, chunk=10)
+    # The body goes in the first script call: readers skip the tweet everywhere at
+    # once, before the removals reach each of the 49 timelines in later calls.
+    assert len(chunks) > 1 and chunks[0][:2] == [OpCode.DELETE_BODIES, pack_ids([5])]
+    assert sum(c.count(pack_ids([5])) for c in chunks) == 1 + 49
+
+
+def test_a_script_call_holds_a_bounded_number_of_ops_and_body_bytes() -> None:
+    """Each op may rewrite its whole timeline (a trim): a call of single-id adds
+    holds at most chunk / OP_COST of them; big bodies count by their bytes."""
+    from fanout.model.join import Op
+    from fanout.store.ops import BODY_BYTES, OP_COST, TimelineOp, encode_ops
+
+    def blobs(call: list) -> int:  # one packed-ids or body argument per op
+        return sum(isinstance(a, bytes) for a in call)
+
+    ops = [TimelineOp(Op.ADD, owner, (owner,)) for owner in range(1, 2001)]
+    calls = encode_ops({}, ops, [], chunk=4000)
+    assert sum(map(blobs, calls)) == 2000 and max(map(blobs, calls)) <= 4000 // OP_COST
+    bodies = {t: b"x" * 640 for t in range(1, 1001)}
+    calls = encode_ops(bodies, [], [], chunk=4000)
+    assert sum(map(blobs, calls)) == 1000
+    assert max(map(blobs, calls)) <= 4000 // (1 + 640 // BODY_BYTES) + 1
+
+
+def test_grouping_a_post_to_many_followers_shares_one_op_shape() -> None:
+    """An owner reached by one mutation gets that mutation's ids (sorted, unique,
+    cut to ``keep``) without a copy per owner; owners reached twice are merged."""
+    from fanout.model.join import Mutation, Op
+    from fanout.store.ops import TimelineOp, group_by_timeline
+
+    many = tuple(range(1, 1001))
+    ops, _ = group_by_timeline(
+        [Mutation(Op.ADD, many, (30, 10, 10, 20), 0, 5), Mutation(Op.ADD, (7,), (40,), 0, 6)],
+        keep=2,
+    )
+    by_owner = {op.owner: op for op in ops}
+    assert len(ops) == 1000
+    assert by_owner[1] == TimelineOp(Op.ADD, 1, (20, 30), 20, 5)
+    assert by_owner[1].tweets is by_owner[999].tweets  # computed once
+    assert by_owner[7] == TimelineOp(Op.ADD, 7, (30, 40), 30, 6)  # merged, then cut
+
+
+_ids = st.lists(st.integers(1, 12), max_size=4).map(tuple)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.tuples(_ids, _ids, st.integers(0, 12), st.integers(1, 50)), max_size=12),
+    st.sampled_from([None, 1, 2, 5]),
+)
+def test_plain_adds_group_as_the_general_rules_do(
+    adds: list[tuple[tuple[int, ...], tuple[int, ...], int, int]], keep: int | None
+) -> None:
+    """The vectorised grouping of plain adds gives what the general grouping
+    gives, op for op and in the same order: owners reached once or several
+    times, repeated ids, adds with no ids, trims."""
+    from fanout.model.join import Mutation, Op
+    from fanout.store import ops as timeline_ops
+
+    mutations = [Mutation(Op.ADD, o, t, h, q) for o, t, h, q in adds]
+    assert timeline_ops._group_adds(mutations, keep) == timeline_ops._group_any(mutations, keep)
+
+
+@pytest.mark.parametrize(
+    ("raw", "number"),
+    [
+        (b"42", 42),
+        (b" 7 ", 7),
+        (b"+5", 5),
+        (b"-3", -3),
+        (b"9223372036854775807", 2**63 - 1),
+        (b"9223372036854775808", None),  # beyond bigint
+        (b"", None),
+        (b"4x", None),
+        (b"1_000", None),
+        (b"\xff1", None),
+        (None, None),
+    ],
+)
+def test_a_header_number_is_what_spark_reads_as_a_bigint(
+    raw: bytes | None, number: int | None
+) -> None:
+    assert events.header_number(raw) == number
+
+
+def test_header_numbers_take_the_first_header_of_each_name() -> None:
+    assert events.header_numbers([("seq", b"5"), ("x", b"1"), ("jk", b"9"), ("seq", b"6")]) == (
+        5,
+        9,
+        None,
+    )
+    assert events.header_numbers([("mark", b"12"), ("mark", b"x")]) == (None, None, 12)
+    assert events.header_numbers(None) == (None, None, None)
+    assert events.header_numbers([("seq", b"bad"), ("seq", b"3")]) == (None, None, None)
+
+
+@given(st.integers(min_value=1, max_value=ids.MAX_ID))
+def test_created_at_is_the_ids_utc_millisecond_in_iso_form(tweet_id: int) -> None:
+    expected = (
+        ids.created_at(tweet_id).astimezone(UTC).isoformat(timespec="milliseconds")
+    ).replace("+00:00", "Z")
+    assert events.created_at_iso(tweet_id) == expected

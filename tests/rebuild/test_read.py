@@ -1,0 +1,165 @@
+"""The rebuild's read: the newest record of each key, decoded in the read tasks,
+on the real broker and Spark."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+
+from fanout.config import StarlingConfig
+from fanout.model import events
+from fanout.model.partitioning import partition_for
+from fanout.store import keys
+from fanout.store.ops import pack_timeline
+from fanout.store.timelines import store_for
+from spark.rebuild.read import Row
+from spark.rebuild.report import Progress
+from spark.rebuild.stages import Rebuild, RebuildFailed
+from spark.stream.changelog import header_column
+from tests.conftest import make_config
+from tests.support.spark_helpers import ChangelogWriter
+
+pytestmark = pytest.mark.spark
+
+VALUES = [
+    b"42", b" 7 ", b"+5", b"-3", b"007", b"\t8\n", b"9223372036854775807",
+    b"9223372036854775808", b"-9223372036854775808", b"", b"4x", b"1_000", b"0x10", b"1e3",
+    b"\xff1", b"\xd9\xa3",
+]  # fmt: skip
+
+
+def test_python_reads_header_numbers_as_the_streaming_job_does_in_sql(spark) -> None:
+    """The job parses headers in SQL (spark.stream.changelog), the rebuild in Python
+    (events.header_numbers): a record must carry the same numbers in both."""
+    rows = [[("seq", v), ("jk", b"9"), ("mark", v), ("seq", b"1")] for v in VALUES]
+    rows += [[("jk", v)] for v in VALUES] + [[]]
+    df = spark.createDataFrame(
+        [(i, h) for i, h in enumerate(rows)],
+        "i int, headers array<struct<key: string, value: binary>>",
+    )
+    sql = df.select(
+        "i",
+        header_column(events.HEADER_SEQ).alias("seq"),
+        header_column(events.HEADER_JOIN_KEY).alias("jk"),
+        header_column(events.HEADER_MARK).alias("mark"),
+    ).collect()
+    for row in sql:
+        assert (row.seq, row.jk, row.mark) == events.header_numbers(rows[row.i]), rows[row.i]
+
+
+def test_the_newest_record_of_each_key_decoded_and_the_bad_ones_set_aside(
+    spark, kafka_bootstrap: str, redis_url: str, redis_client, tmp_path: Path
+) -> None:
+    config: StarlingConfig = make_config(kafka_bootstrap, redis_url, partitions=2)
+    writer = ChangelogWriter(config)
+    writer.send(
+        [
+            events.TweetPosted(1001, 1, "ann", "first"),
+            events.TweetPosted(1002, 2, "bob", "second"),
+            events.Followed(3, 1),
+            events.Followed(4, 1),
+        ]
+    )
+    last = writer.send([events.TweetDeleted(1001, 1), events.Unfollowed(4, 1)])
+    writer.raw(config.topics.tweets, b"1003", b"not json", events.headers(last + 1, 7))
+    writer.send([events.Followed(4, 2)])
+    store = store_for(config)
+    rebuild = Rebuild(spark, config, store, Progress(store, out=io.StringIO()), tmp_path)
+    decoded = rebuild.read(rebuild.snapshot())
+
+    rows = decoded.collect()
+    # Joined in the read tasks: the live tweet's and follows' authors' states,
+    # and the timelines' edges (each follow, and the tweeting author's own).
+    assert {r.a for r in rows if r.kind == Row.STATE} == {1, 2}
+    assert {(r.a, r.b) for r in rows if r.kind == Row.EDGE} == {(3, 1), (4, 2), (2, 2)}
+    # The read tasks put the live tweet's body in the cache, and only it.
+    bodies = {k: redis_client.get(k) for k in redis_client.scan_iter(f"{keys.TWEET_PREFIX}*")}
+    assert bodies == {
+        keys.tweet(1002).encode(): events.tweet_json(events.TweetPosted(1002, 2, "bob", "second"))
+    }
+    gone = sum(r.a for r in rows if r.kind == Row.TALLY and r.name == "gone")
+    assert gone == 2  # tweet 1001, follow 4 -> 1
+    assert {r.a for r in rows if r.kind == Row.MARK} == {0, 1}  # a mark per tweets partition
+    summary = rebuild.summary
+    assert (summary.tweets, summary.follows, summary.bad_records) == (1, 2, 1)
+    assert store.records_read() == summary.records  # what the read tasks counted
+    assert summary.snapshot_seq == writer.last_seq
+    (dead,) = store.dead_letters()
+    assert dead["topic"] == config.topics.tweets and dead["by"] == "rebuild"
+    assert "JSON" in dead["error"]
+
+
+def test_a_record_outside_its_join_keys_partition_fails_the_read(
+    spark, kafka_bootstrap: str, redis_url: str, tmp_path: Path
+) -> None:
+    """The read joins each partition on its own: a live record the relay's
+    partitioner would not have put there (the topics written with another
+    partition count) would leave its author's followers short."""
+    config: StarlingConfig = make_config(kafka_bootstrap, redis_url, partitions=2)
+    writer = ChangelogWriter(config)
+    last = writer.send([events.TweetPosted(1001, 1, "ann", "first"), events.Followed(2, 1)])
+    home = partition_for(1, 2)
+    tweet = events.encode(events.TweetPosted(1002, 1, "ann", "second"))
+    writer.raw(config.topics.tweets, tweet.key, tweet.value, events.headers(last + 1, 1), 1 - home)
+    store = store_for(config)
+    rebuild = Rebuild(spark, config, store, Progress(store, out=io.StringIO()), tmp_path)
+    with pytest.raises(RebuildFailed, match="found 1 live records outside the partition") as failed:
+        rebuild.read(rebuild.snapshot())
+    assert f"{config.topics.tweets}/{1 - home} offset" in str(failed.value)
+    assert "STARLING_PARTITIONS=2" in str(failed.value)
+
+
+def test_verify_refuses_a_timeline_whose_length_in_redis_is_not_the_computed_one(
+    spark, kafka_bootstrap: str, redis_url: str, tmp_path: Path
+) -> None:
+    config: StarlingConfig = make_config(kafka_bootstrap, redis_url)
+    store = store_for(config)
+    generation = store.new_generation(state="building")
+    store.write_timelines(generation, [(1, pack_timeline(0, [5, 6])), (2, pack_timeline(0, []))])
+    store.write_dropped(generation, [3])
+    rebuild = Rebuild(spark, config, store, Progress(store, out=io.StringIO()), tmp_path)
+    rebuild.verify(generation, {1: 2, 2: 0, 3: -1})  # as computed: passes
+    assert rebuild.summary.verified_counts == 3
+    for lengths in ({1: 3, 2: 0, 3: -1}, {1: 2, 2: 0, 3: 0}, {1: 2, 2: 0, 3: -1, 4: 0}):
+        with pytest.raises(RebuildFailed, match="do not have the computed length"):
+            rebuild.verify(generation, lengths)
+
+
+def test_kept_ids_broadcast_or_joined_in_spark_write_the_same_timelines(
+    spark, kafka_bootstrap: str, redis_url: str, redis_client, tmp_path: Path
+) -> None:
+    """Below ``broadcast_ids`` the write tasks join the edges with every author's
+    kept tweets themselves; above it Spark does: the same timelines, lengths,
+    pulled lists and pulls either way."""
+    config: StarlingConfig = make_config(
+        kafka_bootstrap, redis_url, partitions=2, timeline_size=3, timeline_slack=1,
+        pull_threshold=3,
+    )  # fmt: skip
+    writer = ChangelogWriter(config)
+    network = [events.Followed(u, u) for u in range(1, 7)]
+    network += [events.Followed(f, 1) for f in (2, 3, 4, 5)]  # 1 is pulled (> 3 followers)
+    network += [events.Followed(2, 3), events.Followed(4, 3), events.Followed(5, 2)]
+    tweets = [events.TweetPosted(100 + i, 1 + i % 4, "u", f"t{i}") for i in range(24)]
+    writer.send(network + tweets + [events.TweetDeleted(101, 2), events.Unfollowed(5, 2)])
+    store = store_for(config)
+    written = {}
+    for broadcast_ids in (10**6, 0):
+        rebuild = Rebuild(
+            spark, config, store, Progress(store, out=io.StringIO()), tmp_path,
+            broadcast_ids=broadcast_ids,
+        )  # fmt: skip
+        states, inputs = rebuild.join(rebuild.read(rebuild.snapshot()))
+        assert (inputs.kept is not None) == (broadcast_ids > 0)
+        generation = store.new_generation(state="building")
+        lengths = rebuild.write(generation, states, inputs)
+        timelines = store.timelines(generation, sorted(lengths))
+        pulls = {u: redis_client.smembers(keys.pulls(generation, u)) for u in lengths}
+        lists = redis_client.get(keys.author_list(generation, 1))
+        written[broadcast_ids] = (lengths, [t.ids if t else None for t in timelines], pulls, lists)
+    assert written[10**6] == written[0]
+    lengths, timelines, pulls, lists = written[0]
+    assert sorted(lengths) == [1, 2, 3, 4, 5, 6] and lengths[3] == 3 + 1  # cap + slack
+    assert timelines[1] == [122, 121, 120]  # 2's view: 3's, its own and the pulled 1's newest
+    assert pulls[2] == {b"1"} and pulls[6] == set() and lists is not None

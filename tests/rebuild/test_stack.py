@@ -1,0 +1,138 @@
+"""The timeline rebuild through the whole stack: corrupted timelines repaired,
+readers see the old or the new timeline and never a mix, writes made during
+the rebuild survive it, and a Redis that lost everything comes back."""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+import threading
+import time
+
+import pytest
+import requests
+
+from tests.support.oracle import Workload, check_against_oracle, come_back, go_idle
+from tests.support.rebuilds import all_users, corrupt, finish, rebuild, user_id
+from tests.support.stack import Stack
+
+# The fanout job runs the rebuilds on its session; a standalone one starts its own.
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
+
+
+class Reader(threading.Thread):
+    """Reads one user's timeline over HTTP as fast as it can, keeping every page."""
+
+    def __init__(self, stack: Stack, token: str) -> None:
+        super().__init__(daemon=True)
+        self.url = f"{stack.base}/api/v1/timeline?count=50"
+        self.headers = {"Authorization": f"Bearer {token}"}
+        self.pages: list[tuple[int, ...]] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        http = requests.Session()
+        while not self.stop.is_set():
+            response = http.get(self.url, headers=self.headers, timeout=10)
+            if response.headers.get("X-Starling-Source") == "redis":
+                self.pages.append(tuple(t["id"] for t in response.json()["tweets"]))
+            time.sleep(0.02)
+
+
+def test_rebuild_repairs_corrupted_timelines_while_reads_and_writes_go_on(stack: Stack) -> None:
+    work = Workload(stack, random.Random(11), prefix="rb")
+    work.register(40)
+    work.run(500)
+    # The reader's user: three tweets of its own, nobody else writes to its timeline.
+    solo = Workload(stack, random.Random(0), prefix="rb_reader")  # kept out of `work`
+    solo.register(1)
+    reader_name = "rb_reader0"
+    own = [solo.call("POST", "/tweets", reader_name, {"text": f"mine {i}"})["id"] for i in range(3)]
+    stack.settle()  # no refill in flight: the damage below stays until the rebuild
+
+    victims = random.Random(3).sample(sorted(work.users), 10)
+    idle = sorted(set(work.users) - set(victims))[:3]  # dropped now, kept dropped by the rebuild
+    go_idle(stack, idle)
+    bogus = next(iter(work.live))  # a real tweet, wrong in most timelines
+    for name in [*victims, reader_name]:
+        corrupt(stack, user_id(stack, name), bogus)
+    damaged_reader = tuple(sorted({*own[::2], bogus}, reverse=True))
+
+    # The dry run (on a Spark of its own) reports the damage and changes nothing.
+    generation = stack.store.active_generation()
+    report = dry_run(stack, "--standalone")
+    assert report["differing"] >= len(victims) + 1
+    assert report["missing_entries"] > 0 and report["extra_entries"] > 0
+    assert stack.store.active_generation() == generation
+
+    reader = Reader(stack, solo.users[reader_name])
+    reader.start()
+    proc = rebuild(stack)
+    during = 0
+    while proc.poll() is None and during < 60:  # writes while the rebuild runs
+        work.run(5)
+        during += 5
+        time.sleep(0.2)
+    out = finish(proc)
+    assert "(active)" in out and "the job runs it" in out, out  # on the job's session
+    stack.wait_for_seq(work.max_seq)
+    time.sleep(0.5)
+    reader.stop.set()
+    reader.join(10)
+
+    new_generation = stack.store.active_generation()
+    assert new_generation is not None and new_generation != generation
+    active = sorted(set(all_users(stack)) - set(idle))
+    stats = check_against_oracle(stack, active)
+    assert stats["timelines"] == len(active)
+    idle_ids = [user_id(stack, name) for name in idle]
+    assert stack.store.dropped(new_generation, idle_ids) == set(idle_ids)
+    come_back(stack, {name: work.users[name] for name in idle})
+    fixed = tuple(sorted(own, reverse=True))
+    assert set(reader.pages) <= {damaged_reader, fixed}, set(reader.pages) - {damaged_reader, fixed}
+    assert reader.pages[0] == damaged_reader and reader.pages[-1] == fixed
+    assert during > 0, "the rebuild finished before any write could be made during it"
+    # The old generation is deleted in the background.
+    deadline = time.monotonic() + 60
+    while stack.store.redis.exists(f"starling:gen:{generation}"):
+        assert time.monotonic() < deadline, "old generation not deleted"
+        time.sleep(0.5)
+    assert not list(stack.store.redis.scan_iter(match=f"tl:{generation}:*", count=1000))
+    print(f"\nrebuild: {stats}; {during} writes during the rebuild")
+
+
+def dry_run(stack: Stack, *args: str) -> dict:
+    """The dry run's report: standard output is exactly one JSON document."""
+    report = json.loads(finish(rebuild(stack, "--dry-run", "--json", *args)))
+    assert report["ok"] is True and report["dry_run"] is True
+    return report
+
+
+def test_after_flushall_one_rebuild_brings_every_timeline_back(stack: Stack) -> None:
+    work = Workload(stack, random.Random(12), prefix="fl")
+    work.register(30)
+    work.run(300)
+    stack.wait_for_seq(work.max_seq)
+    stack.store.redis.flushall()
+    time.sleep(3)
+    assert stack.procs["fanout"].poll() is None, "the fanout job exited instead of waiting"
+    finish(rebuild(stack))
+    stats = check_against_oracle(stack, all_users(stack))
+    assert stats["timelines"] == len(all_users(stack))
+    # The job carries on in the new generation.
+    work.run(20)
+    stack.wait_for_seq(work.max_seq)
+    check_against_oracle(stack, sorted(work.users))
+
+
+def test_a_json_rebuild_stopped_midway_still_prints_one_json_document(stack: Stack) -> None:
+    proc = rebuild(stack, "--dry-run", "--json")
+    assert proc.stderr is not None
+    while "reading the changelogs" not in proc.stderr.readline():  # progress: on stderr
+        assert proc.poll() is None, "the rebuild ended before it was stopped"
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=120)
+    report = json.loads(out)  # the whole of standard output, nothing else
+    assert report["ok"] is False and "interrupted" in report["error"]
+    assert report["live_untouched"] is True and proc.returncode != 0

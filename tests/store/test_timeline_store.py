@@ -1,0 +1,590 @@
+"""The Redis timeline store against a real Redis: the same results as the model
+(tests/support/timeline_model.py) for any workload, idempotent, refuses a generation
+Redis lost, and the timeline header (horizon, fence, top, version) as specified."""
+
+from __future__ import annotations
+
+import random
+import time
+
+import orjson
+import pytest
+import redis
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from fanout.model.author_state import AuthorState
+from fanout.model.join import Mutation, Op, join_events
+from fanout.store import keys
+from fanout.store.keys import timeline as timeline_key
+from fanout.store.ops import (
+    IDLE,
+    OP_COST,
+    Header,
+    pack_timeline,
+    read_header,
+    timeline_ids,
+)
+from fanout.store.timelines import GenerationMissing, TimelineStore
+from tests.conftest import LAYOUTS, layout_client
+from tests.support.join_sim import interleave, random_workload
+from tests.support.timeline_model import TimelineModel
+
+GEN = 1
+
+
+@pytest.fixture
+def store(redis_client: redis.Redis) -> TimelineStore:
+    s = TimelineStore(redis_client, cap=5, slack=2)
+    s.create_generation(GEN)
+    return s
+
+
+def raw(client: redis.Redis, owner: int) -> tuple[Header, list[int]]:
+    packed = client.get(timeline_key(GEN, owner))
+    assert isinstance(packed, bytes)
+    return read_header(packed), timeline_ids(packed)
+
+
+def test_add_remove_and_the_cap(store: TimelineStore, redis_client: redis.Redis) -> None:
+    store.apply(GEN, {}, [Mutation(Op.ADD, (7,), (1, 2, 3), 0, 1)])
+    store.apply(GEN, {}, [Mutation(Op.ADD, (7,), (i,), 0, i) for i in range(4, 8)])
+    tl = store.timeline(GEN, 7)
+    assert tl is not None and tl.ids == [7, 6, 5, 4, 3] and tl.horizon == 0  # 7 kept: cap + slack
+    store.apply(GEN, {}, [Mutation(Op.ADD, (7,), (8,), 0, 8)])  # over cap + slack: trimmed
+    header, ids = raw(redis_client, 7)
+    assert ids == [3, 4, 5, 6, 7, 8] and header.horizon == 3  # to cap + slack // 2
+    assert header.fence == 8  # entries fell below the horizon at seq 8
+    stats = store.apply(GEN, {}, [Mutation(Op.REMOVE, (7,), (8, 6), 0, 0)])
+    tl = store.timeline(GEN, 7)
+    assert tl is not None and tl.ids == [7, 5, 4, 3] and tl.horizon == 3
+    assert stats.short == 1 and store.take_refills(10) == [7]  # 4 < cap above a horizon
+    assert raw(redis_client, 7)[0].top == 8  # the newest it held is gone
+
+
+def test_a_merge_with_a_horizon_raises_the_timelines_and_sets_the_fence(
+    store: TimelineStore,
+) -> None:
+    # 8 ids for a timeline of at most 7: the newest 7 are merged, 11 their horizon.
+    store.apply(GEN, {}, [Mutation(Op.ADD, (7,), tuple(range(10, 18)), 0, 1)])
+    tl = store.timeline(GEN, 7)
+    assert tl is not None and tl.horizon == 11 and tl.ids == [17, 16, 15, 14, 13]
+    store.apply(GEN, {}, [Mutation(Op.ADD, (7,), (10, 20), 0, 2)])  # 10 is below the horizon
+    header, ids = raw(store.redis, 7)
+    assert header.fence == 2 and ids == [13, 14, 15, 16, 17, 20]  # over 7: trimmed to 6
+    tl = store.timeline(GEN, 7)
+    assert tl is not None and tl.horizon == 13 and tl.ids == [20, 17, 16, 15, 14]
+    store.apply(GEN, {}, [Mutation(Op.ADD, (7,), (16, 30), 16, 3)])
+    tl = store.timeline(GEN, 7)
+    assert tl is not None and tl.horizon == 16 and tl.ids == [30, 20, 17, 16]
+    assert store.take_refills(10) == [7]  # only 4 left above the horizon: short
+
+
+def test_out_of_order_inserts_rewrite_only_the_tail_and_change_the_version(
+    store: TimelineStore, redis_client: redis.Redis
+) -> None:
+    store.apply(GEN, {}, [Mutation(Op.ADD, (7,), (10, 20, 30), 0, 1)])
+    assert store.timeline(GEN, 7).version == 0  # type: ignore[union-attr]
+    store.apply(GEN, {}, [Mutation(Op.ADD, (7,), (15, 25, 30, 40), 0, 2)])  # one duplicate
+    assert timeline_ids(redis_client.get(timeline_key(GEN, 7)) or b"") == [10, 15, 20, 25, 30, 40]
+    assert store.timeline(GEN, 7).version == 1  # type: ignore[union-attr]  # one late write
+    assert store.apply(GEN, {}, [Mutation(Op.ADD, (7,), (15, 25), 0, 3)]).added == 0
+    store.apply(GEN, {}, [Mutation(Op.ADD, (7,), (50,), 0, 4)])  # the newest: an append
+    assert store.timeline(GEN, 7).version == 1  # type: ignore[union-attr]
+    store.apply(GEN, {}, [Mutation(Op.REMOVE, (7,), (50,), 0, 0)])
+    store.apply(GEN, {}, [Mutation(Op.ADD, (7,), (45,), 0, 5)])  # below the newest it held
+    assert store.timeline(GEN, 7).version == 2  # type: ignore[union-attr]
+
+
+@settings(max_examples=40, deadline=None)
+@pytest.mark.usefixtures("redis_url")
+@given(seed=st.integers(0, 2**32), cap=st.integers(20, 60), shares=st.integers(2, 3))
+def test_executors_shares_of_a_batch_land_among_each_other_as_the_model_says(
+    request: pytest.FixtureRequest, seed: int, cap: int, shares: int
+) -> None:
+    """Each executor of a micro-batch writes its share of a follower's new
+    tweets, so every share after the first lands among the entries the
+    others just wrote (the script reads only the newest entries, or the
+    whole timeline when a share reaches further back): headers and ids stay
+    the model's, trims included, with duplicates, tweets older than the
+    whole timeline, and re-sent shares."""
+    redis_client, _ = layout_client(request, "single")
+    store = TimelineStore(redis_client, cap=cap, slack=cap // 4)
+    store.create_generation(GEN)
+    model = TimelineModel(cap=cap, slack=cap // 4)
+    rnd = random.Random(seed)
+    owners, seq, newest = (7, 8), 0, 1000
+    for _ in range(rnd.randint(3, 12)):
+        batch = sorted(rnd.sample(range(newest, newest + 400), rnd.randint(1, 120)))
+        newest += 400
+        if rnd.random() < 0.3:  # a few old tweets arriving late, some already there
+            batch = sorted({*batch, *rnd.sample(range(900, newest), 5)})
+        parts: list[list[int]] = [[] for _ in range(shares)]
+        for tweet in batch:
+            parts[rnd.randrange(shares)].append(tweet)
+        if rnd.random() < 0.2:
+            parts.append(list(parts[0]))  # a share sent again
+        for part in parts:
+            seq += 1
+            mutations = [Mutation(Op.ADD, owners, tuple(part), 0, seq)]
+            model.apply({}, mutations)
+            store.apply(GEN, {}, mutations)
+    for owner in owners:
+        expected = model.timelines[owner]
+        header, ids = raw(redis_client, owner)
+        assert (header.horizon, header.fence, header.top, header.version) == (
+            expected.horizon,
+            expected.fence,
+            expected.top,
+            expected.version,
+        )
+        assert ids == expected.ids
+
+
+def test_a_long_share_lands_among_a_long_timeline_as_the_model_says(
+    redis_client: redis.Redis,
+) -> None:
+    """Hundreds of ids on both sides of an insert (the script decodes and
+    packs them 500 at a time): the same timeline as the model's."""
+    store = TimelineStore(redis_client, cap=1200, slack=300)
+    store.create_generation(GEN)
+    model = TimelineModel(cap=1200, slack=300)
+    first = [Mutation(Op.ADD, (7,), tuple(range(1000, 15000, 20)), 0, 1)]  # 700 ids
+    second = [Mutation(Op.ADD, (7,), tuple(range(1010, 13010, 20)), 0, 2)]  # 600 among them
+    for mutations in (first, second):
+        model.apply({}, mutations)
+        store.apply(GEN, {}, mutations)
+    header, ids = raw(redis_client, 7)
+    expected = model.timelines[7]
+    assert len(ids) == 1300 and ids == expected.ids
+    assert (header.horizon, header.version) == (expected.horizon, expected.version) == (0, 1)
+
+
+def test_an_add_below_the_horizon_of_an_empty_timeline_is_left_out(
+    store: TimelineStore, redis_client: redis.Redis
+) -> None:
+    # What a refill leaves when every tweet it held was deleted since.
+    redis_client.set(timeline_key(GEN, 7), pack_timeline(100, []))
+    store.apply(GEN, {}, [Mutation(Op.ADD, (7,), (50,), 0, 3)])
+    header, ids = raw(redis_client, 7)
+    assert ids == [] and header.horizon == 100 and header.fence == 3
+    store.apply(GEN, {}, [Mutation(Op.ADD, (7,), (150,), 0, 4)])
+    assert raw(redis_client, 7)[1] == [150]
+
+
+def test_empty_add_materializes_an_empty_timeline(store: TimelineStore) -> None:
+    assert store.timeline(GEN, 42) is None
+    stats = store.apply(GEN, {}, [Mutation(Op.ADD, (42,), ())])
+    assert stats.created == 1
+    tl = store.timeline(GEN, 42)
+    assert tl is not None and tl.ids == [] and tl.horizon == 0
+
+
+def test_bodies_are_put_and_deleted(store: TimelineStore, redis_client: redis.Redis) -> None:
+    store.apply(GEN, {5: b'{"id":5}', 6: b'{"id":6}'}, [])
+    store.apply(GEN, {7: b'{"id":7}'}, [Mutation(Op.DELETE_BODY, (), (5,))])
+    assert redis_client.get("tw:5") is None and redis_client.get("tw:6") == b'{"id":6}'
+    assert redis_client.get("tw:7") == b'{"id":7}'
+
+
+def test_a_reset_waits_for_the_watermark_and_skips_deleted_tweets(
+    store: TimelineStore, redis_client: redis.Redis
+) -> None:
+    store.apply(GEN, {t: b"{}" for t in (1, 2, 3)}, [Mutation(Op.ADD, (7,), (3,), 0, 1)])
+    store.apply(GEN, {}, [Mutation(Op.RESET, (7,), (1, 2, 3), 0, 9, 8)])
+    assert store.timeline(GEN, 7).ids == [3]  # type: ignore[union-attr]
+    store.release_resets(GEN, 8)
+    assert store.timeline(GEN, 7).ids == [3]  # type: ignore[union-attr]  # not yet: seq 9
+    redis_client.delete("tw:2")  # deleted meanwhile
+    store.release_resets(GEN, 9)
+    assert store.timeline(GEN, 7).ids == [3, 1]  # type: ignore[union-attr]
+    assert not redis_client.exists(keys.resets(GEN))
+
+
+def test_a_reset_older_than_the_fence_is_dropped(
+    store: TimelineStore, redis_client: redis.Redis
+) -> None:
+    redis_client.set(timeline_key(GEN, 7), pack_timeline(5, [5, 6], Header(fence=20)))
+    store.apply(GEN, {1: b"{}"}, [Mutation(Op.RESET, (7,), (1,), 0, 30, 19)])
+    store.release_resets(GEN, 30)
+    tl = store.timeline(GEN, 7)
+    assert tl is not None and tl.ids == [6, 5] and tl.horizon == 5
+    assert store.take_refills(10) == [7]  # still short: asked for again
+
+
+def test_replaying_a_batch_changes_nothing(store: TimelineStore, redis_client: redis.Redis) -> None:
+    batch = [
+        Mutation(Op.ADD, (1, 2, 3), (10, 11), 0, 1),
+        Mutation(Op.REMOVE, (2,), (10,), 0, 2),
+        Mutation(Op.ADD, (4,), tuple(range(1, 12)), 3, 3),
+    ]
+
+    def timelines() -> dict[bytes, tuple[int, int, int, list[int]]]:
+        out = {}
+        for key in redis_client.keys("tl:*"):
+            packed = redis_client.get(key) or b""
+            h = read_header(packed)
+            out[key] = (h.horizon, h.fence, h.top, timeline_ids(packed))
+        return out
+
+    store.apply(GEN, {10: b"x"}, batch)
+    before = timelines()
+    store.apply(GEN, {10: b"x"}, batch)
+    # Only the version may move: the replay re-adds 10 below 11 before removing it
+    # again, which a poller sees as one more reason to re-read (harmless).
+    assert timelines() == before
+
+
+def test_a_missing_generation_is_refused_and_nothing_is_written(
+    store: TimelineStore, redis_client: redis.Redis
+) -> None:
+    with pytest.raises(GenerationMissing, match="generation 2"):
+        store.apply(2, {1: b"x"}, [Mutation(Op.ADD, (1,), (1,))])
+    assert redis_client.get("tw:1") is None and store.timeline(2, 1) is None
+
+
+def test_huge_fanout_is_split_into_bounded_script_calls(redis_client: redis.Redis) -> None:
+    store = TimelineStore(redis_client, cap=800)
+    store.create_generation(GEN)
+    owners = tuple(range(1, 10_001))
+    stats = store.apply(GEN, {}, [Mutation(Op.ADD, owners, (99,))])
+    per_call = -(-TimelineStore.CHUNK // (OP_COST + 1))  # single-id adds in one call
+    assert stats.added == 10_000 and stats.calls == -(-10_000 // per_call) == 23
+    assert redis_client.get(timeline_key(GEN, 10_000)) == pack_timeline(0, [99])
+
+
+def test_watermark_moves_once_per_batch(store: TimelineStore) -> None:
+    def record(batch: int, seq: int, contiguous: int, **counters: int) -> bool:
+        return store.record_watermark(
+            GEN,
+            batch_id=batch,
+            seq=seq,
+            marks={"t/0": contiguous},
+            contiguous=contiguous,
+            event_time=1.5 if batch == 0 else 0,
+            offsets={"t": {"0": batch + 3}},
+            counters=counters,
+        )
+
+    assert record(0, 10, 6, deliveries=5)
+    assert not record(0, 10, 6, deliveries=5)
+    record(1, 8, 9, deliveries=2)
+    wm = store.watermark(GEN)
+    assert wm is not None
+    assert (wm.seq, wm.contiguous, wm.batch_id, wm.event_time) == (10, 9, 1, 1.5)
+    assert wm.offsets == {"t": {"0": 4}} and wm.marks == {"t/0": 9}
+    assert wm.counters == {"deliveries": 7}
+    assert store.contiguous_watermark(GEN) == 9
+
+
+@pytest.mark.parametrize("layout", ["sharded", "cluster"])
+def test_a_shard_that_lost_a_batch_holds_the_applied_batch_back(
+    request: pytest.FixtureRequest, layout: str
+) -> None:
+    """Each shard's copy of the watermark names its batch; a shard whose primary
+    failed over before it had the last batch's writes brings the applied batch
+    back to its own (the supervisor then runs the batches since again), and
+    its reads see the watermark its copy has. The next batch does not hide the
+    loss: that shard's copy stays behind until the lost batches run again."""
+    client, shards = layout_client(request, layout)
+    store = TimelineStore(client, cap=5, slack=2, shards=shards)
+    store.create_generation(GEN)
+    store.activate(GEN)
+    store.seed_watermark(GEN, seq=0, marks={}, contiguous=0, offsets={})
+    assert store.applied_batch(GEN) == -1
+
+    def run_batch(batch: int) -> None:
+        store.apply(GEN, {}, [Mutation(Op.ADD, (7,), (100 + batch,), 0, batch + 1)])
+        store.record_watermark(
+            GEN,
+            batch_id=batch,
+            seq=batch + 1,
+            marks={},
+            contiguous=batch + 1,
+            event_time=0,
+            offsets={},
+            counters={},
+        )
+
+    for batch in range(3):
+        run_batch(batch)
+    assert store.applied_batch(GEN) == 2
+    page = store.read_page(7, count=5)
+    assert (page.status, page.watermark_seq) == ("ok", 3)
+    # What a replica two batches behind becomes once promoted.
+    tag = shards.tag_of(7)
+    client.hset(keys.watermark(GEN, tag), mapping={"batch_id": 0, "contiguous": 1})
+    assert store.applied_batch(GEN) == 0
+    assert store.read_page(7, count=5).watermark_seq == 1
+    run_batch(3)  # the job went on before the supervisor looked
+    assert store.applied_batch(GEN) == 0
+    assert store.read_page(7, count=5).watermark_seq == 1
+    for batch in (1, 2, 3):  # run again from the shard's batch on (the supervisor's rewind)
+        run_batch(batch)
+    assert store.applied_batch(GEN) == 3
+    assert store.read_page(7, count=5).watermark_seq == 4
+
+
+@pytest.mark.parametrize("layout", ["sharded", "cluster"])
+def test_a_batch_run_again_with_more_records_moves_every_watermark(
+    request: pytest.FixtureRequest, layout: str
+) -> None:
+    """The supervisor's rewind drops the offsets of the batches it runs again,
+    so Spark plans them anew: the first one run again takes what the log holds
+    by then, more than it first had. What it applied shows at once, in the
+    watermark and in every shard's copy, the copies past that batch (the shards
+    that kept their writes) too; not only once a batch past the old last one
+    runs, which may be never if the writes stop."""
+    client, shards = layout_client(request, layout)
+    store = TimelineStore(client, cap=5, slack=2, shards=shards)
+    store.create_generation(GEN)
+    store.activate(GEN)
+    store.seed_watermark(GEN, seq=0, marks={}, contiguous=0, offsets={})
+    users = list({shards.tag_of(u): u for u in range(1, 5000)}.values())
+    assert len(users) == shards.count
+    start = time.time()  # after the seed's event time
+
+    def run_batch(batch: int, seq: int) -> bool:
+        store.apply(GEN, {}, [Mutation(Op.ADD, tuple(users), (100 + seq,), 0, seq)])
+        return store.record_watermark(
+            GEN,
+            batch_id=batch,
+            seq=seq,
+            marks={"t/0": seq},
+            contiguous=seq,
+            event_time=start + seq,
+            offsets={"t": {"0": seq}},
+            counters={"deliveries": len(users)},
+        )
+
+    for batch in range(3):
+        assert run_batch(batch, seq=batch + 1)
+    lost = users[0]  # its shard's primary failed over to a replica two batches behind
+    client.hset(keys.watermark(GEN, shards.tag_of(lost)), mapping={"batch_id": 0, "contiguous": 1})
+    assert store.applied_batch(GEN) == 0
+    assert not run_batch(1, seq=9)  # run again, planned anew: everything up to seq 9
+    wm = store.watermark(GEN)
+    assert wm is not None
+    assert (wm.batch_id, wm.seq, wm.contiguous, wm.event_time) == (2, 9, 9, start + 9)
+    assert wm.marks == {"t/0": 9} and wm.offsets == {"t": {"0": 3}}
+    assert wm.counters == {"deliveries": 3 * len(users)}  # a batch run again counts once
+    assert store.applied_batch(GEN) == 1  # the lost shard's copy moved one batch on
+    assert [store.read_page(u, count=5).watermark_seq for u in users] == [9] * len(users)
+
+
+def test_dead_letters_are_keyed_by_position(store: TimelineStore) -> None:
+    record = {"topic": "t", "partition": 1, "offset": 7, "error": "bad"}
+    store.dead_letter([record, record])
+    store.dead_letter([record])
+    assert store.dead_letter_count() == 1 and store.dead_letters() == [record]
+
+
+def test_timeline_lengths_come_from_sizes_and_tell_dropped_and_missing_apart(
+    store: TimelineStore,
+) -> None:
+    store.write_timelines(GEN, [(1, pack_timeline(0, [])), (2, pack_timeline(5, [7, 8, 9]))])
+    store.write_timelines(GEN, [(3, pack_timeline(0, list(range(10, 1010))))])
+    store.write_dropped(GEN, [4])
+    assert store.timeline_lengths(GEN, [1, 2, 3, 4, 5]) == [0, 3, 1000, -1, None]
+
+
+def test_generations(store: TimelineStore, redis_client: redis.Redis) -> None:
+    assert store.active_generation() is None
+    assert store.ensure_active_generation() == 1
+    with pytest.raises(GenerationMissing):
+        store.activate(5)
+    store.create_generation(5)
+    store.activate(5)
+    assert store.active_generation() == 5
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@settings(max_examples=30, deadline=None)
+# A stale reset of a regenerating idle user: its tombstone stays until replaced.
+@example(seed=760212, cap=2, slack=1, jitter=0, threshold=2)
+@given(
+    seed=st.integers(0, 2**32),
+    cap=st.integers(2, 6),
+    slack=st.integers(1, 3),
+    jitter=st.sampled_from([0, 25]),
+    threshold=st.sampled_from([0, 2]),
+)
+def test_the_lua_store_does_what_the_model_does(
+    request: pytest.FixtureRequest,
+    layout: str,
+    seed: int,
+    cap: int,
+    slack: int,
+    jitter: int,
+    threshold: int,
+) -> None:
+    """Any workload, pulled authors crossing the threshold or not: the same
+    timelines, lists, pulls and merged views as the model, on a single Redis
+    (its keys in one shard or several) and on a Redis Cluster."""
+    client, shards = layout_client(request, layout)
+    tag = shards.tag_of
+    store = TimelineStore(client, cap=cap, slack=slack, shards=shards)
+    store.create_generation(GEN)
+    store.activate(GEN)
+    model = TimelineModel(cap=cap, slack=slack)
+    rnd = random.Random(seed)
+    _, envs = random_workload(rnd, 6, steps=80, jitter=jitter, resets=0.2, pull_threshold=threshold)
+    states: dict[int, AuthorState] = {}
+    applied: set[int] = set()
+    written = {e.seq for e in envs}
+    skipped = 0
+    for batch in interleave(rnd, envs):
+        # Between batches, the idle sweep drops a timeline or a returning user's
+        # read claims its regeneration (the resets of the workload then complete it).
+        user = rnd.randint(1, 6)
+        if rnd.random() < 0.15:
+            model.drop(user)
+            store.drop_idle(GEN, [user])
+        elif rnd.random() < 0.15 and user not in model.timelines:
+            model.regenerating.add(user)
+            store.claim_regeneration(GEN, user, window=600)
+        by_key: dict[int, list] = {}
+        for env in batch:
+            by_key.setdefault(env.event.join_key, []).append(env)
+        bodies: dict[int, bytes] = {}
+        mutations: list[Mutation] = []
+        for author, group in by_key.items():
+            result = join_events(
+                author,
+                states.get(author, AuthorState()),
+                group,
+                cap=cap,
+                slack=slack,
+                pull_threshold=threshold,
+            )
+            states[author] = result.state
+            bodies.update(result.bodies)
+            mutations += result.mutations
+        model.apply(bodies, mutations)
+        skipped += store.apply(GEN, bodies, mutations).skipped
+        applied |= {e.seq for e in batch}
+        missing = sorted(written - applied)
+        watermark = missing[0] - 1 if missing else max(written)
+        model.release(watermark)
+        skipped += store.release_resets(GEN, watermark).skipped
+    assert skipped == model.skipped
+    for user in range(1, 7):
+        expected = model.timelines.get(user)
+        packed = client.get(timeline_key(GEN, user, tag(user)))
+        pending = client.exists(keys.regeneration(GEN, user, tag(user)))
+        assert bool(pending) == (user in model.regenerating), f"user {user}"
+        if expected is None:
+            assert packed == (IDLE if user in model.idle else None), f"user {user}"
+            continue
+        assert isinstance(packed, bytes)
+        header = read_header(packed)
+        assert (header.horizon, header.fence, header.top, header.version) == (
+            expected.horizon,
+            expected.fence,
+            expected.top,
+            expected.version,
+        ), f"user {user}"
+        assert timeline_ids(packed) == expected.ids
+        assert store.pulled_authors(user) == tuple(sorted(model.pulls.get(user, ())))
+        view, merged = model.view(user), store.timeline(GEN, user)
+        assert view is not None and merged is not None
+        assert (merged.horizon, merged.ids, merged.version) == (*view, model.version(user))
+    for author, expected in model.lists.items():
+        packed = client.get(keys.author_list(GEN, author, tag(author)))
+        assert isinstance(packed, bytes)
+        header = read_header(packed)
+        assert (header.horizon, header.top, header.version) == (
+            expected.horizon,
+            expected.top,
+            expected.version,
+        ), f"author {author}"
+        assert timeline_ids(packed) == expected.ids
+    assert {int(k[3:].split(b"}")[-1]) for k in client.scan_iter("tw:*")} == set(model.bodies)
+    assert set(store.take_refills(100)) == model.refill
+
+
+def test_a_script_error_names_the_lua_file_and_line(store: TimelineStore) -> None:
+    from importlib import resources
+
+    from fanout.store.scripts import Script
+
+    apply = Script(store.redis, "apply")
+    with pytest.raises(redis.ResponseError) as failure:
+        apply(args=[GEN, 5, 2, 1, 7, "not a number", 1, b""])  # an add with a bad horizon
+    message = str(failure.value)
+    assert "fanout/store/lua/apply.lua:" in message and "user_script" not in message
+    line = int(message.split("fanout/store/lua/apply.lua:")[1].split(":")[0])
+    in_file = resources.files("fanout.store").joinpath("lua", "apply.lua").read_text().splitlines()
+    assert "if hm > h.horizon then" in in_file[line - 1]  # where the bad horizon is compared
+
+
+def reference_page(
+    visible: list[int], older: bool, count: int, max_id: int, since_id: int
+) -> tuple[str, list[int], int | None, bool]:
+    """What a page is, from the visible entries (newest first) and whether the
+    join has older ones: (status, ids, next_max_id, partial)."""
+    window = [i for i in visible if not max_id or i <= max_id]
+    if max_id and not window and older:
+        return "beyond", [], None, False
+    below = older and (not visible or since_id < visible[-1])
+    after = [i for i in window if i > since_id]
+    page = after[:count]
+    more = len(after) > count
+    nxt = page[-1] - 1 if page and (more or below) else None
+    partial = below and len(page) < count and not more
+    if partial and not page:
+        nxt = max_id or 2**53 - 1
+    return "ok", page, nxt, partial
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@settings(max_examples=60, deadline=None)
+@given(
+    seed=st.integers(0, 2**32),
+    lists=st.integers(0, 4),
+    cap=st.integers(1, 12),
+)
+def test_a_merged_read_pages_like_the_merged_view(
+    request: pytest.FixtureRequest, layout: str, seed: int, lists: int, cap: int
+) -> None:
+    """A timeline and the lists of the pulled authors its owner follows, each
+    with its own horizon: every page (any count, max_id, since_id) is the one
+    the merged view gives (in one script call on one shard)."""
+    client, shards = layout_client(request, layout)
+    tag = shards.tag_of
+    store = TimelineStore(client, cap=cap, slack=2, shards=shards)
+    store.create_generation(GEN)
+    store.activate(GEN)
+    rnd = random.Random(seed)
+    pool = rnd.sample(range(1000, 1400), 120)
+    owner, sources = 7, []
+    for i in range(lists + 1):
+        ids = sorted(pool[i :: lists + 1][: rnd.randint(0, 20)])
+        horizon = rnd.choice([0, *ids[:3]]) if ids else 0
+        ids = [t for t in ids if t >= horizon]
+        sources.append((horizon, ids))
+        packed = pack_timeline(horizon, ids, Header(version=i * 10 + 1))
+        if i == 0:
+            client.set(timeline_key(GEN, owner, tag(owner)), packed)
+        else:
+            client.set(keys.author_list(GEN, 100 + i, tag(100 + i)), packed)
+            client.sadd(keys.pulls(GEN, owner, tag(owner)), 100 + i)
+    store.write_bodies((t, b'{"id":%d}' % t) for t in pool)
+    floor = max(h for h, _ in sources)
+    entries = sorted((t for _, ids in sources for t in ids if t >= floor), reverse=True)
+    visible, older = entries[:cap], len(entries) > cap or floor > 0
+    merged = store.timeline(GEN, owner)
+    assert merged is not None and (merged.horizon, merged.ids) == (floor, visible)
+    assert merged.version == sum(i * 10 + 1 for i in range(lists + 1))
+    for _ in range(25):
+        count = rnd.randint(1, 6)
+        max_id = rnd.choice([0, rnd.randint(990, 1410), *visible[:3]])
+        since_id = rnd.choice([0, rnd.randint(990, 1410), *visible[-3:]])
+        page = store.read_page(owner, count=count, max_id=max_id, since_id=since_id)
+        status, ids, nxt, partial = reference_page(visible, older, count, max_id, since_id)
+        assert page.status == status, (count, max_id, since_id)
+        if status == "ok":
+            body = orjson.loads(page.body)
+            assert [t["id"] for t in body["tweets"]] == ids, (count, max_id, since_id)
+            assert (body["next_max_id"], page.partial) == (nxt, partial), (count, max_id, since_id)
+        assert page.version == merged.version

@@ -1,0 +1,1 @@
+"""Fixtures' helpers: the services the suite starts, the whole stack, models."""

@@ -1,0 +1,242 @@
+"""A plain-Python model of the packed timelines, for checking the join and the Lua.
+
+``TimelineModel.apply`` does what the apply script (fanout/store/lua/apply.lua)
+does, with lists; :func:`oracle` computes the join the way the SQL does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from fanout.model.join import Mutation, Op
+from fanout.store.ops import group_by_timeline
+
+
+@dataclass
+class ModelTimeline:
+    horizon: int = 0
+    fence: int = 0
+    top: int = 0
+    version: int = 0
+    ids: list[int] = field(default_factory=list)  # ascending
+
+
+@dataclass
+class TimelineModel:
+    cap: int
+    slack: int
+    timelines: dict[int, ModelTimeline] = field(default_factory=dict)
+    bodies: dict[int, bytes] = field(default_factory=dict)
+    refill: set[int] = field(default_factory=set)
+    #: Resets waiting for the watermark, by seq: (owner, tweets, horizon, as_of).
+    resets: dict[int, tuple[int, tuple[int, ...], int, int]] = field(default_factory=dict)
+    #: Owners whose regeneration is pending (the regeneration key exists).
+    regenerating: set[int] = field(default_factory=set)
+    #: Owners whose timeline was dropped (an idle user): a tombstone in Redis.
+    idle: set[int] = field(default_factory=set)
+    #: Writes to dropped timelines not made.
+    skipped: int = 0
+    #: Pulled authors' lists (only horizon, top, version and ids are used).
+    lists: dict[int, ModelTimeline] = field(default_factory=dict)
+    #: Per owner, the pulled authors whose lists its reads merge in.
+    pulls: dict[int, set[int]] = field(default_factory=dict)
+    #: The pulled authors a waiting reset's read left out, by seq.
+    reset_pulls: dict[int, tuple[int, ...]] = field(default_factory=dict)
+
+    @property
+    def keep(self) -> int:
+        return self.cap + self.slack // 2
+
+    def apply(self, bodies: Mapping[int, bytes], mutations: Iterable[Mutation]) -> None:
+        """Apply a batch the way the store does: deleted bodies, new bodies,
+        then the per-timeline ops."""
+        ops, deleted = group_by_timeline(mutations, keep=self.cap + self.slack)
+        for t in deleted:
+            self.bodies.pop(t, None)
+        self.bodies.update(bodies)
+        for op in ops:
+            if op.op is Op.ADD:
+                self._add(op.owner, op.tweets, op.horizon, op.seq)
+            elif op.op is Op.REMOVE:
+                self._remove(op.owner, op.tweets, op.seq)
+            elif op.op is Op.LIST:
+                self._set_list(op.owner, op.tweets, op.horizon)
+            elif op.op is Op.PULL:
+                self.pulls.setdefault(op.owner, set()).add(op.authors[0])
+                self._remove(op.owner, op.tweets, op.seq)
+                self._bump(op.owner, 1)
+            elif op.op is Op.UNPULL:
+                author = op.authors[0]
+                gone = author in self.pulls.get(op.owner, set())
+                self.pulls.get(op.owner, set()).discard(author)
+                if op.tweets:
+                    self._add(op.owner, op.tweets, op.horizon, op.seq)
+                else:
+                    self._remove(op.owner, (), op.seq)
+                listed = self.lists.get(author)
+                self._bump(op.owner, 1 + (listed.version if gone and listed else 0))
+            else:
+                self.resets[op.seq] = (op.owner, op.tweets, op.horizon, op.as_of)
+                self.reset_pulls[op.seq] = op.authors
+
+    def _set_list(self, author: int, tweets: tuple[int, ...], horizon: int) -> None:
+        old = self.lists.get(author)
+        new = ModelTimeline(horizon=horizon, ids=list(tweets))
+        if old is not None:
+            top = max(old.top, old.ids[-1] if old.ids else 0)
+            new.version = old.version + any(t < top and t not in old.ids for t in tweets)
+            if (tweets[-1] if tweets else 0) < top:
+                new.top = top
+        self.lists[author] = new
+
+    def _bump(self, owner: int, n: int) -> None:
+        if owner in self.timelines:
+            self.timelines[owner].version += n
+
+    def release(self, watermark: int) -> None:
+        """Apply the resets the contiguous watermark has reached, in seq order."""
+        for seq in sorted(s for s in self.resets if s <= watermark):
+            owner, tweets, horizon, as_of = self.resets.pop(seq)
+            self._reset(owner, tweets, horizon, seq, as_of, self.reset_pulls.pop(seq))
+
+    def _store(self, owner: int, tl: ModelTimeline, seq: int) -> None:
+        if len(tl.ids) > self.cap + self.slack:
+            tl.ids = tl.ids[-self.keep :]
+            tl.horizon = tl.ids[0]
+            tl.fence = max(tl.fence, seq)
+        if tl.top and tl.ids and tl.ids[-1] >= tl.top:
+            tl.top = 0
+        self.timelines[owner] = tl
+        if len(tl.ids) < self.cap and tl.horizon > 0:
+            self.refill.add(owner)
+
+    def _merge(self, tl: ModelTimeline, new: Iterable[int], existed: bool, seq: int) -> None:
+        top = max(tl.top, tl.ids[-1] if tl.ids else 0) if existed else 0
+        have = set(tl.ids)
+        added = {t for t in new if t >= tl.horizon and t not in have}
+        if any(t < top for t in added):
+            tl.version += 1
+        tl.ids = sorted(have | added)
+
+    def drop(self, owner: int) -> None:
+        """What the idle sweep does: a timeline becomes a tombstone, unless it is
+        being regenerated."""
+        if owner in self.timelines and owner not in self.regenerating:
+            del self.timelines[owner]
+            self.idle.add(owner)
+
+    def _dropped(self, owner: int) -> bool:
+        """A tombstone no write goes to: True if the write is skipped."""
+        if owner not in self.idle:
+            return False
+        if owner in self.regenerating:  # a placeholder replaces it
+            self.idle.discard(owner)
+            return False
+        self.skipped += 1
+        return True
+
+    def _add(self, owner: int, tweets: Iterable[int], h: int, seq: int) -> None:
+        if self._dropped(owner):
+            return
+        existed = owner in self.timelines
+        tl = self.timelines.get(owner, ModelTimeline())
+        if h > tl.horizon:
+            tl.horizon = h
+            tl.ids = [i for i in tl.ids if i >= h]
+            tl.fence = max(tl.fence, seq)
+        tweets = list(tweets)
+        if h > 0 or any(t < tl.horizon for t in tweets):
+            tl.fence = max(tl.fence, seq)
+        self._merge(tl, tweets, existed, seq)
+        self._store(owner, tl, seq)
+
+    def _remove(self, owner: int, tweets: Iterable[int], seq: int) -> None:
+        tl = self.timelines.get(owner)
+        if tl is None:
+            # A pending regeneration's reset may predate this removal: the fence says so.
+            if seq > 0 and owner in self.regenerating:
+                self.idle.discard(owner)
+                self.timelines[owner] = ModelTimeline(fence=seq)
+            return
+        drop = set(tweets)
+        if not drop:  # only the fence moves
+            tl.fence = max(tl.fence, seq)
+            return
+        kept = [i for i in tl.ids if i not in drop]
+        if len(kept) < len(tl.ids) and (not kept or kept[-1] != tl.ids[-1]):
+            tl.top = max(tl.top, tl.ids[-1])
+        tl.ids = kept
+        tl.fence = max(tl.fence, seq)
+        self._store(owner, tl, seq)
+
+    def _reset(
+        self,
+        owner: int,
+        tweets: Iterable[int],
+        h: int,
+        seq: int,
+        as_of: int,
+        pulled: tuple[int, ...] = (),
+    ) -> None:
+        placeholder = owner in self.regenerating
+        if owner in self.idle and not placeholder:  # a refill for a timeline dropped since
+            self.skipped += 1
+            return
+        existed = owner in self.timelines
+        tl = self.timelines.get(owner, ModelTimeline())
+        if (existed and tl.fence > as_of) or set(pulled) != self.pulls.get(owner, set()):
+            # Asked for again: a regeneration (still cold, its tombstone kept until
+            # a write or a reset replaces it), or a short timeline.
+            if placeholder or (len(tl.ids) < self.cap and tl.horizon > 0):
+                self.refill.add(owner)
+            return
+        self.idle.discard(owner)  # the reset replaces the tombstone
+        self.regenerating.discard(owner)
+        if not existed:
+            tl.horizon = h
+        elif not placeholder:
+            tl.horizon = min(tl.horizon, h)
+        elif h > tl.horizon:
+            tl.horizon = h
+            kept = [i for i in tl.ids if i >= h]
+            if len(kept) < len(tl.ids):
+                tl.fence = max(tl.fence, seq)
+            tl.ids = kept
+        self._merge(tl, [t for t in tweets if t in self.bodies], existed, seq)
+        self._store(owner, tl, seq)
+
+    def view(self, owner: int) -> tuple[int, list[int]] | None:
+        """(floor, visible ids newest first): the timeline merged with the lists
+        of the pulled authors the owner follows (fanout/store/lua/merged.lua)."""
+        tl = self.timelines.get(owner)
+        if tl is None:
+            return None
+        sources = [tl, *(self.lists[a] for a in self.pulls.get(owner, ()) if a in self.lists)]
+        floor = max(s.horizon for s in sources)
+        entries = sorted(i for s in sources for i in s.ids if i >= floor)
+        return floor, list(reversed(entries[-self.cap :]))
+
+    def version(self, owner: int) -> int:
+        """The version readers get: the timeline's plus its lists'."""
+        lists = (self.lists[a] for a in self.pulls.get(owner, ()) if a in self.lists)
+        return self.timelines[owner].version + sum(s.version for s in lists)
+
+
+def oracle(
+    tweets: Mapping[int, int], follows: Iterable[tuple[int, int]], users: Iterable[int]
+) -> dict[int, list[int]]:
+    """Each user's timeline by the join: own tweets plus followees', newest first.
+
+    ``tweets`` maps live tweet id → author; ``follows`` are (follower, followee).
+    """
+    followees: dict[int, set[int]] = {u: {u} for u in users}
+    for follower, followee in follows:
+        followees.setdefault(follower, {follower}).add(followee)
+    by_author: dict[int, list[int]] = {}
+    for tweet_id, author in tweets.items():
+        by_author.setdefault(author, []).append(tweet_id)
+    return {
+        u: sorted((t for a in fs for t in by_author.get(a, ())), reverse=True)
+        for u, fs in followees.items()
+    }

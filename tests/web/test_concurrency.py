@@ -1,0 +1,97 @@
+"""The write use-cases under concurrent requests, on the suite's database
+(PostgreSQL by default, where transactions really run side by side): each
+race ends with one row, one event, and no server error."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from django.db import connection
+from rest_framework.test import APIClient
+
+from feed.auth import issue_token
+from feed.models import Follow, OutboxEvent, Tweet, User
+from feed.services import tweet_create
+from tests.support import postgres
+from tests.support.factories import UserFactory
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    # The in-memory SQLite test database locks whole tables between threads;
+    # SQLite runs one writer at a time anyway (the e2e tests cover its file database).
+    pytest.mark.skipif(postgres.database_kind() != "postgres", reason="needs PostgreSQL"),
+]
+
+
+def race(n: int, work: Callable[[int], Any]) -> list[Any]:
+    """Run ``work(i)`` in ``n`` threads released at once; return their results."""
+    start = threading.Barrier(n)
+    results: list[Any] = [None] * n
+
+    def run(i: int) -> None:
+        try:
+            start.wait()
+            results[i] = work(i)
+        except Exception as exc:
+            results[i] = exc
+        finally:
+            connection.close()  # this thread's own connection
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return results
+
+
+def client(user: User) -> APIClient:
+    c = APIClient()
+    c.credentials(HTTP_AUTHORIZATION=f"Bearer {issue_token(user)}")
+    return c
+
+
+def test_the_same_follow_from_many_requests_is_one_row_and_one_event(starling) -> None:
+    ann, bob = UserFactory(username="ann"), UserFactory(username="bob")
+    codes = race(8, lambda i: client(ann).post("/api/v1/users/bob/follow").status_code)
+    assert sorted(codes) == [200] * 7 + [201], codes
+    assert Follow.objects.filter(follower=ann, followee=bob).count() == 1
+    assert OutboxEvent.objects.filter(topic="follows", key=f"{ann.pk}:{bob.pk}").count() == 1
+
+
+def test_one_tweet_deleted_by_many_requests_is_one_tombstone(starling) -> None:
+    ann = UserFactory(username="ann")
+    tweet = tweet_create(author=ann, text="going away").tweet
+    codes = race(6, lambda i: client(ann).delete(f"/api/v1/tweets/{tweet.id}").status_code)
+    assert sorted(codes) == [204] + [404] * 5, codes
+    tombstones = OutboxEvent.objects.filter(topic="tweets", key=str(tweet.id), value__isnull=True)
+    assert tombstones.count() == 1
+
+
+def test_one_username_registered_by_many_requests_is_taken_once(starling) -> None:
+    def register(i: int) -> int:
+        name = "Carol" if i % 2 else "carol"
+        body = {"username": name, "password": "pw-long-enough-123"}
+        return APIClient().post("/api/v1/auth/register", body, format="json").status_code
+
+    codes = race(6, register)
+    assert sorted(codes) == [201] + [409] * 5, codes
+    assert User.objects.filter(username__iexact="carol").count() == 1
+
+
+def test_concurrent_tweets_get_distinct_ids_and_one_event_each(starling) -> None:
+    ann = UserFactory(username="ann")
+    results = race(
+        8, lambda i: client(ann).post("/api/v1/tweets", {"text": f"t{i}"}, format="json").json()
+    )
+    assert all("id" in r for r in results), results
+    tweet_ids = {r["id"] for r in results}
+    assert len(tweet_ids) == 8 == Tweet.objects.filter(author=ann).count()
+    seqs = {r["seq"] for r in results}
+    assert len(seqs) == 8
+    assert set(OutboxEvent.objects.filter(id__in=seqs).values_list("key", flat=True)) == {
+        str(i) for i in tweet_ids
+    }
