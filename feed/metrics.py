@@ -44,8 +44,7 @@ import hmac
 import logging
 import os
 import time
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Iterator
 
 from django.conf import settings
 from django.db import DatabaseError
@@ -63,7 +62,6 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from fanout.model.watermark import BATCH_BUCKETS, Watermark
-from fanout.store import keys
 from fanout.store.timelines import TimelineStore, store_for
 
 log = logging.getLogger(__name__)
@@ -135,8 +133,7 @@ def refresh_database_gauges(now: float | None = None) -> dict[str, float]:
     except DatabaseError:
         log.warning("metrics refresh: the database did not answer", exc_info=True)
         figures = {"refreshed_at": now, "database_up": 0}
-    stored: Mapping[Any, float] = figures  # redis-py's key type is a union
-    store.redis.hset(keys.DB_GAUGES, mapping=stored)
+    store.keep_database_figures(figures)
     return figures
 
 
@@ -157,12 +154,6 @@ def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
     return GaugeMetricFamily(name, doc, value=value)
 
 
-def _floats(raw: Mapping[Any, Any], *names: str) -> dict[str, float]:
-    """The fields ``names`` of a Redis hash, as numbers."""
-    text = {(k.decode() if isinstance(k, bytes) else k): v for k, v in raw.items()}
-    return {name: float(text[name]) for name in names if name in text}
-
-
 class StarlingCollector(Collector):
     """The pipeline's figures, read from Redis at each scrape (no SQL)."""
 
@@ -178,10 +169,9 @@ class StarlingCollector(Collector):
 
     def _from_redis(self, now: float) -> Iterator[Metric]:
         store = store_for(settings.STARLING)
-        r = store.redis
         generation, wm = _active_watermark(store)
-        db = _floats(r.hgetall(keys.DB_GAUGES), *DB_FIGURES)
-        relay = _floats(r.hgetall(keys.RELAY_STATS), "published")
+        db = {k: v for k, v in store.database_figures().items() if k in DB_FIGURES}
+        relay = store.relay_figures()
         yield _gauge("starling_generation", "The active timeline generation.", generation or 0)
         yield _gauge(
             "starling_dead_letters", "Changelog records set aside.", store.dead_letter_count()
@@ -194,12 +184,12 @@ class StarlingCollector(Collector):
         yield CounterMetricFamily(
             "starling_relay_published",
             "Outbox rows the relay has put on Kafka.",
-            value=relay.get("published", 0),
+            value=relay["published"],
         )
         yield _gauge(
             "starling_relay_failures",
             "Relay runs failed in a row (0 when the last one worked).",
-            float(r.get(keys.RELAY_FAILURES) or 0),
+            relay["failures"],
         )
         yield from _database_figures(db, now)
         if wm is not None:

@@ -18,11 +18,10 @@ from django.db.models import Max
 from django.utils import timezone
 
 from fanout.model import events
-from fanout.store import keys
 from fanout.store.redis_conn import connect
 from feed.celery import app
 from feed.models import OutboxEvent
-from feed.relay import PendingEvent
+from feed.relay import PendingEvent, RelayCoordinator
 
 log = logging.getLogger(__name__)
 
@@ -119,22 +118,24 @@ def high_water_seq() -> int:
 
 
 def notify_relay() -> None:
-    """Queue one relay task unless one is already queued (runs after commit).
+    """Queue one relay task unless one is already on its way (runs after commit).
 
-    A relay task clears the flag before it reads the outbox, so a row
-    committed before that read is seen by it and a row committed after finds
-    the flag clear and queues another task. If Redis is down the write has
-    still succeeded; Celery beat's sweep publishes the row later.
+    The relay's dirty flag (:class:`feed.relay.RelayCoordinator`) says so: a
+    relay clears it, under its lock, before it reads the outbox, so a row
+    committed before that read is seen by it, and a row committed after sets
+    the flag again: a task is queued, or the relay still holding the lock
+    goes round once more. If Redis is down the write has still succeeded;
+    Celery beat's sweep publishes the row later.
     """
-    r = connect(settings.STARLING)
+    coordinator = RelayCoordinator(connect(settings.STARLING))
     try:
-        if not r.set(keys.RELAY_QUEUED, 1, nx=True, ex=5):
+        if not coordinator.mark_dirty():
             return
         app.send_task(RELAY_TASK, retry=False)
     except Exception as exc:  # Redis or Celery's broker: the write must not fail
         log.warning("could not queue the outbox relay (%s); the beat sweep will publish", exc)
         with contextlib.suppress(redis.RedisError):
-            r.delete(keys.RELAY_QUEUED)
+            coordinator.unmark()
 
 
 class DjangoOutboxStore:

@@ -218,7 +218,9 @@ class RelayCoordinator:
     ``run(work)``: set the dirty flag, take the lock (or leave: the holder will
     see the flag), clear the flag, work, release, and go again if the flag was
     set meanwhile. A failed run sets an exponential back-off (1 s to 30 s)
-    during which triggers only mark the outbox dirty.
+    during which triggers only mark the outbox dirty. :meth:`mark_dirty` is the
+    commit's trigger: the same flag says whether a relay task is already on
+    its way.
     """
 
     LOCK = keys.RELAY_LOCK
@@ -231,6 +233,15 @@ class RelayCoordinator:
         self.redis = redis
         self.lock_timeout = lock_timeout
         self.max_backoff = max_backoff
+
+    def mark_dirty(self) -> bool:
+        """Mark the outbox dirty; True if it was clean, i.e. no relay task is
+        queued or running that will still see the new rows (queue one)."""
+        return bool(self.redis.set(self.DIRTY, 1, nx=True))
+
+    def unmark(self) -> None:
+        """Clear the flag again (the task could not be queued: the next commit tries)."""
+        self.redis.delete(self.DIRTY)
 
     def run(self, work: Callable[[], RelayResult]) -> RelayResult | None:
         self.redis.set(self.DIRTY, 1)

@@ -19,7 +19,6 @@ from django.utils import timezone
 from fanout.config import KafkaClient, StarlingConfig
 from fanout.kafka import ensure_topics, producer_settings
 from fanout.procs import per_process
-from fanout.store import keys
 from fanout.store.redis_conn import connect
 from feed.models import OutboxEvent
 from feed.outbox import RELAY_TASK, DjangoOutboxStore
@@ -68,9 +67,7 @@ def run_relay() -> RelayResult:
         )
         return relay.run()
 
-    r = connect(settings.STARLING)
-    r.delete(keys.RELAY_QUEUED)
-    return RelayCoordinator(r).run(work) or RelayResult()
+    return RelayCoordinator(connect(settings.STARLING)).run(work) or RelayResult()
 
 
 @shared_task(name=RELAY_TASK, ignore_result=True)

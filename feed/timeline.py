@@ -1,11 +1,12 @@
 """The home-timeline read: one Redis round trip, no SQL.
 
-:func:`handle` is the whole endpoint, free of any web framework: it takes
-the request's method, ``Authorization`` header and query string and returns
-status, headers and body. Two callers share it: the WSGI fast path in
-:mod:`feed.wsgi` (what production traffic hits: no Django middleware, no
-URL resolving) and :class:`feed.apis.TimelineApi` (the same URL inside
-Django, for the test client, the OpenAPI schema and ``runserver``).
+:func:`handle` is the whole endpoint, outside Django's request machinery: it
+takes the request's method, ``Authorization`` header and query string and
+returns status, headers and body (errors in the API's one envelope). Two
+callers share it: the WSGI fast path in :mod:`feed.wsgi` (what production
+traffic hits: no Django middleware, no URL resolving) and
+:class:`feed.apis.TimelineApi` (the same URL inside Django, for the test
+client, the OpenAPI schema and ``runserver``).
 
 A warm read is one call of the timeline store's read script (active
 generation, token revocation, the page of ids by cursor, the bodies, the
@@ -39,6 +40,7 @@ from fanout.model import ids
 from fanout.store.reads import Page
 from fanout.store.timelines import TimelineStore
 from feed.auth import InvalidToken, bearer_token, verify_token_cached
+from feed.errors import error_body
 
 log = logging.getLogger("starling.timeline")
 
@@ -126,9 +128,15 @@ class Response:
     headers: dict[str, str] = field(default_factory=dict)
 
 
-def error(status: int, code: str, message: str, **headers: str) -> Response:
-    body = orjson.dumps({"error": {"code": code, "message": message}})
-    return Response(status, body, dict(headers))
+def error(
+    status: int,
+    code: str,
+    message: str,
+    headers: Mapping[str, str] | None = None,
+    fields: dict[str, list[str]] | None = None,
+) -> Response:
+    """An error in the API's one envelope (:func:`feed.errors.error_body`)."""
+    return Response(status, orjson.dumps(error_body(code, message, fields)), dict(headers or {}))
 
 
 def _revoked() -> Response:
@@ -136,7 +144,7 @@ def _revoked() -> Response:
         401,
         "authentication_failed",
         "token has been revoked or the user deactivated; request a new one",
-        **{"WWW-Authenticate": 'Bearer realm="starling"'},
+        {"WWW-Authenticate": 'Bearer realm="starling"'},
     )
 
 
@@ -302,24 +310,20 @@ def handle(method: str, authorization: str, query_string: str, reader: TimelineR
     """``GET /api/v1/timeline`` from its raw inputs."""
     if method not in ("GET", "HEAD"):
         return error(
-            405, "method_not_allowed", f'Method "{method}" not allowed.', Allow="GET, HEAD"
+            405, "method_not_allowed", f'Method "{method}" not allowed.', {"Allow": "GET, HEAD"}
         )
     challenge = {"WWW-Authenticate": 'Bearer realm="starling"'}
     try:
         token = bearer_token(authorization) if authorization else None
         if token is None:
             return error(
-                401, "not_authenticated", "Authorization: Bearer <token> is required", **challenge
+                401, "not_authenticated", "Authorization: Bearer <token> is required", challenge
             )
         user_id, issued_at = verify_token_cached(token)
     except InvalidToken as exc:
-        return error(401, "authentication_failed", str(exc), **challenge)
+        return error(401, "authentication_failed", str(exc), challenge)
     try:
         query = parse_query(query_string)
     except InvalidParameter as exc:
-        response = error(400, "invalid", str(exc))
-        response.body = orjson.dumps(
-            {"error": {"code": "invalid", "message": str(exc), "fields": {exc.name: [exc.message]}}}
-        )
-        return response
+        return error(400, "invalid", str(exc), fields={exc.name: [exc.message]})
     return reader.read(user_id, issued_at, query)

@@ -60,11 +60,6 @@ def created_at(id_: int) -> datetime:
     return datetime.fromtimestamp(timestamp_ms(id_) / 1000, tz=UTC)
 
 
-def lowest_id_at(ms: int) -> int:
-    """The smallest id minted at or after Unix millisecond ``ms`` (for time-range cursors)."""
-    return max(0, ms - EPOCH_MS) << _TIME_SHIFT
-
-
 def is_valid(id_: object) -> bool:
     return isinstance(id_, int) and not isinstance(id_, bool) and 0 < id_ <= MAX_ID
 

@@ -93,12 +93,6 @@ class GenerationStore:
             self.redis.hset(keys.generation(generation), name, value)
         self._per_shard("SET", lambda tag: keys.generation(generation, tag), 1)
 
-    def activate(self, generation: int) -> None:
-        if not self.generation_exists(generation):
-            raise GenerationMissing(f"generation {generation} does not exist")
-        self._point_shards(generation)
-        self.redis.set(keys.ACTIVE_GENERATION, generation)
-
     def ensure_active_generation(self) -> int:
         """The active generation, creating generation 1 on a Redis that has none."""
         active = self.active_generation()

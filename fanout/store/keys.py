@@ -82,13 +82,14 @@ RESETS_PREFIX = "starling:resets:"
 SEEN_PREFIX = "starling:seen:"
 
 RELAY_LOCK = "starling:relay:lock"
+#: Set by every trigger (a commit, the beat sweep): outbox rows wait for a relay
+#: run. It coalesces triggers twice: a commit queues a relay task only when it
+#: sets the flag, and the relay holding the lock runs again while it is set.
 RELAY_DIRTY = "starling:relay:dirty"
 RELAY_BACKOFF = "starling:relay:backoff"
 RELAY_FAILURES = "starling:relay:failures"
 RELAY_STATS = "starling:relay:stats"
 DB_GAUGES = "starling:metrics:db"
-#: Set while a relay task is queued and not yet started: triggers coalesce.
-RELAY_QUEUED = "starling:relay:queued"
 
 ID_NODE_COUNTER = "starling:ids:node"
 RATE_LIMIT_PREFIX = "starling:rl:"

@@ -375,11 +375,6 @@ def unpack_timeline(packed: bytes) -> tuple[int, list[int]]:
     return read_header(packed).horizon, timeline_ids(packed)
 
 
-def is_timeline(raw: bytes) -> bool:
-    """A packed timeline, not a dropped one's tombstone."""
-    return len(raw) >= HEADER.size
-
-
 def read_header(packed: bytes) -> Header:
     return Header(*HEADER.unpack_from(packed))
 

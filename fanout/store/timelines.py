@@ -375,6 +375,24 @@ class TimelineStore(TimelineReads, TimelineBulk, GenerationStore):
     def dead_letter_count(self) -> int:
         return int(self.redis.hlen(keys.DEAD_LETTERS))
 
+    # --- the figures /metrics shows without SQL
+
+    def keep_database_figures(self, figures: Mapping[str, float]) -> None:
+        """The figures that need SQL (computed by a beat task), for scrapes to read."""
+        self.redis.hset(keys.DB_GAUGES, mapping=dict(figures))  # type: ignore[arg-type]
+
+    def database_figures(self) -> dict[str, float]:
+        return _floats(self.redis.hgetall(keys.DB_GAUGES))
+
+    def relay_figures(self) -> dict[str, float]:
+        """``published`` (rows put on Kafka, ever) and ``failures`` (runs failed
+        in a row) of the outbox relay (feed.relay.RelayCoordinator)."""
+        published, failures = run(
+            self.redis,
+            [command("HGET", keys.RELAY_STATS, "published"), command("GET", keys.RELAY_FAILURES)],
+        )
+        return {"published": float(published or 0), "failures": float(failures or 0)}
+
 
 def _reset_ids(member: bytes) -> list[int]:
     """The tweet ids of a reset waiting in Redis (apply.lua's op 5 packs it: owner,
@@ -386,3 +404,8 @@ def _reset_ids(member: bytes) -> list[int]:
 def _position(record: Mapping[str, Any]) -> str:
     """A dead letter's field: where the record was, ``topic/partition/offset``."""
     return f"{record['topic']}/{record['partition']}/{record['offset']}"
+
+
+def _floats(raw: Mapping[Any, Any]) -> dict[str, float]:
+    """A Redis hash of numbers, by name."""
+    return {(k.decode() if isinstance(k, bytes) else k): float(v) for k, v in raw.items()}

@@ -80,9 +80,9 @@ from spark.rebuild.tasks import (
     write_lists_partition,
     write_timelines_partition,
 )
+from spark.source.datasource import changelog_options
 from spark.source.kafka_io import end_offsets
 from spark.source.offsets import Offsets
-from spark.stream.changelog import changelog_options
 
 
 def default_state_root() -> Path:

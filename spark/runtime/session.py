@@ -22,7 +22,6 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from spark.runtime import jvm_archive
-from spark.source.datasource import KafkaChangelogSource
 
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 LOG4J = Path(__file__).with_name("log4j2.properties")
@@ -138,6 +137,5 @@ def build_session(master: str, app_name: str, **conf: Any) -> SparkSession:
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("SPARK_LOG_LEVEL", "WARN"))
-    spark.dataSource.register(KafkaChangelogSource)
     logging.getLogger("py4j").setLevel(logging.WARNING)
     return spark

@@ -41,7 +41,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
-from fanout.config import KafkaClient
+from fanout.config import KafkaClient, StarlingConfig
 from spark.source.kafka_io import DataLossError, EndOffsetProbe, consume_range, end_offsets
 from spark.source.offsets import (
     OffsetRange,
@@ -89,6 +89,29 @@ def source_options(client: KafkaClient) -> dict[str, str]:
     settings = dict(client)
     out = {"bootstrap.servers": settings.pop("bootstrap.servers")}
     return out | {KAFKA_OPTION + name: value for name, value in settings.items()}
+
+
+def changelog_options(
+    config: StarlingConfig,
+    starting: Offsets | None = None,
+    ending: Offsets | None = None,
+    max_records: int | None = None,
+    fail_on_data_loss: bool = True,
+) -> dict[str, str]:
+    """The source's options for this deployment's changelogs (the streaming job's and
+    the rebuild's reads)."""
+    options = {
+        **source_options(config.kafka_client()),
+        "topics": ",".join(config.topics.all()),
+        "failOnDataLoss": str(fail_on_data_loss).lower(),
+    }
+    if starting:
+        options["startingOffsets"] = json.dumps(starting)
+    if ending:
+        options["endingOffsets"] = json.dumps(ending)
+    if max_records:
+        options["maxRecordsPerTrigger"] = str(max_records)
+    return options
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,6 @@ as the join itself; packed, it is two cells and one ``bytes.partition``
 
 from __future__ import annotations
 
-import json
 from typing import Any, NamedTuple
 
 from pyspark.sql import DataFrame, SparkSession
@@ -30,8 +29,7 @@ from pyspark.sql import functions as F
 
 from fanout.config import StarlingConfig
 from fanout.model import events
-from spark.source.datasource import NAME as SOURCE
-from spark.source.datasource import source_options
+from spark.source.datasource import KafkaChangelogSource, changelog_options
 from spark.source.offsets import Offsets
 
 
@@ -136,28 +134,6 @@ def pack_record(record: ChangelogRecord) -> bytes:
     return "|".join(head).encode() + b"\n" + (record.key or b"") + (record.value or b"")
 
 
-def changelog_options(
-    config: StarlingConfig,
-    starting: Offsets | None = None,
-    ending: Offsets | None = None,
-    max_records: int | None = None,
-    fail_on_data_loss: bool = True,
-) -> dict[str, str]:
-    """The Kafka source's options for this deployment's topics (spark.source.datasource)."""
-    options = {
-        **source_options(config.kafka_client()),
-        "topics": ",".join(config.topics.all()),
-        "failOnDataLoss": str(fail_on_data_loss).lower(),
-    }
-    if starting:
-        options["startingOffsets"] = json.dumps(starting)
-    if ending:
-        options["endingOffsets"] = json.dumps(ending)
-    if max_records:
-        options["maxRecordsPerTrigger"] = str(max_records)
-    return options
-
-
 def read_changelogs(
     spark: SparkSession,
     config: StarlingConfig,
@@ -171,8 +147,9 @@ def read_changelogs(
     checkpoint that has not committed a batch), at most ``max_records``
     records per micro-batch."""
     options = changelog_options(config, starting, None, max_records, fail_on_data_loss)
+    spark.dataSource.register(KafkaChangelogSource)
     return (
-        spark.readStream.format(SOURCE)
+        spark.readStream.format(KafkaChangelogSource.name())
         .options(**options)
         .load()
         .withColumn("seq", header_column(events.HEADER_SEQ))

@@ -77,11 +77,6 @@ def test_two_nodes_in_the_same_millisecond_do_not_collide() -> None:
     assert {a.next_id() for _ in range(50)}.isdisjoint({b.next_id() for _ in range(50)})
 
 
-def test_lowest_id_at_bounds_ids_of_that_millisecond() -> None:
-    id_ = ids.compose(T0, 7, 3)
-    assert ids.lowest_id_at(T0) <= id_ < ids.lowest_id_at(T0 + 1)
-
-
 @pytest.mark.parametrize("value", [0, -1, 2**53, True, "12", 1.5])
 def test_is_valid_rejects_non_ids(value: object) -> None:
     assert not ids.is_valid(value)

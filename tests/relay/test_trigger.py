@@ -8,7 +8,6 @@ import time
 import pytest
 import redis
 
-from fanout.store.keys import RELAY_QUEUED
 from feed.models import User
 from feed.relay import RelayCoordinator, RelayResult
 from feed.services import tweet_create
@@ -81,7 +80,7 @@ def test_commits_queue_one_relay_task_until_it_starts(
         tweet_create(author=author, text="two")
     queued = redis_client.lrange("celery", 0, -1)
     assert len(queued) == 1 and b"feed.tasks.relay_outbox" in queued[0]
-    assert redis_client.exists(RELAY_QUEUED)
+    assert redis_client.exists(RelayCoordinator.DIRTY)
 
 
 @pytest.mark.django_db

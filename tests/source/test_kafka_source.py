@@ -10,7 +10,7 @@ import pytest
 from fanout.config import StarlingConfig
 from fanout.model import events
 from feed.devstack import embedded
-from spark.source.datasource import NAME
+from spark.source.datasource import NAME, KafkaChangelogSource
 from spark.source.kafka_io import EndOffsetProbe
 from tests.conftest import make_config
 from tests.support.spark_helpers import ChangelogWriter
@@ -21,6 +21,12 @@ pytestmark = pytest.mark.spark
 @pytest.fixture
 def config(kafka_bootstrap: str, redis_url: str) -> StarlingConfig:
     return make_config(kafka_bootstrap, redis_url, partitions=2)
+
+
+@pytest.fixture(autouse=True)
+def source(spark) -> None:
+    """The source, registered as the jobs register it before they read."""
+    spark.dataSource.register(KafkaChangelogSource)
 
 
 def fill(config: StarlingConfig, n: int) -> ChangelogWriter:

@@ -288,8 +288,7 @@ def test_a_shard_that_lost_a_batch_holds_the_applied_batch_back(
     loss: that shard's copy stays behind until the lost batches run again."""
     client, shards = layout_client(request, layout)
     store = TimelineStore(client, cap=5, slack=2, shards=shards)
-    store.create_generation(GEN)
-    store.activate(GEN)
+    assert store.ensure_active_generation() == GEN
     store.seed_watermark(GEN, seq=0, marks={}, contiguous=0, offsets={})
     assert store.applied_batch(GEN) == -1
 
@@ -337,8 +336,7 @@ def test_a_batch_run_again_with_more_records_moves_every_watermark(
     runs, which may be never if the writes stop."""
     client, shards = layout_client(request, layout)
     store = TimelineStore(client, cap=5, slack=2, shards=shards)
-    store.create_generation(GEN)
-    store.activate(GEN)
+    assert store.ensure_active_generation() == GEN
     store.seed_watermark(GEN, seq=0, marks={}, contiguous=0, offsets={})
     users = list({shards.tag_of(u): u for u in range(1, 5000)}.values())
     assert len(users) == shards.count
@@ -391,11 +389,10 @@ def test_timeline_lengths_come_from_sizes_and_tell_dropped_and_missing_apart(
 def test_generations(store: TimelineStore, redis_client: redis.Redis) -> None:
     assert store.active_generation() is None
     assert store.ensure_active_generation() == 1
-    with pytest.raises(GenerationMissing):
-        store.activate(5)
     store.create_generation(5)
-    store.activate(5)
+    store.switch(5, 1)
     assert store.active_generation() == 5
+    assert store.generation_meta(1)["state"] == "retired"
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -424,8 +421,7 @@ def test_the_lua_store_does_what_the_model_does(
     client, shards = layout_client(request, layout)
     tag = shards.tag_of
     store = TimelineStore(client, cap=cap, slack=slack, shards=shards)
-    store.create_generation(GEN)
-    store.activate(GEN)
+    assert store.ensure_active_generation() == GEN
     model = TimelineModel(cap=cap, slack=slack)
     rnd = random.Random(seed)
     _, envs = random_workload(rnd, 6, steps=80, jitter=jitter, resets=0.2, pull_threshold=threshold)
@@ -553,8 +549,7 @@ def test_a_merged_read_pages_like_the_merged_view(
     client, shards = layout_client(request, layout)
     tag = shards.tag_of
     store = TimelineStore(client, cap=cap, slack=2, shards=shards)
-    store.create_generation(GEN)
-    store.activate(GEN)
+    assert store.ensure_active_generation() == GEN
     rnd = random.Random(seed)
     pool = rnd.sample(range(1000, 1400), 120)
     owner, sources = 7, []
