@@ -79,6 +79,7 @@ check-redis: ## Install redis-server with apt-get if it is missing
 	    echo "could not install redis-server: install it yourself (apt-get install redis-server / brew install redis)"; exit 1; }; }
 
 run: setup ## Run the whole embedded stack (API on PORT, default 8000); Ctrl-C stops it
+	$(BIN)/python -m feed.devstack.secret
 	$(BIN)/python manage.py runstack
 
 test: setup check-postgres check-promtool lint-code ## Lint, type-check and run the whole test suite against real services

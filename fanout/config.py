@@ -41,21 +41,83 @@ DEFAULT_PULL_THRESHOLD = 10_000
 DEFAULT_ROUTE_FROM = 1_000
 
 
+#: What ``STARLING_LOG_LEVEL`` may say (every process: web, Celery, the fanout job).
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
 class ConfigError(ValueError):
-    """A setting in the environment is missing or malformed."""
+    """A setting in the environment is missing or malformed; the message names it."""
 
 
-def _int(env: Mapping[str, str], name: str, default: int, *, low: int, high: int) -> int:
-    raw = env.get(name)
-    if raw is None or raw.strip() == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ConfigError(f"{name} must be an integer, got {raw!r}") from None
-    if not low <= value <= high:
-        raise ConfigError(f"{name} must be between {low} and {high}, got {value}")
-    return value
+class Env:
+    """The one way Starling reads its environment: typed, bounded, and every
+    error names the variable (Django's settings, Celery, the Spark jobs and
+    :meth:`StarlingConfig.from_env` all read through it). An empty value
+    counts as unset."""
+
+    TRUE = frozenset({"1", "true", "yes", "on"})
+    FALSE = frozenset({"0", "false", "no", "off"})
+
+    def __init__(self, env: Mapping[str, str] | None = None) -> None:
+        self.env = os.environ if env is None else env
+
+    def raw(self, name: str) -> str | None:
+        value = self.env.get(name)
+        return None if value is None or value.strip() == "" else value.strip()
+
+    def text(self, name: str, default: str = "") -> str:
+        raw = self.raw(name)
+        return default if raw is None else raw
+
+    def required(self, name: str, why: str) -> str:
+        raw = self.raw(name)
+        if raw is None:
+            raise ConfigError(f"{name} must be set: {why}")
+        return raw
+
+    def int(self, name: str, default: int, *, low: int, high: int) -> int:
+        raw = self.raw(name)
+        if raw is None:
+            return default
+        try:
+            value = int(raw)
+        except ValueError:
+            raise ConfigError(f"{name} must be an integer, got {raw!r}") from None
+        if not low <= value <= high:
+            raise ConfigError(f"{name} must be between {low} and {high}, got {value}")
+        return value
+
+    def float(self, name: str, default: float, *, low: float, high: float) -> float:
+        raw = self.raw(name)
+        if raw is None:
+            return default
+        try:
+            value = float(raw)
+        except ValueError:
+            raise ConfigError(f"{name} must be a number, got {raw!r}") from None
+        if not low <= value <= high:
+            raise ConfigError(f"{name} must be between {low:g} and {high:g}, got {value:g}")
+        return value
+
+    def bool(self, name: str, default: bool) -> bool:
+        raw = self.raw(name)
+        if raw is None:
+            return default
+        if raw.lower() in self.TRUE:
+            return True
+        if raw.lower() in self.FALSE:
+            return False
+        raise ConfigError(f"{name} must be true or false, got {raw!r}")
+
+    def list(self, name: str, default: str = "") -> list[str]:
+        """A comma-separated list."""
+        return [item.strip() for item in self.text(name, default).split(",") if item.strip()]
+
+    def choice(self, name: str, default: str, choices: tuple[str, ...]) -> str:
+        value = self.text(name, default).lower()
+        if value not in choices:
+            raise ConfigError(f"{name} must be one of {', '.join(choices)}, got {value!r}")
+        return value
 
 
 @dataclass(frozen=True)
@@ -143,7 +205,6 @@ class StarlingConfig:
     #: longer than this may have missed deletes, and refuses to resume.
     tombstone_retention_hours: int = DEFAULT_TOMBSTONE_RETENTION_HOURS
     #: ``maxRecordsPerTrigger`` of the fanout job.
-    max_records_per_trigger: int = DEFAULT_MAX_RECORDS_PER_TRIGGER
     #: Users who have not read their timeline or signed in for this many days are
     #: idle: their timelines are dropped and get no fan-out until they come back.
     active_days: int = DEFAULT_ACTIVE_DAYS
@@ -165,43 +226,36 @@ class StarlingConfig:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> StarlingConfig:
-        env = os.environ if env is None else env
-        node = env.get("STARLING_NODE_ID")
+        read = Env(env)
+        node = read.raw("STARLING_NODE_ID")
         return cls(
-            redis_url=env.get("REDIS_URL") or DEFAULT_REDIS_URL,
-            redis_cluster_urls=tuple(
-                u.strip() for u in env.get("REDIS_CLUSTER_URLS", "").split(",") if u.strip()
-            ),
-            redis_shards=_int(env, "STARLING_REDIS_SHARDS", 0, low=0, high=SLOTS),
-            kafka_bootstrap_servers=env.get("KAFKA_BOOTSTRAP_SERVERS") or DEFAULT_KAFKA,
+            redis_url=read.text("REDIS_URL", DEFAULT_REDIS_URL),
+            redis_cluster_urls=tuple(read.list("REDIS_CLUSTER_URLS")),
+            redis_shards=read.int("STARLING_REDIS_SHARDS", 0, low=0, high=SLOTS),
+            kafka_bootstrap_servers=read.text("KAFKA_BOOTSTRAP_SERVERS", DEFAULT_KAFKA),
             kafka_settings=tuple(
-                (setting, env[name]) for name, setting in KAFKA_CLIENT_ENV.items() if env.get(name)
+                (setting, value)
+                for name, setting in KAFKA_CLIENT_ENV.items()
+                if (value := read.raw(name)) is not None
             ),
-            topics=TopicNames(env.get("STARLING_TOPIC_PREFIX", "")),
-            partitions=_int(env, "STARLING_PARTITIONS", DEFAULT_PARTITIONS, low=1, high=1024),
-            timeline_size=_int(env, "TIMELINE_SIZE", DEFAULT_TIMELINE_SIZE, low=1, high=100_000),
-            timeline_slack=_int(env, "TIMELINE_SLACK", DEFAULT_TIMELINE_SLACK, low=1, high=100_000),
-            spark_master=env.get("SPARK_MASTER") or "local[2]",
-            node_id=None if not node else _int(env, "STARLING_NODE_ID", 0, low=0, high=31),
-            tombstone_retention_hours=_int(
-                env,
+            topics=TopicNames(read.text("STARLING_TOPIC_PREFIX")),
+            partitions=read.int("STARLING_PARTITIONS", DEFAULT_PARTITIONS, low=1, high=1024),
+            timeline_size=read.int(
+                "STARLING_TIMELINE_SIZE", DEFAULT_TIMELINE_SIZE, low=1, high=100_000
+            ),
+            timeline_slack=read.int(
+                "STARLING_TIMELINE_SLACK", DEFAULT_TIMELINE_SLACK, low=1, high=100_000
+            ),
+            spark_master=read.text("SPARK_MASTER", "local[2]"),
+            node_id=None if node is None else read.int("STARLING_NODE_ID", 0, low=0, high=31),
+            tombstone_retention_hours=read.int(
                 "STARLING_TOMBSTONE_RETENTION_HOURS",
                 DEFAULT_TOMBSTONE_RETENTION_HOURS,
                 low=1,
                 high=100 * 365 * 24,
             ),
-            max_records_per_trigger=_int(
-                env,
-                "STARLING_MAX_RECORDS_PER_TRIGGER",
-                DEFAULT_MAX_RECORDS_PER_TRIGGER,
-                low=1,
-                high=100_000_000,
-            ),
-            active_days=_int(env, "FANOUT_ACTIVE_DAYS", DEFAULT_ACTIVE_DAYS, low=1, high=36_500),
-            pull_threshold=_int(
-                env, "FANOUT_PULL_THRESHOLD", DEFAULT_PULL_THRESHOLD, low=0, high=1_000_000_000
-            ),
-            route_from=_int(
-                env, "FANOUT_ROUTE_FROM", DEFAULT_ROUTE_FROM, low=0, high=1_000_000_000
+            active_days=read.int("STARLING_ACTIVE_DAYS", DEFAULT_ACTIVE_DAYS, low=1, high=36_500),
+            pull_threshold=read.int(
+                "STARLING_PULL_THRESHOLD", DEFAULT_PULL_THRESHOLD, low=0, high=1_000_000_000
             ),
         )

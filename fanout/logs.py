@@ -1,5 +1,5 @@
 """Log output for every Starling process: plain lines, or one JSON object per
-line with ``LOG_FORMAT=json`` (what a log pipeline parses without regexes).
+line with ``STARLING_LOG_FORMAT=json`` (what a log pipeline parses without regexes).
 
 A web request's id (:func:`request_scope`; the ``X-Request-ID`` header, or one
 made up) goes into every record logged while it is handled, so one request's
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import re
 import uuid
 from collections.abc import Iterator, Mapping
@@ -18,6 +17,8 @@ from contextvars import ContextVar
 from datetime import UTC, datetime
 
 import orjson
+
+from fanout.config import Env
 
 PLAIN = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 FORMATS = ("plain", "json")
@@ -47,11 +48,8 @@ class JsonFormatter(logging.Formatter):
 
 
 def log_format(env: Mapping[str, str] | None = None) -> str:
-    """``LOG_FORMAT`` (plain by default); anything else is refused by name."""
-    value = (os.environ if env is None else env).get("LOG_FORMAT", "plain").strip() or "plain"
-    if value not in FORMATS:
-        raise ValueError(f"LOG_FORMAT must be one of {', '.join(FORMATS)}, got {value!r}")
-    return value
+    """``STARLING_LOG_FORMAT`` (plain by default); anything else is refused by name."""
+    return Env(env).choice("STARLING_LOG_FORMAT", "plain", FORMATS)
 
 
 def formatter(env: Mapping[str, str] | None = None) -> logging.Formatter:

@@ -30,7 +30,7 @@ class UserAdmin(DjangoUserAdmin):
     fieldsets = (
         *(DjangoUserAdmin.fieldsets or ()),
         ("Tokens", {"fields": ("tokens_valid_after",)}),
-        # A read or a sign-in, once a day: idle users' timelines are dropped (FANOUT_ACTIVE_DAYS).
+        # A read or a sign-in, once a day: idle users' timelines are dropped (STARLING_ACTIVE_DAYS).
         ("Activity", {"fields": ("last_active",)}),
     )
 

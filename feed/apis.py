@@ -28,6 +28,7 @@ from feed.health import check_all
 from feed.models import Tweet, User
 from feed.ratelimit import LoginIPThrottle, LoginUserThrottle
 from feed.schema import BearerTokenScheme  # noqa: F401  (registers the auth scheme)
+from feed.validation import InvalidInput, whole_number
 
 # --- shared shapes ------------------------------------------------------------
 
@@ -95,10 +96,28 @@ def _query(serializer_class: type[serializers.Serializer], request: Request) -> 
     return dict(serializer.validated_data)
 
 
+class WholeNumberParam(serializers.IntegerField):
+    """A numeric query parameter, read as the timeline's are
+    (:func:`feed.validation.whole_number`: ASCII digits within bounds)."""
+
+    def to_internal_value(self, data: Any) -> int:
+        try:
+            return whole_number(
+                self.field_name or "value",
+                str(data),
+                low=self.min_value if self.min_value is not None else 0,
+                high=self.max_value if self.max_value is not None else MAX_PARAM,
+            )
+        except InvalidInput as exc:
+            raise serializers.ValidationError(exc.message) from None
+
+
+#: The largest number any query parameter takes (a JSON-safe integer).
+MAX_PARAM = 2**63 - 1
+
+
 def _id_param(help_text: str) -> serializers.IntegerField:
-    return serializers.IntegerField(
-        min_value=1, max_value=ids.MAX_ID, required=False, help_text=help_text
-    )
+    return WholeNumberParam(min_value=1, max_value=ids.MAX_ID, required=False, help_text=help_text)
 
 
 def current_user(request: Request) -> User:
@@ -299,7 +318,7 @@ class UserTweetsApi(View):
     permission_classes = [AllowAny]
 
     class QuerySerializer(serializers.Serializer):
-        count = serializers.IntegerField(min_value=1, max_value=200, default=20)
+        count = WholeNumberParam(min_value=1, max_value=200, default=20)
         max_id = _id_param("Newest id to return (inclusive).")
         since_id = _id_param("Return only ids above this.")
 
@@ -325,8 +344,8 @@ class _FollowListApi(View):
     direction = ""
 
     class QuerySerializer(serializers.Serializer):
-        count = serializers.IntegerField(min_value=1, max_value=200, default=50)
-        cursor = serializers.IntegerField(min_value=1, required=False)
+        count = WholeNumberParam(min_value=1, max_value=200, default=50)
+        cursor = WholeNumberParam(min_value=1, required=False)
 
     class OutputSerializer(serializers.Serializer):
         users = UserRef(many=True)
@@ -358,12 +377,8 @@ class UserFollowingApi(_FollowListApi):
 
 def _bounded_param(p: timeline.Param) -> serializers.IntegerField:
     if p.default is None:
-        return serializers.IntegerField(
-            min_value=p.low, max_value=p.high, required=False, help_text=p.help
-        )
-    return serializers.IntegerField(
-        min_value=p.low, max_value=p.high, default=p.default, help_text=p.help
-    )
+        return WholeNumberParam(min_value=p.low, max_value=p.high, required=False, help_text=p.help)
+    return WholeNumberParam(min_value=p.low, max_value=p.high, default=p.default, help_text=p.help)
 
 
 class TimelineApi(View):

@@ -15,6 +15,8 @@ from typing import Any
 
 from celery import Celery, signals
 
+from fanout.config import Env
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "feed.settings")
 
 log = logging.getLogger(__name__)
@@ -42,7 +44,7 @@ def _task_finished(task_id: str, task: Any, state: str | None = None, **_: Any) 
 
 @signals.worker_ready.connect
 def _serve_metrics(**_: Any) -> None:
-    port = os.environ.get("STARLING_WORKER_METRICS_PORT")
+    port = Env().int("STARLING_WORKER_METRICS_PORT", 0, low=0, high=65535)
     if not port:
         return
     if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
@@ -52,5 +54,5 @@ def _serve_metrics(**_: Any) -> None:
 
     registry = CollectorRegistry()
     multiprocess.MultiProcessCollector(registry)
-    start_http_server(int(port), registry=registry)
+    start_http_server(port, registry=registry)
     log.info("worker metrics on port %s", port)

@@ -20,7 +20,7 @@ class User(AbstractUser):
     #: Tokens issued before this instant are refused (logout everywhere / revocation).
     tokens_valid_after = models.DateTimeField(null=True, blank=True)
     #: The last day the user read a timeline or signed in (updated once a day):
-    #: users idle for FANOUT_ACTIVE_DAYS get no fan-out (feed.tasks.drop_idle_timelines).
+    #: users idle for STARLING_ACTIVE_DAYS get no fan-out (feed.tasks.drop_idle_timelines).
     last_active = models.DateTimeField(default=timezone.now, db_index=True)
 
     class Meta:

@@ -156,8 +156,8 @@ def timeline_reset(*, user_id: int) -> int:
     """Have the fanout job refill one home timeline from the database; return
     the seq to wait for.
 
-    The database computes the timeline's newest ``TIMELINE_SIZE +
-    TIMELINE_SLACK`` entries (the join for this user) and the outbox carries
+    The database computes the timeline's newest ``STARLING_TIMELINE_SIZE +
+    STARLING_TIMELINE_SLACK`` entries (the join for this user) and the outbox carries
     them to the job as a :class:`~fanout.model.events.TimelineReset`, which merges
     them in: the job stays the only writer of timelines. For a timeline left
     short by removals, a cold timeline, a user back from idleness.

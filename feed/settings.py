@@ -1,59 +1,90 @@
 """Django settings, all from the environment (12-factor).
 
-The Starling variables (``REDIS_URL``, ``KAFKA_BOOTSTRAP_SERVERS``,
-``STARLING_TOPIC_PREFIX``, ``STARLING_PARTITIONS``, ``TIMELINE_SIZE``,
-``SPARK_MASTER``) are parsed once by :class:`fanout.config.StarlingConfig`,
-the same parser Celery and the Spark jobs use; code reads ``settings.STARLING``.
+Every variable is read through :class:`fanout.config.Env` (typed, bounded, a
+message naming the variable when it is wrong), and the shared ones once by
+:class:`fanout.config.StarlingConfig`, the same parser Celery and the Spark
+jobs use; code reads ``settings.STARLING``.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
 from fanout import logs
-from fanout.config import StarlingConfig
+from fanout.config import LOG_LEVELS, ConfigError, Env, StarlingConfig
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-VAR_DIR = Path(os.environ.get("STARLING_VAR_DIR", BASE_DIR / "var"))
+env = Env()
+VAR_DIR = Path(env.text("STARLING_VAR_DIR", str(BASE_DIR / "var")))
+#: Where ``make run`` keeps the key it generated for this checkout (feed.devstack.secret).
+SECRET_KEY_FILE = VAR_DIR / "secret_key"
 
 
-def _bool(name: str, default: bool) -> bool:
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
-        return default
-    return raw.strip().lower() in {"1", "true", "yes", "on"}
+def _secret_key() -> str:
+    """``DJANGO_SECRET_KEY``, or the key ``make run`` generated for this
+    checkout's state directory; never a key written in the repository."""
+    key = env.text("DJANGO_SECRET_KEY")
+    if not key and SECRET_KEY_FILE.is_file():
+        key = SECRET_KEY_FILE.read_text().strip()
+    if not key:
+        raise ImproperlyConfigured(
+            "DJANGO_SECRET_KEY is not set: set it (python3 -c 'import secrets; "
+            f"print(secrets.token_urlsafe(64))'), or run `make run` once, which keeps one "
+            f"in {SECRET_KEY_FILE}"
+        )
+    return key
 
 
-def _list(name: str, default: str) -> list[str]:
-    return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
+try:
+    DEBUG = env.bool("DJANGO_DEBUG", False)
+    SECRET_KEY = _secret_key()
+    ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver")
+    CSRF_TRUSTED_ORIGINS = env.list("DJANGO_CSRF_TRUSTED_ORIGINS")
 
+    STARLING = StarlingConfig.from_env()
 
-DEBUG = _bool("DJANGO_DEBUG", False)
-# The fallback key is for a local `make run` only; production settings refuse it.
-SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY") or "insecure-dev-key-change-me-" + "x" * 32
-ALLOWED_HOSTS = _list("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver")
-CSRF_TRUSTED_ORIGINS = _list("DJANGO_CSRF_TRUSTED_ORIGINS", "")
+    #: Lifetime of an API token (seconds).
+    STARLING_TOKEN_TTL = env.int(
+        "STARLING_TOKEN_TTL", 30 * 24 * 3600, low=60, high=10 * 365 * 86400
+    )
+    #: How long a timeline read with ``min_seq`` waits for the fanout (seconds).
+    STARLING_READ_YOUR_WRITES_WAIT = env.float(
+        "STARLING_READ_YOUR_WRITES_WAIT", 2.0, low=0.0, high=60.0
+    )
+    #: How long published outbox rows are kept (days).
+    STARLING_OUTBOX_RETENTION_DAYS = env.int("STARLING_OUTBOX_RETENTION_DAYS", 7, low=1, high=3650)
+    # GET /metrics (feed.metrics): with a token set, a scrape needs "Authorization: Bearer
+    # <token>"; the production settings refuse to serve it without one.
+    STARLING_METRICS_TOKEN = env.text("STARLING_METRICS_TOKEN")
+    DATABASE_URL = env.text("DATABASE_URL", f"sqlite:///{VAR_DIR / 'starling.sqlite3'}")
+    DATABASE_CONN_MAX_AGE = env.int("DATABASE_CONN_MAX_AGE", 60, low=0, high=86400)
+    DATABASE_LOCK_TIMEOUT = env.float("DATABASE_LOCK_TIMEOUT", 20.0, low=0.1, high=600.0)
+    STATIC_ROOT = Path(env.text("STATIC_ROOT", str(BASE_DIR / "staticfiles")))
+    #: Client addresses (feed.ratelimit): the socket's, unless proxies are trusted
+    #: (this many in front, each appending to X-Forwarded-For).
+    STARLING_NUM_PROXIES = env.int("STARLING_NUM_PROXIES", 0, low=0, high=10)
+    #: Rate limits (feed/ratelimit.py): "<count>/<s|min|h|day>"; "0" turns one off.
+    STARLING_RATES = {
+        "write_user": env.text("STARLING_RATE_WRITE_USER", "60/min"),
+        "write_ip": env.text("STARLING_RATE_WRITE_IP", "600/min"),
+        "login_ip": env.text("STARLING_RATE_LOGIN_IP", "30/min"),
+        "login_user": env.text("STARLING_RATE_LOGIN_USER", "10/min"),
+    }
+    CELERY_BROKER_URL = env.text("CELERY_BROKER_URL") or STARLING.redis_url
+    STARLING_LOG_LEVEL = env.choice("STARLING_LOG_LEVEL", "info", LOG_LEVELS).upper()
+except ConfigError as exc:
+    raise ImproperlyConfigured(str(exc)) from None
 
-STARLING = StarlingConfig.from_env()
-
-#: Lifetime of an API token (seconds).
-STARLING_TOKEN_TTL = int(os.environ.get("STARLING_TOKEN_TTL", str(30 * 24 * 3600)))
-#: How long a timeline read with ``min_seq`` waits for the fanout (seconds).
-STARLING_READ_YOUR_WRITES_WAIT = float(os.environ.get("STARLING_READ_YOUR_WRITES_WAIT", "2"))
-#: How often Celery beat sweeps the outbox (seconds), and how long published rows are kept.
-STARLING_OUTBOX_SWEEP_SECONDS = float(os.environ.get("STARLING_OUTBOX_SWEEP_SECONDS", "2"))
-STARLING_OUTBOX_RETENTION_DAYS = int(os.environ.get("STARLING_OUTBOX_RETENTION_DAYS", "7"))
-#: How often Celery beat refills the timelines the fanout job found short (seconds).
-STARLING_REFILL_SECONDS = float(os.environ.get("STARLING_REFILL_SECONDS", "1"))
-# GET /metrics (feed.metrics): with a token set, a scrape needs "Authorization: Bearer
-# <token>"; the production settings refuse to serve it without one. The figures that need
-# SQL are refreshed by beat every STARLING_METRICS_REFRESH_SECONDS, never by a scrape.
-STARLING_METRICS_TOKEN = os.environ.get("STARLING_METRICS_TOKEN", "")
 STARLING_METRICS_REQUIRE_TOKEN = False
-STARLING_METRICS_REFRESH_SECONDS = float(os.environ.get("STARLING_METRICS_REFRESH_SECONDS", "10"))
+#: Beat's periods (seconds): the outbox sweep (a fallback: every commit queues the
+#: relay at once), the refill of timelines left short (a refill waits at most this
+#: long before its query), the database figures of /metrics (a scrape runs no SQL).
+STARLING_OUTBOX_SWEEP_SECONDS = 2.0
+STARLING_REFILL_SECONDS = 1.0
+STARLING_METRICS_REFRESH_SECONDS = 10.0
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -102,15 +133,14 @@ TEMPLATES = [
 
 DATABASES = {
     "default": dj_database_url.parse(
-        os.environ.get("DATABASE_URL") or f"sqlite:///{VAR_DIR / 'starling.sqlite3'}",
-        conn_max_age=int(os.environ.get("DATABASE_CONN_MAX_AGE", "60")),
+        DATABASE_URL,
+        conn_max_age=DATABASE_CONN_MAX_AGE,
         conn_health_checks=True,
     )
 }
 #: How long a write waits for a lock before it fails with 503 (seconds). SQLite
 #: waits this long for the database's write lock; PostgreSQL for a row or table
 #: lock (``lock_timeout``), so a locked database answers 503 instead of hanging.
-DATABASE_LOCK_TIMEOUT = float(os.environ.get("DATABASE_LOCK_TIMEOUT", "20"))
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     DATABASES["default"].setdefault("OPTIONS", {})["options"] = (
         f"-c lock_timeout={int(DATABASE_LOCK_TIMEOUT * 1000)}"
@@ -139,7 +169,6 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATIC_ROOT = Path(os.environ.get("STATIC_ROOT", BASE_DIR / "staticfiles"))
 
 # Request size limit: a tweet is at most 280 characters; nothing we accept is big.
 DATA_UPLOAD_MAX_MEMORY_SIZE = 64 * 1024
@@ -157,18 +186,9 @@ REST_FRAMEWORK = {
         "feed.ratelimit.WriteIPThrottle",
     ],
     # Client addresses: REMOTE_ADDR, or the X-Forwarded-For entry this many proxies back.
-    "NUM_PROXIES": int(os.environ["STARLING_NUM_PROXIES"])
-    if os.environ.get("STARLING_NUM_PROXIES")
-    else None,
+    "NUM_PROXIES": STARLING_NUM_PROXIES,
 }
 
-#: Rate limits (feed/ratelimit.py): "<count>/<s|min|h|day>"; "0" turns one off.
-STARLING_RATES = {
-    "write_user": os.environ.get("STARLING_RATE_WRITE_USER", "60/min"),
-    "write_ip": os.environ.get("STARLING_RATE_WRITE_IP", "600/min"),
-    "login_ip": os.environ.get("STARLING_RATE_LOGIN_IP", "30/min"),
-    "login_user": os.environ.get("STARLING_RATE_LOGIN_USER", "10/min"),
-}
 
 SPECTACULAR_SETTINGS = {
     "TITLE": "Starling API",
@@ -187,9 +207,8 @@ SPECTACULAR_SETTINGS = {
 }
 
 # Celery: Redis is its broker; results are not kept (tasks return nothing useful).
-CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL") or STARLING.redis_url
 CELERY_TASK_IGNORE_RESULT = True
-# The worker logs through LOGGING below (its format, LOG_FORMAT=json included).
+# The worker logs through LOGGING below (its format, STARLING_LOG_FORMAT=json included).
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
@@ -214,13 +233,13 @@ CELERY_BEAT_SCHEDULE = {
     },
 }
 
-# LOG_FORMAT=json: one JSON object per line, with the request id (fanout.logs).
+# STARLING_LOG_FORMAT=json: one JSON object per line, with the request id (fanout.logs).
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": logs.PLAIN}, "json": {"()": "fanout.logs.JsonFormatter"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": logs.log_format()}},
-    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+    "root": {"handlers": ["console"], "level": STARLING_LOG_LEVEL},
     "loggers": {
         "django.db.backends": {"level": "WARNING"},
         # A relay pass every few seconds is routine: do not log each task.

@@ -5,8 +5,9 @@ Selected with ``DJANGO_SETTINGS_MODULE=feed.settings_production`` (the Docker im
 :mod:`feed.settings` this module
 
 * turns ``DEBUG`` off whatever ``DJANGO_DEBUG`` says;
-* refuses to start without ``DJANGO_SECRET_KEY`` (the development fallback, or any key
-  Django's deploy check would call weak, is refused) and without ``DJANGO_ALLOWED_HOSTS``;
+* refuses to start without ``DJANGO_SECRET_KEY`` (a development key, any key Django's
+  deploy check would call weak, and the key file ``make run`` keeps are refused) and
+  without ``DJANGO_ALLOWED_HOSTS``;
 * assumes TLS ends at a reverse proxy that sets ``X-Forwarded-Proto`` (configurable), sends
   HSTS, redirects plain HTTP to HTTPS (except the health check) and marks cookies secure;
 * serves static files with WhiteNoise from a manifest of hashed, compressed files
@@ -17,19 +18,17 @@ docs/deploy.md lists the variables.
 
 from __future__ import annotations
 
-import os
-
 from django.core.exceptions import ImproperlyConfigured
 
-from feed.settings import *  # noqa: F403
-from feed.settings import _bool, _list
+from fanout.config import Env
 
-#: The prefix of ``feed.settings``' development fallback key, and Django's own.
+env = Env()
+#: Development keys' prefixes (Django's own, and the one Starling's docs once showed).
 _DEV_KEY_PREFIXES = ("insecure-dev-key-change-me-", "django-insecure-")
 
 
 def _required(name: str) -> str:
-    value = os.environ.get(name, "").strip()
+    value = env.text(name)
     if not value:
         raise ImproperlyConfigured(f"{name} must be set in production (see docs/deploy.md)")
     return value
@@ -47,11 +46,16 @@ def _secret_key() -> str:
     return key
 
 
+# Checked before the base settings, which would also take the key file of `make run`.
+_KEY = _secret_key()
+
+from feed.settings import *  # noqa: E402, F403
+
 DEBUG = False
-SECRET_KEY = _secret_key()
+SECRET_KEY = _KEY
 # Old keys still accepted for verifying signatures (API tokens) while a key is rotated.
-SECRET_KEY_FALLBACKS = _list("DJANGO_SECRET_KEY_FALLBACKS", "")
-ALLOWED_HOSTS = _list("DJANGO_ALLOWED_HOSTS", "")
+SECRET_KEY_FALLBACKS = env.list("DJANGO_SECRET_KEY_FALLBACKS", "")
+ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", "")
 if not ALLOWED_HOSTS:
     raise ImproperlyConfigured(
         "DJANGO_ALLOWED_HOSTS must be set in production (see docs/deploy.md)"
@@ -60,14 +64,16 @@ if not ALLOWED_HOSTS:
 # TLS ends at the reverse proxy in front of the web containers, which must set
 # X-Forwarded-Proto (and strip any the client sent). Without a proxy, set
 # DJANGO_SECURE_PROXY_SSL_HEADER=false and terminate TLS some other way.
-if _bool("DJANGO_SECURE_PROXY_SSL_HEADER", True):
+if env.bool("DJANGO_SECURE_PROXY_SSL_HEADER", True):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
-SECURE_SSL_REDIRECT = _bool("DJANGO_SECURE_SSL_REDIRECT", True)
+SECURE_SSL_REDIRECT = env.bool("DJANGO_SECURE_SSL_REDIRECT", True)
 # Container and load-balancer health checks speak plain HTTP to the container.
 SECURE_REDIRECT_EXEMPT = [r"^api/v1/health$"]
-SECURE_HSTS_SECONDS = int(os.environ.get("DJANGO_SECURE_HSTS_SECONDS", str(365 * 24 * 3600)))
-SECURE_HSTS_INCLUDE_SUBDOMAINS = _bool("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", True)
-SECURE_HSTS_PRELOAD = _bool("DJANGO_SECURE_HSTS_PRELOAD", False)
+SECURE_HSTS_SECONDS = env.int(
+    "DJANGO_SECURE_HSTS_SECONDS", 365 * 24 * 3600, low=0, high=10 * 365 * 24 * 3600
+)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", True)
+SECURE_HSTS_PRELOAD = env.bool("DJANGO_SECURE_HSTS_PRELOAD", False)
 SESSION_COOKIE_SECURE = True
 CSRF_COOKIE_SECURE = True
 

@@ -84,7 +84,7 @@ REFILLS_PER_RUN = 500
 @shared_task(ignore_result=True)
 def refill_timelines() -> int:
     """Refill the timelines the fanout job found short (removals left fewer
-    than TIMELINE_SIZE entries above their horizon) or whose regeneration's
+    than STARLING_TIMELINE_SIZE entries above their horizon) or whose regeneration's
     reset came stale: one reset each, computed by the database
     (services.timeline_reset). Run by beat every STARLING_REFILL_SECONDS."""
     from fanout.store.timelines import store_for
@@ -113,7 +113,7 @@ def refill_timelines() -> int:
 
 @shared_task(ignore_result=True)
 def drop_idle_timelines() -> int:
-    """Drop the timelines of users idle for FANOUT_ACTIVE_DAYS (no read, no
+    """Drop the timelines of users idle for STARLING_ACTIVE_DAYS (no read, no
     sign-in): the fanout job then writes nothing for them, and their next
     read answers from the database while the timeline is regenerated. Run by
     beat every hour; it also drops what a rebuild wrote for idle users."""

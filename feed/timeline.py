@@ -41,6 +41,7 @@ from fanout.store.reads import Page
 from fanout.store.timelines import TimelineStore
 from feed.auth import InvalidToken, bearer_token, verify_token_cached
 from feed.errors import error_body
+from feed.validation import InvalidInput, whole_number
 
 log = logging.getLogger("starling.timeline")
 
@@ -107,13 +108,10 @@ def _int(params: Mapping[str, list[str]], param: Param) -> int | None:
         return param.default
     if len(values) > 1:
         raise InvalidParameter(name, "give it once")
-    raw = values[0].strip()
-    if not raw.isdigit() or len(raw) > 20:
-        raise InvalidParameter(name, f"must be a whole number, got {raw[:30]!r}")
-    value = int(raw)
-    if not param.low <= value <= param.high:
-        raise InvalidParameter(name, f"must be between {param.low} and {param.high}, got {value}")
-    return value
+    try:
+        return whole_number(name, values[0], low=param.low, high=param.high)
+    except InvalidInput as exc:
+        raise InvalidParameter(name, exc.message) from None
 
 
 def parse_query(query_string: str) -> TimelineQuery:

@@ -48,3 +48,21 @@ def validate_username(username: str) -> str:
             "username", "must be 1-30 characters: letters, digits and underscores only"
         )
     return username
+
+
+#: The digits a whole-number query parameter may hold (``str.isdigit`` also
+#: takes "²" and other digits ``int`` refuses).
+_WHOLE_NUMBER = re.compile(r"[0-9]{1,20}")
+
+
+def whole_number(field: str, raw: str, *, low: int, high: int) -> int:
+    """A query parameter's whole number, ASCII digits only, within bounds: the one
+    way every numeric parameter of the API is read (the timeline's parser and
+    the DRF views' query serializers)."""
+    text = raw.strip()
+    if not _WHOLE_NUMBER.fullmatch(text):
+        raise InvalidInput(field, f"must be a whole number, got {text[:30]!r}")
+    value = int(text)
+    if not low <= value <= high:
+        raise InvalidInput(field, f"must be between {low} and {high}, got {value}")
+    return value

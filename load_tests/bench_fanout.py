@@ -37,7 +37,7 @@ changelogs before the job starts. It measures
    delta of ``INFO commandstats`` (every write command, those run by the
    scripts included) from before the post until the watermark reaches it.
 
-C is pulled (``--pull-threshold``, FANOUT_PULL_THRESHOLD's default unless
+C is pulled (``--pull-threshold``, STARLING_PULL_THRESHOLD's default unless
 given; 0 pushes every author, the layout before hybrid fan-out): its checks
 are at most 10 Redis writes per C post and a p99 within 1.5x of the
 baseline's.
@@ -152,8 +152,8 @@ class Job:
             "KAFKA_BOOTSTRAP_SERVERS": config.kafka_bootstrap_servers,
             "STARLING_TOPIC_PREFIX": config.topics.prefix,
             "STARLING_PARTITIONS": str(config.partitions),
-            "TIMELINE_SIZE": str(config.timeline_size),
-            "FANOUT_PULL_THRESHOLD": str(config.pull_threshold),
+            "STARLING_TIMELINE_SIZE": str(config.timeline_size),
+            "STARLING_PULL_THRESHOLD": str(config.pull_threshold),
             "PYTHONUNBUFFERED": "1",
             # A rebuild it runs for a benchmark keeps its files in the run's directory.
             "STARLING_VAR_DIR": str(workdir),
@@ -792,7 +792,7 @@ def main(argv: list[str] | None = None) -> int:
         "--pull-threshold",
         type=int,
         default=DEFAULT_PULL_THRESHOLD,
-        help="FANOUT_PULL_THRESHOLD of the job (0: every author pushed)",
+        help="STARLING_PULL_THRESHOLD of the job (0: every author pushed)",
     )
     parser.add_argument(
         "--cluster",

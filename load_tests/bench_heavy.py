@@ -4,12 +4,12 @@
                                      [--tweets 2000] [--bound-ms 50]
 
     python -m load_tests.bench_heavy --authors 500 --tweets-per-author 100   # ~40 s
-    TIMELINE_SIZE=200 TIMELINE_SLACK=16 python -m load_tests.bench_heavy    # smaller timelines
+    STARLING_TIMELINE_SIZE=200 STARLING_TIMELINE_SLACK=16 python -m load_tests.bench_heavy
 
 A *heavy follower* follows 5,000 accounts, each of which has at least
-``K = TIMELINE_SIZE + TIMELINE_SLACK`` tweets. The defaults are fanout.config's
+``K = STARLING_TIMELINE_SIZE + STARLING_TIMELINE_SLACK`` tweets. The defaults are fanout.config's
 (800 + 64: K = 864, so 4.3 M tweets, ~6 minutes on 2 cores, most of it the
-load); ``TIMELINE_SIZE`` / ``TIMELINE_SLACK`` in the environment change both
+load); ``STARLING_TIMELINE_SIZE`` / ``STARLING_TIMELINE_SLACK`` in the environment change both
 the job's timelines and the default K. The bound under test: no single Redis
 command the fanout job or a timeline regeneration sends takes more than
 50 ms (Redis runs one command at a time: every other client waits that long).
@@ -380,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
         "--tweets-per-author",
         type=int,
         default=cap + slack,
-        help="tweets each author posts (default TIMELINE_SIZE + TIMELINE_SLACK)",
+        help="tweets each author posts (default STARLING_TIMELINE_SIZE + STARLING_TIMELINE_SLACK)",
     )
     parser.add_argument("--tweets", type=int, default=2000, help="tweets in phase C")
     parser.add_argument("--bound-ms", type=float, default=50.0, help="the bound for A, B, C")
@@ -390,7 +390,9 @@ def main(argv: list[str] | None = None) -> int:
 
     workdir, config, services = start_services("heavy")
     config = dataclasses.replace(config, timeline_size=cap, timeline_slack=slack)
-    os.environ["TIMELINE_SLACK"] = str(slack)  # Job passes TIMELINE_SIZE, inherits the rest
+    os.environ["STARLING_TIMELINE_SLACK"] = str(
+        slack
+    )  # Job passes STARLING_TIMELINE_SIZE, inherits the rest
     keep = cap + slack
     report = Report(
         "bench_heavy",

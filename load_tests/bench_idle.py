@@ -9,11 +9,11 @@ writes, in one run:
 
 1. the tweet bodies (one per tweet, whoever reads it);
 2. every user's home timeline, as the fanout job or a rebuild writes it
-   (packed ids, the join's newest ``TIMELINE_SIZE + TIMELINE_SLACK``; the
+   (packed ids, the join's newest ``STARLING_TIMELINE_SIZE + STARLING_TIMELINE_SLACK``; the
    ids are drawn from the user's followees' tweets, their number is the
    join's): the all-push figure;
 3. then drops the timelines of all but ``--active`` of the users, as the
-   hourly sweep does for users idle for FANOUT_ACTIVE_DAYS (each leaves a
+   hourly sweep does for users idle for STARLING_ACTIVE_DAYS (each leaves a
    tombstone), and measures again.
 
 Reported: Redis's ``used_memory`` over the empty server for each stage, the

@@ -2,7 +2,7 @@
 
     python -m load_tests.bench_read [--users 2000] [--connections 64] [--seconds 15]
 
-Starts its own Redis, fills timelines of TIMELINE_SIZE (800) entries with
+Starts its own Redis, fills timelines of STARLING_TIMELINE_SIZE (800) entries with
 ~200-byte tweet bodies through the timeline store (every user follows 200
 pushed authors), serves the real WSGI application with granian, and
 measures in the same run, for two kinds of readers:
@@ -141,7 +141,7 @@ def redis_benchmark(
 
 def fill(store: Any, config: Any, n_users: int) -> tuple[list[int], list[int]]:
     """Fill ``store`` (seeded: every store gets the same network): timelines of
-    TIMELINE_SIZE entries for users following 200 pushed authors each, and 20
+    STARLING_TIMELINE_SIZE entries for users following 200 pushed authors each, and 20
     pulled authors with full lists followed by the second half of the users.
     Returns the readers of one list and the readers of merged lists."""
     from fanout.model import events, ids

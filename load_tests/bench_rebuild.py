@@ -30,6 +30,7 @@ import argparse
 import json
 import os
 import random
+import secrets
 import subprocess
 import sys
 import time
@@ -177,8 +178,9 @@ def main(argv: list[str] | None = None) -> int:
             "KAFKA_BOOTSTRAP_SERVERS": config.kafka_bootstrap_servers,
             "STARLING_TOPIC_PREFIX": config.topics.prefix,
             "STARLING_PARTITIONS": str(config.partitions),
-            "TIMELINE_SIZE": str(config.timeline_size),
+            "STARLING_TIMELINE_SIZE": str(config.timeline_size),
             "STARLING_VAR_DIR": str(workdir),
+            "DJANGO_SECRET_KEY": secrets.token_urlsafe(64),
             # The rebuild restores token revocations from the database: an empty one
             # here (the network exists only on the changelogs), with its tables.
             "DATABASE_URL": f"sqlite:///{workdir / 'empty.sqlite3'}",

@@ -11,7 +11,7 @@ as it would for writes made through the API (self edges included).
 
 Run it with the stack's environment (the same ``DATABASE_URL``; ``REDIS_URL``
 as printed by ``make run``, so the seeder can poke the relay; without it the
-rows wait for Celery beat's sweep, every ``STARLING_OUTBOX_SWEEP_SECONDS``).
+rows wait for Celery beat's sweep, every 2 s).
 It writes ``var/load/seed.json`` for the Locust scenarios: every seeded
 user's id, username and a signed API token, follower count and a few of its
 followers. With ``--wait URL`` it then waits for the relay and the fanout

@@ -64,7 +64,7 @@ from enum import IntEnum
 from fanout.model import events
 from fanout.model.author_state import AuthorState
 
-#: Entries kept beyond the cap, in timelines and in merges (the default of TIMELINE_SLACK).
+#: Entries kept beyond the cap, in timelines and in merges (the default of STARLING_TIMELINE_SLACK).
 SLACK = 64
 
 

@@ -23,7 +23,7 @@ on the running fanout job's session when there is one
    :func:`fanout.model.join.rebuilt_author_state`) and the timelines' edges
    (:mod:`spark.rebuild.read`). The read tasks put the live tweets' bodies in
    the tweet cache (the same bytes the job writes; not in a dry run);
-3. **the timelines' input**: every timeline is the newest ``TIMELINE_SIZE``
+3. **the timelines' input**: every timeline is the newest ``STARLING_TIMELINE_SIZE``
    (+ slack) tweets of the user and of the users they follow (the view's
    SQL, computed per follower with Spark: the edges grouped by owner, the
    authors' kept tweets broadcast; :func:`fanout.model.join.rebuilt_timeline`);
@@ -47,7 +47,6 @@ reports how many live timelines differ from the rebuilt ones, and by how much.
 from __future__ import annotations
 
 import json
-import os
 import random
 import time
 from collections import Counter
@@ -59,7 +58,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from fanout.config import StarlingConfig
+from fanout.config import Env, StarlingConfig
 from fanout.model.watermark import contiguous, mark_name
 from fanout.store.generations import GenerationState
 from fanout.store.timelines import TimelineStore
@@ -88,7 +87,7 @@ from spark.source.offsets import Offsets
 def default_state_root() -> Path:
     """Where rebuilt author states go unless told (``--state-dir``): the fanout
     job reads them when it takes a generation over."""
-    return (Path(os.environ.get("STARLING_VAR_DIR", "var")) / "rebuild").resolve()
+    return (Path(Env().text("STARLING_VAR_DIR", "var")) / "rebuild").resolve()
 
 
 def _first(df: DataFrame) -> Any:

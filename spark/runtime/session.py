@@ -21,6 +21,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from fanout.config import Env
 from spark.runtime import jvm_archive
 
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
@@ -62,7 +63,7 @@ def shuffle_partitions(master: str) -> int:
         return int(master[6:-1])
     if master == "local":
         return 1
-    return int(os.environ.get("STARLING_SHUFFLE_PARTITIONS", str(os.cpu_count() or 2)))
+    return Env().int("STARLING_SHUFFLE_PARTITIONS", os.cpu_count() or 2, low=1, high=100_000)
 
 
 def given_settings(env: Mapping[str, str] | None = None) -> set[str]:
@@ -136,6 +137,7 @@ def build_session(master: str, app_name: str, **conf: Any) -> SparkSession:
     for key, value in session_settings(master, conf, given).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel(os.environ.get("SPARK_LOG_LEVEL", "WARN"))
+    # Spark's own chatter; its log4j2.properties (spark/runtime/) says the rest.
+    spark.sparkContext.setLogLevel("WARN")
     logging.getLogger("py4j").setLevel(logging.WARNING)
     return spark

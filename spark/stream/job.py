@@ -21,19 +21,24 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import shutil
 import signal
 import sys
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
 from fanout import logs
-from fanout.config import StarlingConfig
+from fanout.config import (
+    DEFAULT_MAX_RECORDS_PER_TRIGGER,
+    DEFAULT_ROUTE_FROM,
+    LOG_LEVELS,
+    Env,
+    StarlingConfig,
+)
 from fanout.kafka import ensure_topics
 from fanout.store.generations import GenerationState
 from fanout.store.timelines import store_for
@@ -148,8 +153,16 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--max-records",
         type=int,
-        help="changelog records per micro-batch at most "
-        "(default: STARLING_MAX_RECORDS_PER_TRIGGER or 20,000)",
+        default=DEFAULT_MAX_RECORDS_PER_TRIGGER,
+        help="changelog records per micro-batch at most (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--route-from",
+        type=int,
+        default=DEFAULT_ROUTE_FROM,
+        help="micro-batches of this many records or more write each timeline from one task, "
+        "after a shuffle by owner; smaller ones where the join ran (0: always shuffle; "
+        "default: %(default)s)",
     )
     parser.add_argument(
         "--reset",
@@ -164,14 +177,14 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 
 def default_checkpoint() -> Path:
-    return Path(os.environ.get("STARLING_VAR_DIR", "var")) / "spark" / "fanout"
+    return Path(Env().text("STARLING_VAR_DIR", "var")) / "spark" / "fanout"
 
 
 def main(argv: list[str] | None = None) -> int:
-    logs.configure()  # LOG_FORMAT: plain lines or JSON
-    log.setLevel(os.environ.get("STARLING_LOG_LEVEL", "INFO"))
+    logs.configure()  # STARLING_LOG_FORMAT: plain lines or JSON
+    log.setLevel(Env().choice("STARLING_LOG_LEVEL", "info", LOG_LEVELS).upper())
     args = _parse(argv)
-    config = StarlingConfig.from_env()
+    config = replace(StarlingConfig.from_env(), route_from=args.route_from)
     root: Path = (args.checkpoint or default_checkpoint()).resolve()
     store = store_for(config)
     if args.reset:
@@ -197,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, stop)
     options = JobOptions(
         trigger=args.trigger,
-        max_records=args.max_records or config.max_records_per_trigger,
+        max_records=args.max_records,
         fail_on_data_loss=not args.no_fail_on_data_loss,
         progress_file=args.progress_file,
     )

@@ -9,7 +9,7 @@ in two steps (spark.stream.bundles says why):
 2. after a shuffle by route, :func:`apply_timelines`: each task writes the
    timelines of its share of the owners, every timeline once.
 
-A micro-batch of fewer than ``FANOUT_ROUTE_FROM`` records skips the shuffle:
+A micro-batch of fewer than ``route_from`` records (the job's ``--route-from``) skips the shuffle:
 each task writes its first bundles, then its own timeline bundles
 (:func:`apply_here`). Its timelines get a few ids each, so a second write
 to one of them costs little, less than the stage the shuffle adds.

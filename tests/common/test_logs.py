@@ -43,6 +43,6 @@ def test_a_request_id_that_does_not_look_like_one_is_replaced() -> None:
 
 def test_log_format_is_plain_or_json() -> None:
     assert logs.log_format({}) == "plain"
-    assert isinstance(logs.formatter({"LOG_FORMAT": "json"}), logs.JsonFormatter)
-    with pytest.raises(ValueError, match="LOG_FORMAT"):
-        logs.log_format({"LOG_FORMAT": "xml"})
+    assert isinstance(logs.formatter({"STARLING_LOG_FORMAT": "json"}), logs.JsonFormatter)
+    with pytest.raises(ValueError, match="STARLING_LOG_FORMAT"):
+        logs.log_format({"STARLING_LOG_FORMAT": "xml"})

@@ -31,6 +31,7 @@ import yaml
 from django.core.exceptions import ImproperlyConfigured
 
 from fanout.config import KAFKA_CLIENT_ENV
+from spark.runtime.jvm_archive import ENV as JVM_ARCHIVE_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
@@ -59,8 +60,8 @@ APP_REQUIRED = {
     "KAFKA_BOOTSTRAP_SERVERS",
     "STARLING_TOPIC_PREFIX",
     "STARLING_PARTITIONS",
-    "TIMELINE_SIZE",
-    "TIMELINE_SLACK",
+    "STARLING_TIMELINE_SIZE",
+    "STARLING_TIMELINE_SLACK",
     "SPARK_MASTER",
     "STARLING_VAR_DIR",
 }
@@ -91,20 +92,14 @@ OPTIONAL = {
     "CELERY_BROKER_URL",
     "REDIS_CLUSTER_URLS",
     "STARLING_REDIS_SHARDS",
-    "LOG_LEVEL",
-    "LOG_FORMAT",
     "STARLING_LOG_LEVEL",
-    "SPARK_LOG_LEVEL",
+    "STARLING_LOG_FORMAT",
     "STARLING_TOKEN_TTL",
     "STARLING_READ_YOUR_WRITES_WAIT",
-    "STARLING_OUTBOX_SWEEP_SECONDS",
     "STARLING_OUTBOX_RETENTION_DAYS",
-    "STARLING_REFILL_SECONDS",
     "STARLING_TOMBSTONE_RETENTION_HOURS",
-    "STARLING_MAX_RECORDS_PER_TRIGGER",
-    "FANOUT_ACTIVE_DAYS",
-    "FANOUT_PULL_THRESHOLD",
-    "FANOUT_ROUTE_FROM",
+    "STARLING_ACTIVE_DAYS",
+    "STARLING_PULL_THRESHOLD",
     *KAFKA_CLIENT_ENV,
     "STARLING_NODE_ID",
     "STARLING_RATE_WRITE_USER",
@@ -113,7 +108,6 @@ OPTIONAL = {
     "STARLING_RATE_LOGIN_USER",
     "STARLING_NUM_PROXIES",
     "STARLING_METRICS_TOKEN",
-    "STARLING_METRICS_REFRESH_SECONDS",
     "SPARK_CONF_DIR",
     "SPARK_HOME",
     "STARLING_JVM_ARCHIVE",
@@ -135,6 +129,8 @@ NOT_FOR_PRODUCTION = {
     "PYSPARK_GATEWAY_PORT": "set by spark-submit for the Python driver it starts",
     "SPARK_REUSE_WORKER": "set by PySpark's worker daemon in the workers it starts",
 }
+#: Named in README.md's Configuration table, read by others than Starling's code.
+COMPOSE_ONLY = {"DJANGO_SETTINGS_MODULE", "PYSPARK_SUBMIT_ARGS", "SPARK_CONF_DIR", "SPARK_HOME"}
 #: Runs the app image without the application's settings: the Spark master runs no
 #: Starling code, so it gets no secrets.
 NO_APP_ENV = {"spark-master"}
@@ -142,7 +138,8 @@ NO_APP_ENV = {"spark-master"}
 ENV_READ = re.compile(
     r"""(?:
         os\.environ\.get\(\s* | os\.environ\.setdefault\(\s* | os\.environ\[\s* | os\.getenv\(\s*
-        | \benv\.get\(\s* | \b_int\(\s*env,\s* | \b_bool\(\s* | \b_list\(\s* | \b_required\(\s*
+        | \benv\.get\(\s* | \b_required\(\s*
+        | \b(?:env|read|Env\([a-z]*\))\.(?:raw|text|required|int|float|bool|list|choice)\(\s*
     )["']([A-Z][A-Z0-9_]*)["']""",
     re.VERBOSE,
 )
@@ -268,6 +265,9 @@ def code_env_reads() -> dict[str, set[str]]:
                 continue
             for name in ENV_READ.findall(path.read_text()):
                 found.setdefault(name, set()).add(str(path.relative_to(ROOT)))
+    # Read by name from a table or a constant rather than a literal at the call.
+    for name in (*KAFKA_CLIENT_ENV, JVM_ARCHIVE_ENV):
+        found.setdefault(name, set()).add("(by name)")
     return found
 
 
@@ -319,7 +319,9 @@ def test_every_required_variable_is_in_the_example_and_no_secret_is() -> None:
 
 def test_every_variable_the_code_reads_is_accounted_for() -> None:
     reads = code_env_reads()
-    assert {"DATABASE_URL", "REDIS_URL", "DJANGO_SECRET_KEY", "TIMELINE_SIZE"} <= set(reads)
+    assert {"DATABASE_URL", "REDIS_URL", "DJANGO_SECRET_KEY", "STARLING_TIMELINE_SIZE"} <= set(
+        reads
+    )
     known = APP_REQUIRED | IMAGE_ENV | set(PER_SERVICE) | OPTIONAL | set(NOT_FOR_PRODUCTION)
     unknown = {name: sorted(files) for name, files in reads.items() if name not in known}
     assert not unknown, (
@@ -721,6 +723,12 @@ def test_the_readme_configuration_table_names_every_variable_the_code_reads() ->
     documented = set(re.findall(r"`([A-Z][A-Z0-9_]+)`", section))
     missing = set(code_env_reads()) - documented - set(NOT_FOR_PRODUCTION)
     assert not missing, f"add them to README.md's Configuration table: {sorted(missing)}"
+    # ...and no row for a variable nothing reads any more (names in a row's text,
+    # such as a default's path or a variable of the compose file, may be others).
+    named = {row.split("|")[1] for row in section.splitlines() if row.startswith("| `")}
+    rows = set(re.findall(r"`([A-Z][A-Z0-9_]+)`", "".join(named)))
+    stale = rows - set(code_env_reads()) - set(NOT_FOR_PRODUCTION) - COMPOSE_ONLY
+    assert not stale, f"README.md's Configuration table names variables nothing reads: {stale}"
 
 
 def test_every_install_uses_the_lock_file() -> None:

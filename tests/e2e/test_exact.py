@@ -1,5 +1,5 @@
 """Exact timelines at the cap, through the HTTP API against the whole stack
-(TIMELINE_SIZE=20, TIMELINE_SLACK=4): removals refilled, paging past what
+(STARLING_TIMELINE_SIZE=20, STARLING_TIMELINE_SLACK=4): removals refilled, paging past what
 Redis keeps, operator commands racing writes, pollers that never miss."""
 
 from __future__ import annotations

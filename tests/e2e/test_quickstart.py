@@ -24,12 +24,13 @@ README = ROOT / "README.md"
 #: Settings of the test session that must not reach the stack: it makes its own.
 NOT_INHERITED = (
     "DJANGO_SETTINGS_MODULE",
+    "DJANGO_SECRET_KEY",  # make run generates its own, into its state directory
     "DATABASE_URL",
     "REDIS_URL",
     "KAFKA_BOOTSTRAP_SERVERS",
     "STARLING_TOPIC_PREFIX",
     "STARLING_PARTITIONS",
-    "TIMELINE_SIZE",
+    "STARLING_TIMELINE_SIZE",
     "PORT",
 )
 
@@ -76,6 +77,9 @@ def test_make_run_then_the_readme_curl_session_prints_what_the_readme_says(
             assert time.monotonic() < deadline, log_path.read_text(errors="replace")[-4000:]
             time.sleep(1)
         assert f"http://127.0.0.1:{port}/api/v1/" in log_path.read_text()  # where to point
+        # It signs with a key of its own, made once for its state directory.
+        key = tmp_path / "var" / "secret_key"
+        assert key.stat().st_mode & 0o777 == 0o600 and len(key.read_text().strip()) >= 50
         done = subprocess.run(
             [
                 "bash",

@@ -106,6 +106,11 @@ def test_bad_tweet_bodies_get_a_4xx_naming_the_problem(body: str, mentions: str)
         ("/api/v1/users/ann/tweets?max_id=" + "9" * 30, "max_id"),
         ("/api/v1/users/ann/tweets?count=0", "count"),
         ("/api/v1/users/ann/followers?cursor=-1", "cursor"),
+        # Digits int() refuses although str.isdigit() takes them: "²", "٣".
+        ("/api/v1/timeline?count=%C2%B2", "count"),
+        ("/api/v1/timeline?max_id=%D9%A3", "max_id"),
+        ("/api/v1/users/ann/tweets?count=%C2%B2", "count"),
+        ("/api/v1/users/ann/followers?count=1.0", "count"),
     ],
 )
 def test_out_of_range_cursors_get_400_naming_the_parameter(path: str, param: str) -> None:

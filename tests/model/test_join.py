@@ -194,7 +194,7 @@ def test_newest_says_when_older_tweets_were_left_out() -> None:
 
 
 def test_at_the_cap_follow_unfollow_and_a_deleted_history() -> None:
-    """TIMELINE_SIZE=20, TIMELINE_SLACK=4: five friends posted 40 tweets."""
+    """STARLING_TIMELINE_SIZE=20, STARLING_TIMELINE_SLACK=4: five friends posted 40 tweets."""
     world = World(Log())
     system = System(cap=20, slack=4)
     friends, f, p, q = [10, 11, 12, 13, 14], 1, 2, 3

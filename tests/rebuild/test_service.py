@@ -51,9 +51,9 @@ def config(kafka_bootstrap: str, redis_url: str, redis_client, monkeypatch) -> S
         "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap,
         "STARLING_TOPIC_PREFIX": config.topics.prefix,
         "STARLING_PARTITIONS": "2",
-        "TIMELINE_SIZE": "3",
-        "TIMELINE_SLACK": "1",
-        "FANOUT_PULL_THRESHOLD": "3",
+        "STARLING_TIMELINE_SIZE": "3",
+        "STARLING_TIMELINE_SLACK": "1",
+        "STARLING_PULL_THRESHOLD": "3",
     }.items():
         monkeypatch.setenv(name, value)
     return config

@@ -92,7 +92,7 @@ class Workload:
 
 def check_against_oracle(stack: Stack, usernames: list[str]) -> dict[str, int]:
     """Once the job has caught up (every write and refill applied), every
-    timeline is exactly the join's newest ``TIMELINE_SIZE``."""
+    timeline is exactly the join's newest ``STARLING_TIMELINE_SIZE``."""
     stack.settle()
     wanted = set(usernames)
     ids = {

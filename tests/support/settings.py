@@ -5,7 +5,12 @@ The services (Kafka, Redis) are injected per test by the fixtures in
 """
 
 import os
+import secrets
 from dataclasses import replace
+
+# The suite's own key (feed.settings refuses to start without one); the
+# stack's processes inherit it.
+os.environ.setdefault("DJANGO_SECRET_KEY", secrets.token_urlsafe(64))
 
 from feed.settings import *  # noqa: F403
 

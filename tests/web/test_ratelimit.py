@@ -106,3 +106,31 @@ def test_oversized_requests_are_refused_with_a_json_error(limits) -> None:
     )
     assert 400 <= response.status_code < 500
     assert "error" in response.json()
+
+
+def _login(client: APIClient, username: str, forwarded: str | None = None) -> int:
+    extra = {"HTTP_X_FORWARDED_FOR": forwarded} if forwarded is not None else {}
+    return client.post(
+        "/api/v1/auth/token", {"username": username, "password": "x"}, format="json", **extra
+    ).status_code
+
+
+def test_a_client_cannot_choose_its_address_with_x_forwarded_for(limits) -> None:
+    """With no proxy trusted (the default), the header is ignored: a new
+    address per request buys no new budget."""
+    limits["login_user"], limits["login_ip"] = "0", "2/min"
+    client = APIClient()
+    codes = [_login(client, f"user{i}", f"198.51.100.{i}") for i in range(3)]
+    assert codes == [401, 401, 429]
+
+
+def test_behind_a_trusted_proxy_each_client_counts_by_the_address_it_saw(limits, settings) -> None:
+    """One proxy trusted: the last X-Forwarded-For entry (the proxy's own) is
+    the client; what the client wrote to the left of it counts for nothing."""
+    settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "NUM_PROXIES": 1}
+    limits["login_user"], limits["login_ip"] = "0", "1/min"
+    client = APIClient()
+    assert _login(client, "a", "203.0.113.7") == 401
+    assert _login(client, "b", "203.0.113.7") == 429
+    assert _login(client, "c", "203.0.113.8") == 401  # another client behind the proxy
+    assert _login(client, "d", "198.51.100.1, 203.0.113.7") == 429  # a spoofed prefix

@@ -13,7 +13,7 @@ from feed.tasks import drop_idle_timelines
 
 class Command(BaseCommand):
     help = (
-        "Drop the timelines of users with no read and no sign-in for FANOUT_ACTIVE_DAYS "
+        "Drop the timelines of users with no read and no sign-in for STARLING_ACTIVE_DAYS "
         "(after a rebuild, say); their next read regenerates them."
     )
 
