@@ -4,9 +4,11 @@ The hottest endpoint skips Django's middleware and URL resolving: this
 wrapper answers that one path with :func:`feed.timeline.handle` (the code
 the Django view runs too) and hands every other request to Django. What the
 skipped middleware would have done for this path is done here: the ``Host``
-header is checked against ``ALLOWED_HOSTS`` and the security headers of
-``SecurityMiddleware`` are set. ``/metrics`` is answered here too, before
-Django's host check and TLS redirect (feed.metrics.answer says why).
+header is checked against ``ALLOWED_HOSTS`` and the security headers are
+``SecurityMiddleware``'s own (computed once); a plain-HTTP request that
+``SECURE_SSL_REDIRECT`` would redirect is handed to Django, which does.
+``/metrics`` is answered here too, before Django's host check and TLS
+redirect (feed.metrics.answer says why).
 Measured on this machine: docs/performance.md.
 """
 
@@ -21,7 +23,9 @@ from typing import Any
 from django.conf import settings
 from django.core import signals
 from django.db import connections
+from django.http import HttpRequest, HttpResponse
 from django.http.request import split_domain_port, validate_host
+from django.middleware.security import SecurityMiddleware
 
 from fanout.logs import request_scope
 from feed import metrics, timeline
@@ -34,21 +38,41 @@ StartResponse = Callable[..., Any]
 WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 
 
-def _security_headers() -> list[tuple[str, str]]:
-    headers = [
-        ("X-Content-Type-Options", "nosniff"),
-        ("Referrer-Policy", settings.SECURE_REFERRER_POLICY or "same-origin"),
-        ("Cross-Origin-Opener-Policy", settings.SECURE_CROSS_ORIGIN_OPENER_POLICY or "same-origin"),
-    ]
-    if settings.SECURE_HSTS_SECONDS:
-        headers.append(("Strict-Transport-Security", f"max-age={settings.SECURE_HSTS_SECONDS}"))
-    return headers
+class _Probe(HttpRequest):
+    """A request of the given scheme, for Django's SecurityMiddleware to answer."""
+
+    def __init__(self, secure: bool) -> None:
+        super().__init__()
+        self.secure = secure
+        self.path = self.path_info = PATH
+        self.META = {"SERVER_NAME": "localhost", "SERVER_PORT": "443" if secure else "80"}
+
+    def is_secure(self) -> bool:
+        return self.secure
+
+
+def _security_headers(secure: bool) -> list[tuple[str, str]]:
+    """The headers Django's SecurityMiddleware puts on a response to a request
+    of this scheme: the one source of them (HSTS and its options, nosniff,
+    referrer and opener policies), computed once per process."""
+    response = SecurityMiddleware(lambda request: HttpResponse())(_Probe(secure))
+    assert isinstance(response, HttpResponse)  # the middleware ran synchronously
+    return [(name, value) for name, value in response.items() if name != "Content-Type"]
+
+
+def _is_secure(environ: dict[str, Any]) -> bool:
+    """Django's ``HttpRequest.is_secure`` on a WSGI environ: the proxy's header
+    when ``SECURE_PROXY_SSL_HEADER`` names one, else the server's scheme."""
+    if settings.SECURE_PROXY_SSL_HEADER:
+        header, value = settings.SECURE_PROXY_SSL_HEADER
+        return str(environ.get(header, "")).split(",")[0].strip() == value
+    return environ.get("wsgi.url_scheme") == "https"
 
 
 class TimelineFastPath:
     def __init__(self, app: WSGIApp) -> None:
         self.app = app
-        self.security_headers = _security_headers()
+        self.security_headers = {True: _security_headers(True), False: _security_headers(False)}
         self.allowed_hosts = list(settings.ALLOWED_HOSTS)
         self._good_hosts: set[str] = set()  # Host values already validated
 
@@ -59,6 +83,9 @@ class TimelineFastPath:
             return self.app(environ, start_response)
         from feed.readpath import timeline_reader
 
+        secure = _is_secure(environ)
+        if settings.SECURE_SSL_REDIRECT and not secure:
+            return self.app(environ, start_response)  # Django's redirect to HTTPS
         started = time.perf_counter()
         with request_scope(environ.get("HTTP_X_REQUEST_ID")) as rid:
             response = self._answer(environ, timeline_reader)
@@ -66,7 +93,7 @@ class TimelineFastPath:
             ("Content-Type", "application/json"),
             ("Content-Length", str(len(response.body))),
             (HEADER, rid),
-            *self.security_headers,
+            *self.security_headers[secure],
             *response.headers.items(),
         ]
         start_response(f"{response.status} {HTTPStatus(response.status).phrase}", headers)

@@ -134,3 +134,23 @@ def test_behind_a_trusted_proxy_each_client_counts_by_the_address_it_saw(limits,
     assert _login(client, "b", "203.0.113.7") == 429
     assert _login(client, "c", "203.0.113.8") == 401  # another client behind the proxy
     assert _login(client, "d", "198.51.100.1, 203.0.113.7") == 429  # a spoofed prefix
+
+
+def test_a_body_over_the_limit_is_refused_even_when_its_fields_are_valid(limits) -> None:
+    """The body limit itself, not the 280-character rule: a valid tweet padded
+    with an unknown field past 64 kB is refused, and nothing is written."""
+    from feed.models import Tweet
+
+    ann = UserFactory(username="ann")
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {issue_token(ann)}")
+    body = b'{"text": "hello", "padding": "' + b"a" * 70_000 + b'"}'
+    response = client.post("/api/v1/tweets", data=body, content_type="application/json")
+    assert response.status_code in (400, 413), response.content
+    assert "error" in response.json()
+    assert not Tweet.objects.exists()
+    small = b'{"text": "hello", "padding": "' + b"a" * 1_000 + b'"}'
+    assert (
+        client.post("/api/v1/tweets", data=small, content_type="application/json").status_code
+        == 201
+    )
