@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
+from django.contrib.admin.utils import unquote
 from django.contrib.auth.admin import UserAdmin as DjangoUserAdmin
 from django.db import transaction
 from django.db.models import QuerySet
@@ -48,6 +49,18 @@ class UserAdmin(DjangoUserAdmin):
             services.tokens_revoke(user=obj, deactivate=True)
         elif change and "tokens_valid_after" in changed and obj.tokens_valid_after:
             services.tokens_revoke(user=obj, at=obj.tokens_valid_after)
+
+    def user_change_password(
+        self, request: HttpRequest, id: str, form_url: str = ""
+    ) -> HttpResponse:
+        """The admin's password form: a changed password also ends the user's
+        sessions, as the API's change does (every token issued before)."""
+        response = super().user_change_password(request, id, form_url)
+        if request.method == "POST" and response.status_code == 302:
+            user = self.get_object(request, unquote(id))
+            if user is not None:
+                services.tokens_revoke(user=user)
+        return response
 
     @admin.action(description="Revoke the selected users' tokens")
     def revoke_tokens(self, request: HttpRequest, queryset: QuerySet[User]) -> None:

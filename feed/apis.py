@@ -216,6 +216,25 @@ class RevokeApi(View):
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
+class PasswordChangeApi(View):
+    """``POST /api/v1/auth/password``: a new password for the caller. Every
+    token issued before stops working (this one too, reads included): sign
+    in again for a new one."""
+
+    permission_classes = [IsAuthenticated]
+
+    class InputSerializer(serializers.Serializer):
+        old_password = StrictCharField(max_length=128, trim_whitespace=False)
+        new_password = StrictCharField(max_length=128, trim_whitespace=False)
+
+    @extend_schema(request=InputSerializer, responses={204: None, **_errors(400, 401)})
+    def post(self, request: Request) -> Response:
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        services.password_change(user=current_user(request), **data.validated_data)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
 # --- tweets -------------------------------------------------------------------
 
 

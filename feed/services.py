@@ -9,6 +9,7 @@ instead, so read-your-writes still means "everything before my request".
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -24,6 +25,8 @@ from feed.errors import ApplicationError, Conflict, Forbidden, NotFound, Service
 from feed.idgen import next_tweet_id
 from feed.models import Follow, Tweet, User
 from feed.validation import InvalidInput, normalize_tweet_text, validate_username
+
+log = logging.getLogger(__name__)
 
 #: Attempts at a fresh tweet id if two processes ever mint the same one.
 _ID_ATTEMPTS = 5
@@ -301,12 +304,37 @@ def tokens_revoke(*, user: User, at: datetime | None = None, deactivate: bool = 
         fields.append("is_active")
     user.save(update_fields=fields)
     valid_after = int(now.timestamp())
-    transaction.on_commit(
-        lambda: store_for(settings.STARLING).revoke_tokens(
-            user.pk, valid_after, settings.STARLING_TOKEN_TTL
-        ),
-        robust=False,
-    )
+
+    def copy_to_redis() -> None:
+        try:
+            store_for(settings.STARLING).revoke_tokens(
+                user.pk, valid_after, settings.STARLING_TOKEN_TTL
+            )
+        except Exception:  # the record is written; beat's reconcile copies it soon
+            log.warning(
+                "could not copy the revocation of user %d to Redis; "
+                "feed.tasks.restore_revocations will",
+                user.pk,
+                exc_info=True,
+            )
+
+    transaction.on_commit(copy_to_redis)
+
+
+@transaction.atomic
+def password_change(*, user: User, old_password: str, new_password: str) -> None:
+    """Set a new password after checking the old one, and end every session:
+    the tokens issued before stop working (reads too), so a stolen token does
+    not survive the change. Refuses a new password Django's validators refuse."""
+    if not user.check_password(old_password):
+        raise ApplicationError("the old password is wrong", field="old_password")
+    try:
+        validate_password(new_password, user)
+    except DjangoValidationError as exc:
+        raise ApplicationError(" ".join(exc.messages), field="new_password") from None
+    user.set_password(new_password)
+    user.save(update_fields=["password"])
+    tokens_revoke(user=user)
 
 
 def revocations_restore() -> int:
@@ -318,14 +346,11 @@ def revocations_restore() -> int:
 
     ttl = settings.STARLING_TOKEN_TTL
     since = timezone.now() - timedelta(seconds=ttl)
-    store = store_for(settings.STARLING)
-    restored = 0
     users = User.objects.filter(tokens_valid_after__gt=since).values_list(
         "pk", "tokens_valid_after"
     )
-    for user_id, valid_after in users.iterator():
-        assert valid_after is not None  # filtered on
-        left = int((valid_after - since).total_seconds())
-        store.revoke_tokens(user_id, int(valid_after.timestamp()), left)
-        restored += 1
-    return restored
+    return store_for(settings.STARLING).revoke_tokens_many(
+        (user_id, int(valid_after.timestamp()), int((valid_after - since).total_seconds()))
+        for user_id, valid_after in users.iterator()
+        if valid_after is not None  # filtered on
+    )

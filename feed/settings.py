@@ -85,6 +85,7 @@ STARLING_METRICS_REQUIRE_TOKEN = False
 STARLING_OUTBOX_SWEEP_SECONDS = 2.0
 STARLING_REFILL_SECONDS = 1.0
 STARLING_METRICS_REFRESH_SECONDS = 10.0
+STARLING_REVOCATIONS_SECONDS = 60.0
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -220,6 +221,12 @@ CELERY_BEAT_SCHEDULE = {
         "options": {"expires": STARLING_OUTBOX_SWEEP_SECONDS * 5},
     },
     "prune-outbox": {"task": "feed.tasks.prune_outbox", "schedule": 3600.0},
+    # A revocation whose copy to Redis failed after its commit is repaired within this
+    # period (a minute: one SET per revocation in force, pipelined per 1,000).
+    "restore-revocations": {
+        "task": "feed.tasks.restore_revocations",
+        "schedule": STARLING_REVOCATIONS_SECONDS,
+    },
     "drop-idle-timelines": {"task": "feed.tasks.drop_idle_timelines", "schedule": 3600.0},
     "refill-timelines": {
         "task": "feed.tasks.refill_timelines",

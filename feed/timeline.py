@@ -3,7 +3,7 @@
 :func:`handle` is the whole endpoint, outside Django's request machinery: it
 takes the request's method, ``Authorization`` header and query string and
 returns status, headers and body (errors in the API's one envelope). Two
-callers share it: the WSGI fast path in :mod:`feed.wsgi` (what production
+callers share it: the WSGI fast path of :mod:`feed.fastpath` (what production
 traffic hits: no Django middleware, no URL resolving) and
 :class:`feed.apis.TimelineApi` (the same URL inside Django, for the test
 client, the OpenAPI schema and ``runserver``).

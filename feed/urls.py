@@ -9,6 +9,7 @@ api_v1 = [
     path("auth/register", apis.RegisterApi.as_view(), name="register"),
     path("auth/token", apis.TokenApi.as_view(), name="token"),
     path("auth/revoke", apis.RevokeApi.as_view(), name="revoke"),
+    path("auth/password", apis.PasswordChangeApi.as_view(), name="password"),
     path("tweets", apis.TweetCreateApi.as_view(), name="tweet-create"),
     path("tweets/<int:tweet_id>", apis.TweetDetailApi.as_view(), name="tweet-detail"),
     path("users/<str:username>", apis.UserDetailApi.as_view(), name="user-detail"),

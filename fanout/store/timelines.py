@@ -139,8 +139,20 @@ class TimelineStore(TimelineReads, TimelineBulk, GenerationStore):
     def revoke_tokens(self, user_id: int, valid_after: int, ttl: int) -> None:
         """Refuse the user's tokens issued before ``valid_after`` (Unix seconds) on
         the read path; kept ``ttl`` seconds, after which those tokens expired anyway."""
-        key = keys.tokens(user_id, self.shards.tag_of(user_id))
-        self.redis.set(key, valid_after, ex=max(1, ttl))
+        self.revoke_tokens_many([(user_id, valid_after, ttl)])
+
+    def revoke_tokens_many(self, revocations: Iterable[tuple[int, int, int]]) -> int:
+        """:meth:`revoke_tokens` for each (user id, valid after, ttl), 1,000 per
+        round trip (per node); returns how many."""
+        done = 0
+        batch: list[Command] = []
+        for user_id, valid_after, ttl in revocations:
+            key = keys.tokens(user_id, self.shards.tag_of(user_id))
+            batch.append(command("SET", key, valid_after, "EX", max(1, ttl)))
+            if len(batch) == 1000:
+                done += len(run(self.redis, batch))
+                batch = []
+        return done + (len(run(self.redis, batch)) if batch else 0)
 
     # --- writes ----------------------------------------------------------------
 

@@ -1,5 +1,5 @@
 """Extract: the changelogs as the streaming job reads them (the rebuild
-decodes them in its read tasks instead: spark.rebuild.tasks).
+decodes them in its read tasks instead: spark.rebuild.read, spark.rebuild.decode).
 
 The job hands the join two columns: ``bucket``, what it groups by (the
 state bucket of the record's join key: :func:`bucket_column`), and

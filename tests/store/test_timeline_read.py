@@ -29,7 +29,7 @@ from fanout.store.timelines import TimelineStore, store_for
 from feed.auth import issue_token
 from feed.models import OutboxEvent, User
 from feed.services import follow_create, tweet_create, tweet_delete
-from tests.support.factories import UserFactory
+from tests.support.factories import PASSWORD, UserFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -554,3 +554,65 @@ def test_a_fast_path_worker_recovers_its_database_connection_after_a_server_rest
     finally:
         worker.submit(lambda: connection.close()).result()
         worker.shutdown()
+
+
+def test_a_password_change_ends_every_session_reads_included(
+    fanout: Fanout, django_capture_on_commit_callbacks: Callable[..., Any]
+) -> None:
+    ann = UserFactory(username="ann")  # its password: the factory's PASSWORD
+    fanout.apply(events.Followed(ann.pk, ann.pk))
+    stolen, mine = client_for(ann), client_for(ann)
+    assert stolen.get("/api/v1/timeline").status_code == 200
+    time.sleep(1.05)  # tokens are timestamped to the second
+    wrong = mine.post(
+        "/api/v1/auth/password",
+        {"old_password": "guess", "new_password": "brand-new-secret-9"},
+        format="json",
+    )
+    assert wrong.status_code == 400 and "old_password" in wrong.json()["error"]["fields"]
+    weak = mine.post(
+        "/api/v1/auth/password",
+        {"old_password": PASSWORD, "new_password": "123"},
+        format="json",
+    )
+    assert weak.status_code == 400 and "new_password" in weak.json()["error"]["fields"]
+    with django_capture_on_commit_callbacks(execute=True):
+        done = mine.post(
+            "/api/v1/auth/password",
+            {"old_password": PASSWORD, "new_password": "brand-new-secret-9"},
+            format="json",
+        )
+    assert done.status_code == 204 and not done.content  # no token: sign in again
+    for client in (stolen, mine):
+        assert client.get("/api/v1/timeline").status_code == 401
+        assert client.post("/api/v1/tweets", {"text": "x"}, format="json").status_code == 401
+    signed_in = APIClient().post(
+        "/api/v1/auth/token",
+        {"username": "ann", "password": "brand-new-secret-9"},
+        format="json",
+    )
+    assert signed_in.status_code == 200
+    time.sleep(1.05)
+    assert client_for(ann).get("/api/v1/timeline").status_code == 200
+
+
+def test_a_revocation_whose_copy_to_redis_failed_is_repaired_by_beat(
+    fanout: Fanout, settings, django_capture_on_commit_callbacks: Callable[..., Any]
+) -> None:
+    from dataclasses import replace
+
+    from feed.services import tokens_revoke
+    from feed.tasks import restore_revocations
+
+    ann = UserFactory(username="ann")
+    fanout.apply(events.Followed(ann.pk, ann.pk))
+    old = client_for(ann)
+    time.sleep(1.05)  # tokens are timestamped to the second
+    working = settings.STARLING
+    settings.STARLING = replace(working, redis_url="redis://127.0.0.1:1/0")  # Redis away
+    with django_capture_on_commit_callbacks(execute=True):
+        tokens_revoke(user=ann)  # committed; the copy to Redis fails, and is logged
+    settings.STARLING = working
+    assert old.get("/api/v1/timeline").status_code == 200  # the hole being closed
+    assert restore_revocations() >= 1  # beat's period
+    assert old.get("/api/v1/timeline").status_code == 401

@@ -128,3 +128,29 @@ def test_the_admin_revoke_action_voids_tokens_on_the_read_path(
     assert response.status_code == 302
     client: redis_lib.Redis = store_for(starling).redis  # type: ignore[arg-type]
     assert client.get(f"starling:tokens:{ann.pk}") is not None
+
+
+def test_a_password_set_in_the_admin_ends_the_user_s_sessions(
+    moderator_client: Client, starling: object, django_capture_on_commit_callbacks: object
+) -> None:
+    import time
+
+    from rest_framework.test import APIClient
+
+    from feed.auth import issue_token
+
+    ann = UserFactory(username="ann")
+    stolen = APIClient()
+    stolen.credentials(HTTP_AUTHORIZATION=f"Bearer {issue_token(ann)}")
+    time.sleep(1.05)  # tokens are timestamped to the second
+    new = "a-new-password-7431"
+    with django_capture_on_commit_callbacks(execute=True):  # type: ignore[operator]
+        response = moderator_client.post(
+            f"/admin/feed/user/{ann.pk}/password/",
+            {"password1": new, "password2": new, "usable_password": "true"},
+        )
+    assert response.status_code == 302, response.content[-2000:]
+    ann.refresh_from_db()
+    assert ann.check_password(new)
+    assert stolen.post("/api/v1/tweets", {"text": "x"}, format="json").status_code == 401
+    assert stolen.get("/api/v1/timeline").status_code == 401  # the read path too
