@@ -8,8 +8,10 @@ them into JSON responses.
 
 from __future__ import annotations
 
+import hmac
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth import authenticate, password_validation
 from django.core.validators import RegexValidator
 from django.http import HttpResponse
@@ -18,13 +20,14 @@ from rest_framework import exceptions, serializers, status
 from rest_framework.permissions import AllowAny, IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.throttling import BaseThrottle
 from rest_framework.views import APIView
 
 from fanout.model import events, ids
 from feed import readpath, selectors, services, timeline
-from feed.auth import issue_token
+from feed.auth import InvalidToken, bearer_token, issue_token
 from feed.errors import ApplicationError, NotFound
-from feed.health import check_all
+from feed.health import cached_check_all, public
 from feed.models import Tweet, User
 from feed.ratelimit import LoginIPThrottle, LoginUserThrottle
 from feed.schema import BearerTokenScheme  # noqa: F401  (registers the auth scheme)
@@ -454,8 +457,24 @@ class HealthApi(View):
         }
     )
     def get(self, request: Request) -> Response:
-        report = check_all()
-        return Response(report, status=200 if report["status"] == "ok" else 503)
+        """Up or not for anyone; the checks' detail for operators: a client on
+        this machine (by the address rule of the rate limits, so not a client
+        behind a trusted proxy) or one with ``STARLING_METRICS_TOKEN``."""
+        report = cached_check_all()
+        body = report if self._operator(request) else public(report)
+        return Response(body, status=200 if report["status"] == "ok" else 503)
+
+    @staticmethod
+    def _operator(request: Request) -> bool:
+        token = settings.STARLING_METRICS_TOKEN
+        try:
+            given = bearer_token(request.META.get("HTTP_AUTHORIZATION", ""))
+        except InvalidToken:
+            given = None
+        if token and given and hmac.compare_digest(given.encode(), token.encode()):
+            return True
+        address = BaseThrottle().get_ident(request)
+        return address in {"127.0.0.1", "::1"}
 
 
 def _name_nested_serializers() -> None:

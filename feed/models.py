@@ -15,6 +15,11 @@ from django.db.models import F, Q
 from django.db.models.functions import Lower
 from django.utils import timezone
 
+# ``username__lower=name.lower()`` is ``LOWER(username) = ...``: the expression
+# of the case-insensitive unique index, which serves it (``__iexact`` becomes
+# ``UPPER(...)`` on PostgreSQL, which no index serves).
+models.CharField.register_lookup(Lower)
+
 
 class User(AbstractUser):
     #: Tokens issued before this instant are refused (logout everywhere / revocation).
@@ -22,6 +27,11 @@ class User(AbstractUser):
     #: The last day the user read a timeline or signed in (updated once a day):
     #: users idle for STARLING_ACTIVE_DAYS get no fan-out (feed.tasks.drop_idle_timelines).
     last_active = models.DateTimeField(default=timezone.now, db_index=True)
+    #: Kept by the write use-cases in the transaction of each write (feed.services),
+    #: so a profile is one row: a celebrity's follower count is not a scan.
+    followers_count = models.PositiveIntegerField(default=0)
+    following_count = models.PositiveIntegerField(default=0)
+    tweets_count = models.PositiveIntegerField(default=0)
 
     class Meta:
         constraints = [

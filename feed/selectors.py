@@ -27,11 +27,12 @@ class Profile:
 
 
 def profile(user: User) -> Profile:
+    """The counts the write use-cases keep on the user's row (no COUNT)."""
     return Profile(
         user=user,
-        followers_count=Follow.objects.filter(followee=user).count(),
-        following_count=Follow.objects.filter(follower=user).count(),
-        tweets_count=Tweet.objects.filter(author=user).count(),
+        followers_count=user.followers_count,
+        following_count=user.following_count,
+        tweets_count=user.tweets_count,
     )
 
 

@@ -10,6 +10,7 @@ instead, so read-your-writes still means "everything before my request".
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -17,6 +18,8 @@ from django.conf import settings
 from django.contrib.auth.password_validation import validate_password
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import IntegrityError, transaction
+from django.db.models import Count, F, OuterRef, Subquery
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from fanout.model import events, ids
@@ -49,7 +52,7 @@ def _invalid(exc: InvalidInput) -> ApplicationError:
 
 
 def user_by_username(username: str) -> User:
-    user = User.objects.filter(username__iexact=username).first()
+    user = User.objects.filter(username__lower=username.lower()).first()
     if user is None:
         raise NotFound(f"no user named {username!r}")
     return user
@@ -72,7 +75,7 @@ def _new_user(username: str, password: str) -> User:
 @transaction.atomic
 def user_register(*, username: str, password: str) -> User:
     user = _new_user(username, password)
-    if User.objects.filter(username__iexact=username).exists():
+    if User.objects.filter(username__lower=username.lower()).exists():
         raise Conflict(f"username {username!r} is already taken", field="username")
     user.set_password(password)
     try:
@@ -101,6 +104,7 @@ def tweet_create(*, author: User, text: str) -> TweetWrite:
         except IntegrityError:
             if attempt == _ID_ATTEMPTS - 1:
                 raise
+    User.objects.filter(pk=author.pk).update(tweets_count=F("tweets_count") + 1)
     seq = outbox.append(
         events.TweetPosted(
             tweet_id=tweet.id, author_id=author.pk, author=author.username, text=text
@@ -123,6 +127,7 @@ def tweet_delete(*, tweet_id: int, actor: User) -> int:
         raise Forbidden("only the author or a moderator can delete this tweet")
     author_id = tweet.author_id
     tweet.delete()
+    User.objects.filter(pk=author_id).update(tweets_count=F("tweets_count") - 1)
     return outbox.append(events.TweetDeleted(tweet_id=tweet_id, author_id=author_id))
 
 
@@ -130,22 +135,56 @@ def tweet_delete(*, tweet_id: int, actor: User) -> int:
 def follow_create(*, follower: User, followee: User) -> FollowWrite:
     if follower.pk == followee.pk:
         raise ApplicationError("you cannot follow yourself", field="username")
+    _lock_users(follower.pk, followee.pk)  # their counts change
     try:
         with transaction.atomic():
             Follow.objects.create(follower=follower, followee=followee)
     except IntegrityError:
         return FollowWrite(created=False, seq=outbox.high_water_seq())
+    _count_follows(follower.pk, followee.pk, +1)
     seq = outbox.append(events.Followed(follower_id=follower.pk, followee_id=followee.pk))
     return FollowWrite(created=True, seq=seq)
 
 
 @transaction.atomic
 def follow_delete(*, follower: User, followee: User) -> int:
-    _lock_user(follower.pk)  # serialized with timeline_reset of the follower (see there)
+    # Serialized with timeline_reset of the follower (see there); both counts change.
+    _lock_users(follower.pk, followee.pk)
     deleted, _ = Follow.objects.filter(follower=follower, followee=followee).delete()
     if not deleted:
         return outbox.high_water_seq()
+    _count_follows(follower.pk, followee.pk, -1)
     return outbox.append(events.Unfollowed(follower_id=follower.pk, followee_id=followee.pk))
+
+
+def _count_follows(follower_id: int, followee_id: int, delta: int) -> None:
+    """Both sides' counts, in the write's transaction (the rows are locked)."""
+    User.objects.filter(pk=follower_id).update(following_count=F("following_count") + delta)
+    User.objects.filter(pk=followee_id).update(followers_count=F("followers_count") + delta)
+
+
+def recount(user_ids: Iterable[int]) -> None:
+    """Set these users' counts from the tables (the bulk writes of the seeder)."""
+    ids_ = list(set(user_ids))
+    for column, rows, key in (
+        ("followers_count", Follow.objects, "followee"),
+        ("following_count", Follow.objects, "follower"),
+        ("tweets_count", Tweet.objects, "author"),
+    ):
+        counted = rows.filter(**{key: OuterRef("pk")}).order_by().values(key)
+        total = counted.annotate(n=Count("*")).values("n")
+        User.objects.filter(pk__in=ids_).update(**{column: Coalesce(Subquery(total), 0)})
+
+
+def _lock_users(*user_ids: int) -> None:
+    """Lock these users' rows, in id order (two writes locking the same two
+    rows then never wait for each other in a circle)."""
+    list(
+        User.objects.select_for_update()
+        .filter(pk__in=user_ids)
+        .order_by("pk")
+        .values_list("pk", flat=True)
+    )
 
 
 def _lock_user(user_id: int) -> bool:
@@ -245,6 +284,7 @@ def follow_create_many(*, pairs: list[tuple[int, int]]) -> int:
     if not new:
         return outbox.high_water_seq()
     Follow.objects.bulk_create([Follow(follower_id=f, followee_id=g) for f, g in new])
+    recount({user for pair in new for user in pair})
     return outbox.append_many([events.Followed(follower_id=f, followee_id=g) for f, g in new])
 
 
@@ -269,6 +309,7 @@ def tweet_create_many(*, posts: list[tuple[User, str]]) -> int:
     if not tweets:
         return outbox.high_water_seq()
     Tweet.objects.bulk_create(tweets)
+    recount({t.author.pk for t in tweets})
     return outbox.append_many(
         [
             events.TweetPosted(
