@@ -19,7 +19,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 
 from feed import services
-from feed.models import Follow, OutboxEvent, TimelineRebuild, Tweet, User
+from feed.models import Follow, ModerationAction, OutboxEvent, TimelineRebuild, Tweet, User
 from feed.outbox import DjangoOutboxStore
 
 
@@ -35,20 +35,50 @@ class UserAdmin(DjangoUserAdmin):
         ("Activity", {"fields": ("last_active",)}),
     )
 
-    actions = ["revoke_tokens"]
+    actions = ["suspend_users", "reinstate_users", "revoke_tokens"]
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
     def save_model(self, request: HttpRequest, obj: User, form: Any, change: bool) -> None:
-        """Deactivating a user or moving ``tokens_valid_after`` goes through the
-        use-case, so the read path (which checks Redis, not the database) agrees."""
-        super().save_model(request, obj, form, change)
+        """ "Active" unticked is a suspension, ticked again a reinstatement, and a
+        moved ``tokens_valid_after`` a revocation: each through its use-case, so
+        the timelines and the read path (which checks Redis) agree."""
         changed = set(form.changed_data)
-        if change and "is_active" in changed and not obj.is_active:
-            services.tokens_revoke(user=obj, deactivate=True)
+        active = obj.is_active
+        if change and "is_active" in changed:
+            obj.is_active = not active  # the use-case below makes the change
+        super().save_model(request, obj, form, change)
+        moderator: User = request.user  # type: ignore[assignment]
+        if change and "is_active" in changed:
+            if active:
+                services.user_reinstate(user=obj, moderator=moderator, reason="admin")
+            else:
+                services.user_suspend(user=obj, moderator=moderator, reason="admin")
+            obj.refresh_from_db()
         elif change and "tokens_valid_after" in changed and obj.tokens_valid_after:
             services.tokens_revoke(user=obj, at=obj.tokens_valid_after)
+
+    def has_suspend_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("feed.suspend_user")
+
+    @admin.action(description="Suspend the selected users", permissions=["suspend"])
+    def suspend_users(self, request: HttpRequest, queryset: QuerySet[User]) -> None:
+        moderator: User = request.user  # type: ignore[assignment]
+        done = sum(
+            services.user_suspend(user=u, moderator=moderator, reason="admin action").created
+            for u in queryset
+        )
+        self.message_user(request, f"suspended {done} user(s)")
+
+    @admin.action(description="Reinstate the selected users", permissions=["suspend"])
+    def reinstate_users(self, request: HttpRequest, queryset: QuerySet[User]) -> None:
+        moderator: User = request.user  # type: ignore[assignment]
+        done = sum(
+            services.user_reinstate(user=u, moderator=moderator, reason="admin action").created
+            for u in queryset
+        )
+        self.message_user(request, f"reinstated {done} user(s)")
 
     def user_change_password(
         self, request: HttpRequest, id: str, form_url: str = ""
@@ -110,7 +140,11 @@ class FollowAdmin(_DeleteThroughServiceAdmin):
     show_full_result_count = False
 
     def delete_row(self, request: HttpRequest, obj: Follow) -> None:
-        services.follow_delete(follower=obj.follower, followee=obj.followee)
+        services.follow_delete(
+            follower=obj.follower,
+            followee=obj.followee,
+            moderator=request.user,  # type: ignore[arg-type]
+        )
 
 
 class PublishedFilter(admin.SimpleListFilter):
@@ -200,3 +234,23 @@ class TimelineRebuildAdmin(admin.ModelAdmin):
         obj.requested_by = request.user  # type: ignore[assignment]
         super().save_model(request, obj, form, change)
         transaction.on_commit(lambda: rebuild_timelines.delay(obj.pk))
+
+
+@admin.register(ModerationAction)
+class ModerationActionAdmin(admin.ModelAdmin):
+    """Who did what to whom, when and why (read-only: the use-cases write it)."""
+
+    list_display = ("created_at", "moderator", "kind", "subject", "tweet_id", "reason")
+    list_filter = ("kind",)
+    list_select_related = ("moderator", "subject")
+    search_fields = ("moderator__username", "subject__username", "reason")
+    ordering = ("-id",)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False

@@ -271,7 +271,9 @@ class TweetDetailApi(View):
     @extend_schema(responses={200: TweetOut, **_errors(404)})
     def get(self, request: Request, tweet_id: int) -> Response:
         tweet = (
-            Tweet.objects.select_related("author").filter(id=tweet_id).first()
+            Tweet.objects.select_related("author")
+            .filter(id=tweet_id, author__is_active=True)  # a suspended author's: gone
+            .first()
             if ids.is_valid(tweet_id)
             else None
         )
@@ -302,10 +304,54 @@ class FollowApi(View):
 
     @extend_schema(request=None, responses={200: SeqOut, **_errors(401, 404)})
     def delete(self, request: Request, username: str) -> Response:
-        followee = services.user_by_username(username)
+        # Unfollowing is always allowed, a suspended account too.
+        followee = services.user_by_username(username, suspended=True)
         return Response(
             {"seq": services.follow_delete(follower=current_user(request), followee=followee)}
         )
+
+
+class CanSuspend(IsAuthenticated):
+    """The admin's check: the ``suspend_user`` permission (not ``is_staff``)."""
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        return super().has_permission(request, view) and request.user.has_perm("feed.suspend_user")
+
+
+class SuspensionApi(View):
+    """``/api/v1/users/{u}/suspension``: moderators (the ``suspend_user``
+    permission, as in the admin) suspend a user (POST) or reinstate them
+    (DELETE); both are recorded with who, when and why."""
+
+    permission_classes = [CanSuspend]
+
+    class InputSerializer(serializers.Serializer):
+        reason = StrictCharField(max_length=1000, allow_blank=True, required=False, default="")
+
+    @extend_schema(
+        request=InputSerializer,
+        responses={200: SeqOut, 201: SeqOut, **_errors(400, 401, 403, 404)},
+    )
+    def post(self, request: Request, username: str) -> Response:
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        written = services.user_suspend(
+            user=services.user_by_username(username, suspended=True),
+            moderator=current_user(request),
+            reason=data.validated_data["reason"],
+        )
+        return Response(
+            {"seq": written.seq},
+            status=status.HTTP_201_CREATED if written.created else status.HTTP_200_OK,
+        )
+
+    @extend_schema(request=None, responses={200: SeqOut, **_errors(401, 403, 404)})
+    def delete(self, request: Request, username: str) -> Response:
+        written = services.user_reinstate(
+            user=services.user_by_username(username, suspended=True),
+            moderator=current_user(request),
+        )
+        return Response({"seq": written.seq})
 
 
 class UserDetailApi(View):

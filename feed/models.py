@@ -37,6 +37,10 @@ class User(AbstractUser):
         constraints = [
             models.UniqueConstraint(Lower("username"), name="user_username_ci_unique"),
         ]
+        #: A suspended user is inactive: no sign-in, no token, and their tweets out
+        #: of every view (feed.services.user_suspend); moderators hold this and
+        #: ``delete_tweet`` (manage.py createmoderator).
+        permissions = [("suspend_user", "Can suspend and reinstate users")]
 
 
 class Tweet(models.Model):
@@ -126,3 +130,29 @@ class TimelineRebuild(models.Model):
 
     def __str__(self) -> str:
         return f"rebuild #{self.pk} ({'dry run, ' if self.dry_run else ''}{self.status})"
+
+
+class ModerationAction(models.Model):
+    """What a moderator did, who, when and why: written by the use-cases in the
+    transaction of the action (the API's and the admin's alike)."""
+
+    class Kind(models.TextChoices):
+        SUSPEND = "suspend"
+        REINSTATE = "reinstate"
+        DELETE_TWEET = "delete-tweet", "delete a tweet"
+        DELETE_FOLLOW = "delete-follow", "delete a follow"
+
+    moderator = models.ForeignKey(User, on_delete=models.PROTECT, related_name="moderation_actions")
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    #: The user acted on (the tweet's author, for a deleted tweet).
+    subject = models.ForeignKey(User, on_delete=models.PROTECT, related_name="+")
+    tweet_id = models.BigIntegerField(null=True, blank=True)
+    reason = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-id"]
+        indexes = [models.Index(fields=["subject", "-id"], name="moderation_subject_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.moderator_id} {self.kind} {self.subject_id}"

@@ -38,7 +38,7 @@ def append(event: events.Event) -> int:
     return append_many([event])
 
 
-def append_many(batch: list[events.Event]) -> int:
+def append_many(batch: Sequence[events.Event]) -> int:
     """Add events to the outbox of the current transaction in one insert;
     returns the last ``seq``."""
     _own_transaction_id()

@@ -57,9 +57,11 @@ def follow_page(
     (``None`` on the last page). The cursor is the follow row's id.
     """
     if direction == "followers":
-        qs = Follow.objects.filter(followee=user).select_related("follower")
+        qs = Follow.objects.filter(followee=user, follower__is_active=True)
+        qs = qs.select_related("follower")
     else:
-        qs = Follow.objects.filter(follower=user).select_related("followee")
+        qs = Follow.objects.filter(follower=user, followee__is_active=True)
+        qs = qs.select_related("followee")
     if cursor is not None:
         qs = qs.filter(id__lt=cursor)
     rows = list(qs.order_by("-id")[: count + 1])
@@ -70,7 +72,8 @@ def follow_page(
 def _join_sql(vendor: str, excluded: int = 0) -> str:
     """One user's home timeline by the database, newest first: the ids of the
     user's own tweets and their followees', below a bound, at most a limit,
-    leaving out ``excluded`` authors (given after the user).
+    leaving out ``excluded`` authors (given after the user) and suspended
+    (inactive) ones.
 
     On PostgreSQL each author's newest rows come through the (author, -id)
     index (a LATERAL top-N per author, merged): the cost is bounded by the
@@ -86,7 +89,8 @@ def _join_sql(vendor: str, excluded: int = 0) -> str:
             SELECT t.id FROM (
                 SELECT %s AS author_id
                 UNION SELECT followee_id FROM feed_follow WHERE follower_id = %s {leave_out}
-            ) AS a CROSS JOIN LATERAL (
+            ) AS a JOIN feed_user u ON u.id = a.author_id AND u.is_active
+            CROSS JOIN LATERAL (
                 SELECT id FROM feed_tweet
                 WHERE author_id = a.author_id AND id <= %s AND id > %s
                 ORDER BY id DESC LIMIT %s
@@ -98,6 +102,7 @@ def _join_sql(vendor: str, excluded: int = 0) -> str:
         SELECT id FROM feed_tweet
         WHERE (author_id = %s OR author_id IN (
             SELECT followee_id FROM feed_follow WHERE follower_id = %s {leave_out}))
+          AND author_id IN (SELECT id FROM feed_user WHERE is_active)
           AND id <= %s AND id > %s
         ORDER BY id DESC LIMIT %s
         """
@@ -166,9 +171,8 @@ def home_timeline_oracle(user_ids: Sequence[int], cap: int) -> dict[int, list[in
     for user_id in user_ids:
         followees = Follow.objects.filter(follower_id=user_id).values("followee_id")
         authors = Q(author_id=user_id) | Q(author_id__in=followees)
-        out[user_id] = list(
-            Tweet.objects.filter(authors).order_by("-id").values_list("id", flat=True)[:cap]
-        )
+        visible = Tweet.objects.filter(authors, author__is_active=True)
+        out[user_id] = list(visible.order_by("-id").values_list("id", flat=True)[:cap])
     return out
 
 

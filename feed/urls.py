@@ -14,6 +14,7 @@ api_v1 = [
     path("tweets/<int:tweet_id>", apis.TweetDetailApi.as_view(), name="tweet-detail"),
     path("users/<str:username>", apis.UserDetailApi.as_view(), name="user-detail"),
     path("users/<str:username>/follow", apis.FollowApi.as_view(), name="follow"),
+    path("users/<str:username>/suspension", apis.SuspensionApi.as_view(), name="user-suspension"),
     path("users/<str:username>/tweets", apis.UserTweetsApi.as_view(), name="user-tweets"),
     path("users/<str:username>/followers", apis.UserFollowersApi.as_view(), name="user-followers"),
     path("users/<str:username>/following", apis.UserFollowingApi.as_view(), name="user-following"),

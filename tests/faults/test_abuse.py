@@ -12,7 +12,7 @@ from rest_framework.test import APIClient
 
 from feed.auth import SALT, issue_token
 from feed.models import Follow, Tweet
-from tests.support.factories import UserFactory
+from tests.support.factories import ModeratorFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -51,7 +51,7 @@ def test_writes_act_only_as_the_token_holder() -> None:
     assert not Follow.objects.filter(follower=bob).exists()
     tweet = as_user(bob).post("/api/v1/tweets", {"text": "bob's"}, format="json").json()
     assert as_user(ann).delete(f"/api/v1/tweets/{tweet['id']}").status_code == 403
-    staff = UserFactory(username="mod", is_staff=True)
+    staff = ModeratorFactory(username="mod")
     assert as_user(staff).delete(f"/api/v1/tweets/{tweet['id']}").status_code == 204
 
 

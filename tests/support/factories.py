@@ -15,3 +15,19 @@ class UserFactory(factory.django.DjangoModelFactory):
 
     username = factory.Sequence(lambda n: f"user{n}")
     password = factory.LazyFunction(lambda: make_password(PASSWORD))
+
+
+class ModeratorFactory(UserFactory):
+    """A user with the moderators' permissions (feed.services.moderator_group)."""
+
+    class Meta:
+        skip_postgeneration_save = True
+
+    is_staff = True
+
+    @factory.post_generation
+    def moderation(self, create: bool, extracted: object, **kwargs: object) -> None:
+        from feed.services import moderator_group
+
+        if create:
+            self.groups.add(moderator_group())  # type: ignore[attr-defined]

@@ -45,6 +45,12 @@ class Log:
     def delete(self, author: int, t: int) -> events.Envelope:
         return events.Envelope(next(self.seq), events.TweetDeleted(t, author))
 
+    def repost(self, author: int, t: int) -> events.Envelope:
+        """Tweet ``t`` posted again (a reinstated author's, services.user_reinstate)."""
+        return events.Envelope(
+            next(self.seq), events.TweetPosted(t, author, f"u{author}", f"tweet {t}")
+        )
+
     def follow(self, follower: int, followee: int) -> events.Envelope:
         return events.Envelope(next(self.seq), events.Followed(follower, followee))
 
@@ -169,12 +175,15 @@ def view(model: TimelineModel, user: int) -> list[int]:
 
 @dataclass
 class World:
-    """A workload and the database beside it: live tweets and follows."""
+    """A workload and the database beside it: live tweets and follows, and the
+    tweets of suspended users (in the database, out of every view)."""
 
     log: Log
     live: dict[int, int] = field(default_factory=dict)  # tweet -> author
     follows: set[tuple[int, int]] = field(default_factory=set)
     users: set[int] = field(default_factory=set)
+    suspended: set[int] = field(default_factory=set)
+    hidden: dict[int, int] = field(default_factory=dict)  # a suspended author's tweets
 
     def joined(self) -> dict[int, list[int]]:
         return oracle(self.live, self.follows, self.users)
@@ -201,6 +210,22 @@ class World:
     def unfollow(self, follower: int, followee: int) -> events.Envelope:
         self.follows.discard((follower, followee))
         return self.log.unfollow(follower, followee)
+
+    def suspend(self, user: int) -> list[events.Envelope]:
+        """services.user_suspend: a tombstone for each of the user's tweets."""
+        self.suspended.add(user)
+        mine = sorted(t for t, a in self.live.items() if a == user)
+        for t in mine:
+            self.hidden[t] = self.live.pop(t)
+        return [self.log.delete(user, t) for t in mine]
+
+    def reinstate(self, user: int) -> list[events.Envelope]:
+        """services.user_reinstate: each of the user's tweets posted again."""
+        self.suspended.discard(user)
+        mine = sorted(t for t, a in self.hidden.items() if a == user)
+        for t in mine:
+            self.live[t] = self.hidden.pop(t)
+        return [self.log.repost(user, t) for t in mine]
 
 
 def exact(system: System, world: World) -> None:
@@ -248,8 +273,10 @@ def random_workload(
     jitter: int = 0,
     resets: float = 0.0,
     pull_threshold: int = 0,
+    suspensions: float = 0.02,
 ) -> tuple[World, list[events.Envelope]]:
-    """A workload over ``users``; with ``resets``, that share of steps also asks
+    """A workload over ``users``, where that share of ``suspensions`` of steps
+    suspends or reinstates a user; with ``resets``, that share of steps also asks
     the database for a reset of a random timeline (see :func:`tables_seen`),
     leaving out the followees it guesses are pulled (those with
     ``pull_threshold`` followers: right or wrong, as a read of the store racing
@@ -259,12 +286,15 @@ def random_workload(
     for _ in range(steps):
         roll = rnd.random()
         a, b = rnd.randint(1, users), rnd.randint(1, users)
-        if roll < 0.45:
+        if rnd.random() < suspensions:
+            envs += world.reinstate(a) if a in world.suspended else world.suspend(a)
+        elif roll < 0.45 and a not in world.suspended:  # a suspended user cannot post
             envs += world.post(a)
         elif roll < 0.6 and world.live:
             envs.append(world.delete(rnd.choice(sorted(world.live))))
         elif roll < 0.85 and a != b and (a, b) not in world.follows:
-            envs.append(world.follow(a, b))
+            if b not in world.suspended:  # a suspended account cannot be followed
+                envs.append(world.follow(a, b))
         elif world.follows:
             envs.append(world.unfollow(*rnd.choice(sorted(world.follows))))
         if rnd.random() < resets:

@@ -16,17 +16,24 @@ from fanout.config import DEFAULT_ACTIVE_DAYS
 from fanout.store import keys
 from tests.support.stack import Stack
 
-#: The join (docs/architecture.md) plus each user's own tweets: the view being maintained.
+#: The join (docs/design.md) plus each user's own tweets, of the visible rows: a
+#: suspended (inactive) author's tweets are in no view. The view being maintained.
 ORACLE_SQL = """
-    SELECT f.follower_id, t.id FROM feed_tweet t JOIN feed_follow f ON f.followee_id = t.author_id
+    SELECT f.follower_id, t.id FROM feed_tweet t
+    JOIN feed_follow f ON f.followee_id = t.author_id
+    JOIN feed_user a ON a.id = t.author_id WHERE a.is_active
     UNION ALL
     SELECT t.author_id, t.id FROM feed_tweet t
+    JOIN feed_user a ON a.id = t.author_id WHERE a.is_active
 """
+PASSWORD = "pw-" + "x" * 12
 
 
 @dataclass
 class Workload:
-    """Registers users, then mixes tweets, deletes, follows and unfollows at random."""
+    """Registers users, then mixes tweets, deletes, follows and unfollows at
+    random, and (that share of ``suspensions`` of the writes) a moderator
+    suspends or reinstates one of them."""
 
     stack: Stack
     rnd: random.Random
@@ -37,6 +44,11 @@ class Workload:
     follows: set[tuple[str, str]] = field(default_factory=set)
     max_seq: int = 0
     counts: dict[str, int] = field(default_factory=dict)
+    suspensions: float = 0.0
+    suspended: set[str] = field(default_factory=set)
+    moderated: dict[str, int] = field(default_factory=dict)  # suspend / reinstate -> how many
+    #: Users the moderator leaves alone (a test reads as them later).
+    protected: set[str] = field(default_factory=set)
 
     def call(
         self, method: str, path: str, user: str | None = None, body: dict | None = None
@@ -55,17 +67,49 @@ class Workload:
         for i in range(n):
             name = f"{self.prefix}{i}"
             self.users[name] = self.call(
-                "POST", "/auth/register", body={"username": name, "password": "pw-" + "x" * 12}
+                "POST", "/auth/register", body={"username": name, "password": PASSWORD}
             )["token"]
 
+    def moderate(self, name: str) -> None:
+        """A moderator suspends ``name``, or reinstates them (who then signs in
+        again: a suspension voids every token)."""
+        moderator = f"{self.prefix}mod"
+        if moderator not in self.users:
+            secret = self.stack.logs / f"{moderator}.password"
+            secret.write_text(PASSWORD)
+            self.stack.manage("createmoderator", moderator, "--password-file", str(secret))
+            body = {"username": moderator, "password": PASSWORD}
+            self.users[moderator] = self.call("POST", "/auth/token", body=body)["token"]
+        if name in self.suspended:
+            self.call("DELETE", f"/users/{name}/suspension", moderator)
+            self.suspended.discard(name)
+            body = {"username": name, "password": PASSWORD}
+            self.users[name] = self.call("POST", "/auth/token", body=body)["token"]
+            kind = "reinstate"
+        else:
+            self.call("POST", f"/users/{name}/suspension", moderator, {"reason": "test"})
+            self.suspended.add(name)
+            kind = "suspend"
+        self.moderated[kind] = self.moderated.get(kind, 0) + 1
+
     def run(self, writes: int, on_write: Callable[[int], None] = lambda i: None) -> None:
-        names = sorted(self.users)
+        names = sorted(n for n in self.users if n != f"{self.prefix}mod")
         # A few accounts are followed by many (power law), as on a real network.
         popularity = [1 / (rank + 1) for rank in range(len(names))]
         for i in range(writes):
             on_write(i)
+            if self.rnd.random() < self.suspensions:
+                name = self.rnd.choices(names, popularity)[0]
+                if name not in self.protected:
+                    self.moderate(name)
+                continue
+            # A suspended user neither writes nor can be followed.
+            active = [
+                (n, w) for n, w in zip(names, popularity, strict=True) if n not in self.suspended
+            ]
             roll = self.rnd.random()
-            a, b = self.rnd.choice(names), self.rnd.choices(names, popularity)[0]
+            a = self.rnd.choice(active)[0]
+            b = self.rnd.choices([n for n, _ in active], [w for _, w in active])[0]
             if roll < 0.45:
                 text = " ".join(
                     self.rnd.choice(["hello", "world", "é", "🐦", "starling"]) for _ in range(5)
@@ -74,6 +118,8 @@ class Workload:
                 kind = "tweet"
             elif roll < 0.55 and self.live:
                 tweet_id = self.rnd.choice(sorted(self.live))
+                if self.live[tweet_id] in self.suspended:
+                    continue
                 self.call("DELETE", f"/tweets/{tweet_id}", self.live.pop(tweet_id))
                 kind = "delete"
             elif roll < 0.85 and a != b:
@@ -82,6 +128,8 @@ class Workload:
                 kind = "follow"
             elif self.follows:
                 pair = self.rnd.choice(sorted(self.follows))
+                if pair[0] in self.suspended:
+                    continue
                 self.follows.discard(pair)
                 self.call("DELETE", f"/users/{pair[1]}/follow", pair[0])
                 kind = "unfollow"

@@ -11,7 +11,7 @@ from rest_framework.test import APIClient
 from fanout.model import ids
 from feed.auth import issue_token
 from feed.models import Follow, OutboxEvent, Tweet, User
-from tests.support.factories import PASSWORD, UserFactory
+from tests.support.factories import PASSWORD, ModeratorFactory, UserFactory
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("starling")]
 
@@ -167,7 +167,7 @@ def test_get_tweet_and_404s() -> None:
 
 def test_delete_tweet_author_staff_and_others() -> None:
     alice, mallory = UserFactory(username="alice"), UserFactory(username="mallory")
-    moderator = UserFactory(username="mod", is_staff=True)
+    moderator = ModeratorFactory(username="mod")
     first = client_for(alice).post("/api/v1/tweets", {"text": "one"}, format="json").json()["id"]
     second = client_for(alice).post("/api/v1/tweets", {"text": "two"}, format="json").json()["id"]
 
