@@ -115,7 +115,7 @@ class Command(BaseCommand):
                     "Starling is up.",
                     f"  API      {base}/api/v1/   (point your client here)",
                     f"  Docs     {base}/api/docs/",
-                    f"  Admin    {base}/admin/   (login: manage.py createsuperuser)",
+                    f"  Admin    {base}/admin/   (login: manage.py createmoderator NAME)",
                     f"  Health   {base}/api/v1/health",
                     f"  Kafka    {config.kafka_bootstrap_servers}   topics {topics}",
                     f"  Redis    {config.redis_url}",
