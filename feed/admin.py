@@ -14,6 +14,8 @@ from typing import Any
 from django.contrib import admin
 from django.contrib.admin.utils import unquote
 from django.contrib.auth.admin import UserAdmin as DjangoUserAdmin
+from django.contrib.auth.forms import AdminUserCreationForm, UserChangeForm
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
@@ -21,10 +23,43 @@ from django.http import HttpRequest, HttpResponse
 from feed import services
 from feed.models import Follow, ModerationAction, OutboxEvent, TimelineRebuild, Tweet, User
 from feed.outbox import DjangoOutboxStore
+from feed.validation import InvalidInput, validate_username
+
+
+def _clean_username(form: Any) -> str:
+    """The API's rule for names (feed.validation), unique whatever the case."""
+    name = form.cleaned_data["username"]
+    try:
+        validate_username(name)
+    except InvalidInput as exc:
+        raise ValidationError(exc.message) from None
+    others = User.objects.filter(username__lower=name.lower())
+    if form.instance.pk is not None:
+        others = others.exclude(pk=form.instance.pk)
+    if others.exists():
+        raise ValidationError(f"username {name!r} is already taken")
+    return str(name)
+
+
+class UserAddForm(AdminUserCreationForm):
+    class Meta(AdminUserCreationForm.Meta):
+        model = User
+        fields = ("username",)
+
+    clean_username = _clean_username
+
+
+class UserEditForm(UserChangeForm):
+    class Meta(UserChangeForm.Meta):
+        model = User
+
+    clean_username = _clean_username
 
 
 @admin.register(User)
 class UserAdmin(DjangoUserAdmin):
+    form = UserEditForm
+    add_form = UserAddForm
     list_display = ("id", "username", "is_active", "is_staff", "date_joined", "last_active")
     list_filter = ("is_active", "is_staff")
     readonly_fields = ("last_active",)
@@ -41,22 +76,31 @@ class UserAdmin(DjangoUserAdmin):
         return False
 
     def save_model(self, request: HttpRequest, obj: User, form: Any, change: bool) -> None:
-        """ "Active" unticked is a suspension, ticked again a reinstatement, and a
-        moved ``tokens_valid_after`` a revocation: each through its use-case, so
-        the timelines and the read path (which checks Redis) agree."""
+        """Each change through its use-case, so the changelogs, the timelines
+        and the read path (which checks Redis) agree: a new user is registered
+        (the self edge), a new name reaches every cached copy, "Active"
+        unticked is a suspension and ticked again a reinstatement, a moved
+        ``tokens_valid_after`` a revocation."""
+        if not change:  # the add form: the registration's use-case (name, self edge)
+            services.user_add(user=obj)
+            return
         changed = set(form.changed_data)
-        active = obj.is_active
-        if change and "is_active" in changed:
+        active, name = obj.is_active, obj.username
+        if "is_active" in changed:
             obj.is_active = not active  # the use-case below makes the change
+        if "username" in changed:
+            obj.username = form.initial["username"]  # user_rename below, everywhere
         super().save_model(request, obj, form, change)
+        if "username" in changed:
+            services.user_rename(user=obj, username=name)
         moderator: User = request.user  # type: ignore[assignment]
-        if change and "is_active" in changed:
+        if "is_active" in changed:
             if active:
                 services.user_reinstate(user=obj, moderator=moderator, reason="admin")
             else:
                 services.user_suspend(user=obj, moderator=moderator, reason="admin")
             obj.refresh_from_db()
-        elif change and "tokens_valid_after" in changed and obj.tokens_valid_after:
+        elif "tokens_valid_after" in changed and obj.tokens_valid_after:
             services.tokens_revoke(user=obj, at=obj.tokens_valid_after)
 
     def has_suspend_permission(self, request: HttpRequest) -> bool:

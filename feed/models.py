@@ -8,8 +8,10 @@ their tombstones, leaving timelines that still show them.
 
 from __future__ import annotations
 
+from typing import Any, ClassVar
+
 from django.conf import settings
-from django.contrib.auth.models import AbstractUser
+from django.contrib.auth.models import AbstractUser, UserManager
 from django.db import models
 from django.db.models import F, Q
 from django.db.models.functions import Lower
@@ -21,7 +23,20 @@ from django.utils import timezone
 models.CharField.register_lookup(Lower)
 
 
+class Users(UserManager["User"]):
+    """``create_user`` / ``create_superuser`` (``manage.py createsuperuser``) go
+    through the registration's use-case: a validated name and the self edge."""
+
+    def _create_user(self, username: Any, email: Any, password: Any, **extra_fields: Any) -> User:
+        from feed import services
+
+        make = self._create_user_object  # type: ignore[attr-defined]  # Django 5.2, unstubbed
+        return services.user_add(user=make(username, email, password, **extra_fields))
+
+
 class User(AbstractUser):
+    objects: ClassVar[Users] = Users()
+
     #: Tokens issued before this instant are refused (logout everywhere / revocation).
     tokens_valid_after = models.DateTimeField(null=True, blank=True)
     #: The last day the user read a timeline or signed in (updated once a day):

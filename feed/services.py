@@ -81,9 +81,22 @@ def _new_user(username: str, password: str) -> User:
 @transaction.atomic
 def user_register(*, username: str, password: str) -> User:
     user = _new_user(username, password)
+    user.set_password(password)
+    return user_add(user=user)
+
+
+@transaction.atomic
+def user_add(*, user: User) -> User:
+    """Save a new user (built with its password set) and its self edge: the
+    one way a user comes to be, whether by registration, the admin's form or
+    ``createsuperuser`` (the user manager's). The name is validated here."""
+    username = user.username
+    try:
+        validate_username(username)
+    except InvalidInput as exc:
+        raise _invalid(exc) from None
     if User.objects.filter(username__lower=username.lower()).exists():
         raise Conflict(f"username {username!r} is already taken", field="username")
-    user.set_password(password)
     try:
         with transaction.atomic():
             user.save()
@@ -92,6 +105,32 @@ def user_register(*, username: str, password: str) -> User:
     # The self edge: the join materializes the new user's (empty) home timeline.
     outbox.append(events.Followed(follower_id=user.pk, followee_id=user.pk))
     return user
+
+
+@transaction.atomic
+def user_rename(*, user: User, username: str) -> int:
+    """Give a user a new name, everywhere: the row, and each tweet of theirs
+    posted again under it (through the outbox: the fanout job rewrites the
+    cached bodies, and the changelog, which a rebuild reads, holds the new
+    name). The old name is free once this commits. Returns the seq."""
+    try:
+        validate_username(username)
+    except InvalidInput as exc:
+        raise _invalid(exc) from None
+    taken = User.objects.filter(username__lower=username.lower()).exclude(pk=user.pk)
+    if taken.exists():
+        raise Conflict(f"username {username!r} is already taken", field="username")
+    _lock_users(user.pk)
+    User.objects.filter(pk=user.pk).update(username=username)
+    user.username = username
+    if not User.objects.filter(pk=user.pk, is_active=True).exists():
+        return outbox.high_water_seq()  # suspended: the reinstatement posts the new name
+    rows = Tweet.objects.filter(author_id=user.pk).values_list("id", "text")
+    again = [
+        events.TweetPosted(tweet_id=t, author_id=user.pk, author=username, text=text)
+        for t, text in rows.iterator()
+    ]
+    return outbox.append_many(again) if again else outbox.high_water_seq()
 
 
 @transaction.atomic

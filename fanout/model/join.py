@@ -9,6 +9,7 @@ rule:
 | event | effect |
 | --- | --- |
 | ``a`` posts ``t`` | add ``t`` to the timeline of every follower of ``a`` and to ``a``'s own |
+| ``t`` posted again | its body only is rewritten (a renamed author's name) |
 | ``t`` deleted | remove ``t`` from those timelines (its body goes first: see the store) |
 | ``f`` follows ``a`` | merge ``a``'s newest tweets into ``f``'s timeline |
 | ``f`` unfollows ``a`` | remove ``a``'s newest tweets from ``f``'s timeline |
@@ -197,6 +198,9 @@ def join_events(
         if isinstance(ev, events.TweetPosted):
             at = bisect.bisect_left(tweets, ev.tweet_id)
             if at < len(tweets) and tweets[at] == ev.tweet_id:
+                # Posted again: a renamed author's tweet (its body gets the new
+                # name) or a relay re-send (the same body); no timeline changes.
+                bodies[ev.tweet_id] = events.tweet_json(ev)
                 ignored += 1
                 continue
             tweets.insert(at, ev.tweet_id)

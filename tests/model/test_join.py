@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import random
 
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -145,6 +146,24 @@ def test_relay_duplicates_change_nothing() -> None:
     twice, _ = run([[follow, follow], [post, post], [unfollow], [follow, unfollow]])
     assert view(once, F) == view(twice, F) == []
     assert view(once, A) == view(twice, A) == [t]
+
+
+def test_a_tweet_posted_again_under_a_new_name_rewrites_its_body_and_nothing_else() -> None:
+    """A renamed author's tweets are posted again (services.user_rename): the
+    cached body takes the new name; no timeline changes."""
+    log = Log()
+    t, post = log.post(A)
+    renamed = events.Envelope(
+        next(log.seq),
+        events.TweetPosted(t, A, "renamed", post.event.text),  # type: ignore[union-attr]
+    )
+    system = System(cap=10, slack=2)
+    system.run([[log.follow(F, A)], [post]])
+    before = {u: system.view(u) for u in (A, F)}
+    system.run([[renamed]])
+    assert {u: system.view(u) for u in (A, F)} == before == {A: [t], F: [t]}
+    assert system.last_mutations == []
+    assert orjson.loads(system.model.bodies[t])["author"] == "renamed"
 
 
 def test_events_routed_to_the_wrong_key_are_refused() -> None:

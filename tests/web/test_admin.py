@@ -154,3 +154,69 @@ def test_a_password_set_in_the_admin_ends_the_user_s_sessions(
     assert ann.check_password(new)
     assert stolen.post("/api/v1/tweets", {"text": "x"}, format="json").status_code == 401
     assert stolen.get("/api/v1/timeline").status_code == 401  # the read path too
+
+
+def test_users_added_in_the_admin_or_by_createsuperuser_are_registered(
+    moderator_client: Client,
+) -> None:
+    """The registration's use-case either way: a validated name, the self edge."""
+    from django.core.management import call_command
+
+    response = moderator_client.post(
+        "/admin/feed/user/add/",
+        {"username": "newbie", "password1": "pw-long-enough-1", "password2": "pw-long-enough-1"},
+    )
+    assert response.status_code == 302, response.content[-3000:]
+    bad = moderator_client.post(
+        "/admin/feed/user/add/",
+        {
+            "username": "no spaces!",
+            "password1": "pw-long-enough-1",
+            "password2": "pw-long-enough-1",
+        },
+    )
+    assert bad.status_code == 200 and b"letters, digits and underscores" in bad.content
+    taken = moderator_client.post(
+        "/admin/feed/user/add/",
+        {"username": "NEWBIE", "password1": "pw-long-enough-1", "password2": "pw-long-enough-1"},
+    )
+    assert taken.status_code == 200 and b"already taken" in taken.content
+    call_command("createsuperuser", "--noinput", "--username", "root", "--email", "r@example.com")
+    for name in ("newbie", "root"):
+        user = User.objects.get(username=name)
+        assert OutboxEvent.objects.filter(key=f"{user.pk}:{user.pk}").count() == 1, name
+
+
+def test_a_name_changed_in_the_admin_reaches_every_tweet_and_frees_the_old_one(
+    moderator_client: Client,
+) -> None:
+    ann = UserFactory(username="ann")
+    posts = {tweet_create(author=ann, text=f"t{i}").tweet.id for i in range(2)}
+    last = OutboxEvent.objects.latest("id").id
+    page = moderator_client.get(f"/admin/feed/user/{ann.pk}/change/")
+    form = {k: v for k, v in page.context["adminform"].form.initial.items() if v is not None}
+    form.update(
+        username="anna",
+        date_joined_0=ann.date_joined.strftime("%Y-%m-%d"),
+        date_joined_1=ann.date_joined.strftime("%H:%M:%S"),
+        last_login_0="",
+        last_login_1="",
+        is_active="on",
+    )
+    form.pop("groups", None)
+    form.pop("user_permissions", None)
+    form.pop("password", None)
+    form.pop("date_joined", None)
+    form.pop("last_login", None)
+    form.pop("tokens_valid_after", None)
+    form.pop("last_active", None)
+    form.pop("is_staff", None)
+    form.pop("is_superuser", None)
+    response = moderator_client.post(f"/admin/feed/user/{ann.pk}/change/", form)
+    assert response.status_code == 302, response.content[-3000:]
+    ann.refresh_from_db()
+    assert ann.username == "anna"
+    again = OutboxEvent.objects.filter(id__gt=last, topic="tweets")
+    assert {int(e.key) for e in again} == posts
+    assert all('"author":"anna"' in (e.value or "") for e in again)
+    UserFactory(username="ann")  # the old name is free
