@@ -68,6 +68,13 @@ def _consumer(client: KafkaClient) -> Any:
     return Consumer(consumer_settings(client))
 
 
+#: Error codes of a partition whose leader is changing or not yet known to
+#: the client (the answer comes once its metadata names the leader):
+#: NOT_LEADER_OR_FOLLOWER, LEADER_NOT_AVAILABLE, UNKNOWN_TOPIC_OR_PART, and
+#: librdkafka's own _UNKNOWN_PARTITION.
+LEADERSHIP_MOVING = frozenset({6, 5, 3, -190})
+
+
 class EndOffsetReader:
     """Asks the broker for the end offsets of topics' partitions, over one
     consumer kept between questions (the stream's source asks every trigger)."""
@@ -92,16 +99,37 @@ class EndOffsetReader:
             info = metadata.topics.get(topic)
             if info is None or info.error is not None:
                 raise MissingTopic(f"topic {topic!r} does not exist on {self.bootstrap}")
-            try:
-                out[topic] = {
-                    str(p): consumer.get_watermark_offsets(
-                        TopicPartition(topic, p), timeout=timeout, cached=False
-                    )[1]
-                    for p in sorted(info.partitions)
-                }
-            except KafkaException as exc:
-                raise RuntimeError(f"Kafka at {self.bootstrap} does not answer: {exc}") from exc
+            deadline = time.monotonic() + timeout
+            out[topic] = {
+                str(p): self._end(TopicPartition(topic, p), deadline)
+                for p in sorted(info.partitions)
+            }
         return out
+
+    def _end(self, partition: Any, deadline: float) -> int:
+        """One partition's end offset. While its leadership moves (a broker
+        lost, measured on a three-node cluster), the old leader answers
+        NOT_LEADER_OR_FOLLOWER, and a new topic's partitions may not be in
+        the client's metadata yet: asked again until ``deadline``, the
+        client finds the leader in its refreshed metadata."""
+        from confluent_kafka import KafkaError, KafkaException
+
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                return int(
+                    self._consumer.get_watermark_offsets(
+                        partition, timeout=max(0.1, left), cached=False
+                    )[1]
+                )
+            except KafkaException as exc:
+                error = exc.args[0] if exc.args else None
+                moving = isinstance(error, KafkaError) and (
+                    error.retriable() or error.code() in LEADERSHIP_MOVING
+                )
+                if not moving or left <= 0:
+                    raise RuntimeError(f"Kafka at {self.bootstrap} does not answer: {exc}") from exc
+                time.sleep(0.1)
 
     def close(self) -> None:
         if self._consumer is not None:
