@@ -7,10 +7,14 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 JVM_ARCHIVE := $(VENV)/starling-spark.jsa
+# The embedded Apache Kafka broker's jars (feed/devstack/kafka.py), fetched by Maven.
+KAFKA_POM := feed/devstack/kafka-broker/pom.xml
+KAFKA_LIBS := $(VENV)/kafka/libs
+KAFKA_STAMP := $(VENV)/kafka/.installed
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help setup lock run test test-quick test-unit lint lint-code bench clean check-java check-redis check-postgres check-luacheck check-wrk check-promtool
+.PHONY: help setup lock run test test-quick test-unit lint lint-code bench clean check-java check-redis check-maven check-postgres check-luacheck check-wrk check-promtool
 
 help: ## Show the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -32,7 +36,14 @@ lock: ## Re-resolve pyproject.toml's dependencies in a fresh environment into re
 	mv requirements.lock.new requirements.lock
 	rm -rf $(VENV)-lock
 
-setup: $(STAMP) check-java check-redis $(JVM_ARCHIVE) ## Create .venv and install everything (run and test do this)
+setup: $(STAMP) check-java check-redis $(KAFKA_STAMP) $(JVM_ARCHIVE) ## Create .venv and install everything (run and test do this)
+
+# Apache Kafka's jars for the embedded broker, from Maven Central (the pom pins
+# the version); fetched again when the pom changes.
+$(KAFKA_STAMP): $(KAFKA_POM) | check-java check-maven
+	rm -rf $(KAFKA_LIBS)
+	mvn -q -f $(KAFKA_POM) dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(abspath $(KAFKA_LIBS))
+	touch $@
 
 # Spark's classes, parsed and verified once, for every JVM PySpark starts
 # (spark/runtime/jvm_archive.py): a third off each Spark start. Optional: Spark
@@ -70,6 +81,13 @@ check-promtool: ## Install promtool (checks and tests the alert rules) with apt-
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null || { \
 	    echo "could not install promtool: install it yourself (apt-get install prometheus / brew install prometheus)"; exit 1; }; }
+
+check-maven: ## Install Maven with apt-get if it is missing (it fetches the embedded Kafka broker's jars)
+	@command -v mvn >/dev/null || { \
+	  echo "mvn not found: installing maven with apt-get"; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq maven >/dev/null || { \
+	    echo "could not install maven: install it yourself (apt-get install maven / brew install maven)"; exit 1; }; }
 
 check-redis: ## Install redis-server with apt-get if it is missing
 	@command -v redis-server >/dev/null || { \

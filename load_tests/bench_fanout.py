@@ -69,7 +69,7 @@ from fanout.store.keys import timeline as timeline_key
 from fanout.store.ops import entries, timeline_ids
 from fanout.store.redis_conn import Client
 from fanout.store.timelines import TimelineStore, store_for
-from feed.devstack import embedded
+from feed.devstack import embedded, kafka
 from load_tests import charts, network
 from load_tests.harness import Report, percentile, ratio, summary
 from spark.source.kafka_io import end_offsets
@@ -87,20 +87,21 @@ def start_services(
     three replicas started here as well."""
     workdir = ROOT / "var" / "bench" / f"{name}-{uuid.uuid4().hex[:6]}"
     workdir.mkdir(parents=True)
-    kport, rport = embedded.free_port(), embedded.free_port()
-    broker = embedded.start(embedded.broker_command(kport), kport, log=workdir / "broker.log")
+    rport = embedded.free_port()
+    broker = kafka.start_node(workdir / "kafka")
+    assert broker.proc is not None
     redis_proc = embedded.start(embedded.redis_command(rport), rport, log=workdir / "redis.log")
     nodes = embedded.start_redis_cluster(workdir / "cluster") if cluster else []
     config = StarlingConfig(
         redis_url=f"redis://127.0.0.1:{rport}/0",
         redis_cluster_urls=tuple(node.url for node in nodes),
-        kafka_bootstrap_servers=f"127.0.0.1:{kport}",
+        kafka_bootstrap_servers=broker.bootstrap,
         topics=TopicNames("bench."),
         partitions=2,
         timeline_size=800,
         pull_threshold=pull_threshold,
     )
-    return workdir, config, [*(node.proc for node in nodes), redis_proc, broker]
+    return workdir, config, [*(node.proc for node in nodes), redis_proc, broker.proc]
 
 
 def stop_services(services: list[subprocess.Popen[bytes]]) -> None:

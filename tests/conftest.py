@@ -1,5 +1,6 @@
-"""Session fixtures: one real broker, one real Redis and one real PostgreSQL
-per test session.
+"""Session fixtures: one real broker (an Apache Kafka node), one real Redis
+and one real PostgreSQL per test session; a three-node Kafka cluster for the
+tests that need one.
 
 Each test gets its own namespace on them: a uuid topic prefix, a flushed
 Redis database (tests run one at a time), and pytest-django's test database
@@ -27,7 +28,7 @@ from redis.cluster import RedisCluster
 
 from fanout.config import DEFAULT_CLUSTER_SHARDS, StarlingConfig, TopicNames
 from fanout.store.keys import Shards
-from feed.devstack import embedded
+from feed.devstack import embedded, kafka
 from tests.support import postgres
 from tests.support.redis_cluster import Node, start_cluster, stop_cluster, wait_until_ok
 from tests.support.stack import sqlite_stack, stack  # noqa: F401  (the whole stack, for e2e and faults)
@@ -38,12 +39,13 @@ _POSTGRES = postgres.SESSION
 _DATABASE_FIXTURES = {"django_db_setup", "db", "transactional_db", "stack"}
 
 
-_SLOW_FIXTURES = {"spark", "stack", "sqlite_stack", "cluster_stack"}
+_SLOW_FIXTURES = {"spark", "stack", "sqlite_stack", "cluster_stack", "kafka_cluster"}
 #: The fixtures that start or use a real service: a test that needs none is a unit test.
 _SERVICE_FIXTURES = {
     *_SLOW_FIXTURES,
     *_DATABASE_FIXTURES,
     "kafka_bootstrap",
+    "kafka_cluster",
     "redis_url",
     "redis_cluster",
     "postgres_server",
@@ -145,8 +147,9 @@ class Service:
         self.proc = embedded.start(self.command, self.port, log=self.log)
 
 
-#: The session's services by name ("kafka", "redis").
-SERVICES: dict[str, Service] = {}
+#: The session's services by name ("kafka", "redis"). The Kafka node pauses,
+#: resumes and restarts the same way, and keeps its data across a restart.
+SERVICES: dict[str, Service | kafka.KafkaNode] = {}
 
 
 def _start(name: str, command: list[str], port: int, log: Path) -> Service:
@@ -159,13 +162,42 @@ def service_logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("service-logs")
 
 
+#: Broker settings of the test session's nodes: the log cleaner looks for
+#: work every 200 ms and deletes what it replaced at once, so a test of
+#: compaction sees it within a second.
+TEST_BROKER_SETTINGS = {"log.cleaner.backoff.ms": "200", "log.segment.delete.delay.ms": "0"}
+
+
 @pytest.fixture(scope="session")
-def kafka_bootstrap(service_logs: Path) -> Iterator[str]:
-    port = embedded.free_port()
-    service = _start("kafka", embedded.broker_command(port), port, service_logs / "tansu.log")
-    yield f"127.0.0.1:{port}"
-    service.resume()  # in case a fault test left it stopped
-    embedded.stop(service.proc, timeout=1)  # Tansu waits for clients on SIGTERM
+def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One Apache Kafka node for the session (its log dir in a temporary
+    directory); each test makes its own topics."""
+    node = kafka.start_node(tmp_path_factory.mktemp("kafka"), settings=TEST_BROKER_SETTINGS)
+    SERVICES["kafka"] = node
+    yield node.bootstrap
+    if node.running:
+        node.resume()  # in case a fault test left it stopped
+    node.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[kafka.KafkaCluster]:
+    """Three Apache Kafka nodes, each a broker and a controller, every topic
+    on all three (two in sync for a write), started once for the tests of
+    broker loss; :func:`healed` gives it back with every node running."""
+    cluster = kafka.start_cluster(
+        tmp_path_factory.mktemp("kafka-cluster"), settings=TEST_BROKER_SETTINGS
+    )
+    yield cluster
+    cluster.stop()
+
+
+def healed(cluster: kafka.KafkaCluster) -> kafka.KafkaCluster:
+    """``cluster`` with any node a test killed started again."""
+    for node_id, node in cluster.nodes.items():
+        if not node.running:
+            cluster.restart(node_id)
+    return cluster
 
 
 @pytest.fixture(scope="session")

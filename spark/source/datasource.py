@@ -42,7 +42,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
 from fanout.config import KafkaClient, StarlingConfig
-from spark.source.kafka_io import DataLossError, EndOffsetProbe, consume_range, end_offsets
+from spark.source.kafka_io import DataLossError, EndOffsetReader, consume_range, end_offsets
 from spark.source.offsets import (
     OffsetRange,
     Offsets,
@@ -191,11 +191,11 @@ def read_range(
 class KafkaStreamReader(DataSourceStreamReader):
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
-        self._probe = EndOffsetProbe(options.client)
+        self._ends = EndOffsetReader(options.client)
         self._latest: Offsets | None = None
 
     def initialOffset(self) -> dict:
-        ends = self._probe.end_offsets(self.options.topics)
+        ends = self._ends.end_offsets(self.options.topics)
         given = self.options.starting or {}
         return {t: {p: int(given.get(t, {}).get(p, 0)) for p in parts} for t, parts in ends.items()}
 
@@ -205,7 +205,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         return ReadAllAvailable()
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        ends = self._probe.end_offsets(self.options.topics)
+        ends = self._ends.end_offsets(self.options.topics)
         self._latest = ends
         # New partitions start at 0; known ones must not be beyond the log.
         start = {t: {**dict.fromkeys(ends.get(t, {}), 0), **parts} for t, parts in start.items()}
@@ -215,9 +215,9 @@ class KafkaStreamReader(DataSourceStreamReader):
                 raise DataLossError(
                     "the Kafka log is behind this query's checkpoint: "
                     + "; ".join(problems)
-                    + ". The broker lost data (the embedded Tansu broker keeps everything in "
-                    "memory). Start the fanout job with a fresh checkpoint (--reset) and rebuild "
-                    "the timelines, or set failOnDataLoss=false to skip ahead."
+                    + ". The broker lost data (topics deleted, or a log dir lost). Start the "
+                    "fanout job with a fresh checkpoint (--reset) and rebuild the timelines, or "
+                    "set failOnDataLoss=false to skip ahead."
                 )
             log.warning("data loss, continuing from the end of the log: %s", problems)
             start = clamp_to_log(start, ends)
@@ -242,7 +242,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         """Offsets live in Spark's checkpoint; nothing to commit to Kafka."""
 
     def stop(self) -> None:
-        self._probe.close()
+        self._ends.close()
 
 
 class KafkaBatchReader(DataSourceReader):

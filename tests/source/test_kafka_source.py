@@ -1,4 +1,4 @@
-"""The Python Kafka data source against the real (Tansu) broker."""
+"""The Python Kafka data source against a real Apache Kafka broker."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import pytest
 
 from fanout.config import StarlingConfig
 from fanout.model import events
-from feed.devstack import embedded
 from spark.source.datasource import NAME, KafkaChangelogSource
-from spark.source.kafka_io import EndOffsetProbe
+from spark.source.kafka_io import EndOffsetReader
 from tests.conftest import make_config
+from tests.support.kafka_helpers import delete_topics
 from tests.support.spark_helpers import ChangelogWriter
 
 pytestmark = pytest.mark.spark
@@ -42,7 +42,7 @@ def fill(config: StarlingConfig, n: int) -> ChangelogWriter:
 
 def test_end_offsets_are_the_real_end_of_the_log(config: StarlingConfig) -> None:
     fill(config, 95)
-    ends = EndOffsetProbe(config.kafka_bootstrap_servers).end_offsets(config.topics.all())
+    ends = EndOffsetReader(config.kafka_bootstrap_servers).end_offsets(config.topics.all())
     assert sum(ends[config.topics.tweets].values()) == 96
     assert ends[config.topics.follows] == {"0": 0, "1": 0}
 
@@ -106,16 +106,16 @@ def test_streaming_read_respects_max_records_and_reads_each_record_once(
 
 
 def test_a_checkpoint_ahead_of_the_log_fails_with_a_clear_message(
-    spark, config: StarlingConfig, tmp_path: Path, service_logs: Path
+    spark, config: StarlingConfig, tmp_path: Path
 ) -> None:
-    """A broker that lost its data (Tansu keeps everything in memory)."""
+    """A broker that lost its data: the topics deleted and made again, empty."""
     fill(config, 20)
     checkpoint = tmp_path / "cp"
 
-    def run(bootstrap: str, fail_on_data_loss: bool) -> object:
+    def run(fail_on_data_loss: bool) -> object:
         return (
             spark.readStream.format(NAME)
-            .option("bootstrap.servers", bootstrap)
+            .option("bootstrap.servers", config.kafka_bootstrap_servers)
             .option("topics", ",".join(config.topics.all()))
             .option("failOnDataLoss", str(fail_on_data_loss).lower())
             .load()
@@ -125,26 +125,17 @@ def test_a_checkpoint_ahead_of_the_log_fails_with_a_clear_message(
             .start()
         )
 
-    query = run(config.kafka_bootstrap_servers, True)
+    query = run(True)
     query.processAllAvailable()
     query.stop()
 
-    port = embedded.free_port()
-    empty = embedded.start(
-        embedded.broker_command(port), port, log=service_logs / "empty-broker.log"
-    )
-    try:
-        empty_config = make_config(
-            f"127.0.0.1:{port}", config.redis_url, partitions=2, topics=config.topics
-        )
-        ChangelogWriter(empty_config)  # same topics, nothing in them
-        failing = run(empty_config.kafka_bootstrap_servers, True)
-        with pytest.raises(Exception, match="lost data") as info:
-            failing.awaitTermination(60)
-        assert "--reset" in str(info.value) and "failOnDataLoss=false" in str(info.value)
-        tolerant = run(empty_config.kafka_bootstrap_servers, False)
-        tolerant.processAllAvailable()
-        assert tolerant.isActive
-        tolerant.stop()
-    finally:
-        embedded.stop(empty, timeout=1)
+    delete_topics(config.kafka_bootstrap_servers, config.topics.all())
+    ChangelogWriter(config)  # same topics, nothing in them
+    failing = run(True)
+    with pytest.raises(Exception, match="lost data") as info:
+        failing.awaitTermination(60)
+    assert "--reset" in str(info.value) and "failOnDataLoss=false" in str(info.value)
+    tolerant = run(False)
+    tolerant.processAllAvailable()
+    assert tolerant.isActive
+    tolerant.stop()

@@ -10,7 +10,7 @@ from fanout.kafka import ensure_topics, make_producer
 from fanout.model import events
 from fanout.model.partitioning import partition_for
 from feed.auth import issue_token
-from feed.devstack import embedded
+from feed.devstack import embedded, kafka
 from feed.models import OutboxEvent, User
 from feed.outbox import DjangoOutboxStore
 from feed.relay import OutboxRelay
@@ -153,9 +153,7 @@ def test_broker_unreachable_writes_succeed_and_publish_once_after_it_returns(
     assert not failed.ok and failed.published == 0
     assert OutboxEvent.objects.filter(published_at__isnull=True).count() == len(expected)
 
-    broker = embedded.start(
-        embedded.broker_command(port), port, log=service_logs / "late-broker.log"
-    )
+    broker = kafka.start_node(service_logs / "late-broker", port=port)
     try:
         ensure_topics(config)
         assert relay.run().published == len(expected)
@@ -169,4 +167,4 @@ def test_broker_unreachable_writes_succeed_and_publish_once_after_it_returns(
         assert len(seqs) == len(set(seqs))  # once each
     finally:
         del relay, producer  # close the client while its broker is still up
-        embedded.stop(broker, timeout=1)
+        broker.stop()

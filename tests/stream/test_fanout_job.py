@@ -5,66 +5,20 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
 
-from fanout.config import StarlingConfig
 from fanout.model import events
 from fanout.store.timelines import TimelineStore
-from spark.stream.job import build_query
 from spark.stream.progress import ProgressLogger
 from tests.conftest import make_config
-from tests.support.spark_helpers import ChangelogWriter
+from tests.support.spark_helpers import ChangelogWriter, Job
 
 pytestmark = pytest.mark.spark
 ANN, BOB, CAT = 1, 2, 3
-
-
-@dataclass
-class Job:
-    config: StarlingConfig
-    store: TimelineStore
-    generation: int
-    writer: ChangelogWriter
-    checkpoint: Path
-    query: Any = None
-    sink: Any = None
-
-    def start(self, spark: Any) -> None:
-        self.query, self.sink = build_query(
-            spark,
-            self.config,
-            generation=self.generation,
-            checkpoint=self.checkpoint,
-            trigger="100 milliseconds",
-        )
-
-    def stop(self) -> None:
-        if self.query is not None:
-            self.query.stop()
-
-    def wait_for(self, seq: int, timeout: float = 90) -> None:
-        """Until every seq up to ``seq`` is applied (the contiguous watermark:
-        a micro-batch may hold one topic's records and not yet another's, and
-        the highest seq applied says nothing of those below it)."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            wm = self.store.watermark(self.generation)
-            if wm is not None and wm.contiguous >= seq:
-                return
-            assert self.query.isActive, self.query.exception()
-            time.sleep(0.2)
-        raise AssertionError(
-            f"watermark did not reach {seq}: {self.store.watermark(self.generation)}"
-        )
-
-    def timeline(self, user: int) -> list[int] | None:
-        found = self.store.timeline(self.generation, user)
-        return None if found is None else found.ids
 
 
 @pytest.fixture

@@ -1,11 +1,14 @@
-"""Reading changelog topics back with a real consumer (assign(), no group)."""
+"""Reading changelog topics back with a real consumer (assign(), no group);
+losing them on purpose."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 
 @dataclass(frozen=True)
@@ -61,3 +64,16 @@ def read_topic(
     finally:
         consumer.close()
     return out
+
+
+def delete_topics(bootstrap: str, topics: Sequence[str], timeout: float = 30.0) -> None:
+    """Delete ``topics`` and wait until the broker no longer lists them: a
+    broker that lost their data, made on purpose (Apache Kafka keeps its
+    log across restarts)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.delete_topics(list(topics), operation_timeout=timeout).values():
+        future.result(timeout)
+    deadline = time.monotonic() + timeout
+    while set(topics) & set(admin.list_topics(timeout=5).topics):
+        assert time.monotonic() < deadline, f"{topics} still listed after {timeout:.0f}s"
+        time.sleep(0.1)

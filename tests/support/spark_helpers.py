@@ -1,13 +1,19 @@
-"""Producing changelog records straight to Kafka, through the real relay."""
+"""Producing changelog records straight to Kafka, through the real relay;
+the streaming fanout job run in the test's own Spark session."""
 
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from fanout.config import StarlingConfig
 from fanout.kafka import ensure_topics, make_producer
 from fanout.model import events
+from fanout.store.timelines import TimelineStore
 from feed.relay import MarkState, OutboxRelay, PendingEvent
 
 
@@ -69,3 +75,50 @@ class ChangelogWriter:
         """A record exactly as given (for poison-pill tests)."""
         self.producer.produce(topic, key=key, value=value, partition=partition, headers=headers)
         self.producer.flush(10)
+
+
+@dataclass
+class Job:
+    """The streaming fanout job's query on ``generation``, from ``checkpoint``."""
+
+    config: StarlingConfig
+    store: TimelineStore
+    generation: int
+    writer: ChangelogWriter
+    checkpoint: Path
+    query: Any = None
+    sink: Any = None
+
+    def start(self, spark: Any) -> None:
+        from spark.stream.job import build_query
+
+        self.query, self.sink = build_query(
+            spark,
+            self.config,
+            generation=self.generation,
+            checkpoint=self.checkpoint,
+            trigger="100 milliseconds",
+        )
+
+    def stop(self) -> None:
+        if self.query is not None:
+            self.query.stop()
+
+    def wait_for(self, seq: int, timeout: float = 90) -> None:
+        """Until every seq up to ``seq`` is applied (the contiguous watermark:
+        a micro-batch may hold one topic's records and not yet another's, and
+        the highest seq applied says nothing of those below it)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            wm = self.store.watermark(self.generation)
+            if wm is not None and wm.contiguous >= seq:
+                return
+            assert self.query.isActive, self.query.exception()
+            time.sleep(0.2)
+        raise AssertionError(
+            f"watermark did not reach {seq}: {self.store.watermark(self.generation)}"
+        )
+
+    def timeline(self, user: int) -> list[int] | None:
+        found = self.store.timeline(self.generation, user)
+        return None if found is None else found.ids

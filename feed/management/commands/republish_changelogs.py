@@ -1,8 +1,9 @@
 """``manage.py republish_changelogs``: put the database's current rows back on Kafka.
 
-For a broker that lost its topics (the embedded Tansu broker keeps nothing
-across restarts): every user's self edge, every follow and every tweet is
-appended to the outbox as an upsert, and the relay publishes them. With the
+For a broker that lost its topics (deleted, or a log dir lost; ``make run``
+runs it when it starts a new broker log dir on a database with rows): every
+user's self edge, every follow and every tweet is appended to the outbox as
+an upsert, and the relay publishes them. With the
 compacted topics that is the whole current state again; a fanout job
 started with ``--reset`` rebuilds every timeline from it.
 """
