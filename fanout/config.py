@@ -8,7 +8,7 @@ everywhere (12-factor). Nothing here imports Django or Spark.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from fanout.model.join import SLACK
@@ -76,28 +76,10 @@ class Env:
         return raw
 
     def int(self, name: str, default: int, *, low: int, high: int) -> int:
-        raw = self.raw(name)
-        if raw is None:
-            return default
-        try:
-            value = int(raw)
-        except ValueError:
-            raise ConfigError(f"{name} must be an integer, got {raw!r}") from None
-        if not low <= value <= high:
-            raise ConfigError(f"{name} must be between {low} and {high}, got {value}")
-        return value
+        return int(_number(name, self.raw(name), default, int, "an integer", low, high))
 
     def float(self, name: str, default: float, *, low: float, high: float) -> float:
-        raw = self.raw(name)
-        if raw is None:
-            return default
-        try:
-            value = float(raw)
-        except ValueError:
-            raise ConfigError(f"{name} must be a number, got {raw!r}") from None
-        if not low <= value <= high:
-            raise ConfigError(f"{name} must be between {low:g} and {high:g}, got {value:g}")
-        return value
+        return _number(name, self.raw(name), default, float, "a number", low, high)
 
     def bool(self, name: str, default: bool) -> bool:
         raw = self.raw(name)
@@ -118,6 +100,27 @@ class Env:
         if value not in choices:
             raise ConfigError(f"{name} must be one of {', '.join(choices)}, got {value!r}")
         return value
+
+
+def _number(
+    name: str,
+    raw: str | None,
+    default: float,
+    convert: Callable[[str], float],
+    kind: str,
+    low: float,
+    high: float,
+) -> float:
+    """``raw`` (unset: ``default``) as a number within bounds, or an error naming ``name``."""
+    if raw is None:
+        return default
+    try:
+        value = convert(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be {kind}, got {raw!r}") from None
+    if not low <= value <= high:
+        raise ConfigError(f"{name} must be between {low:g} and {high:g}, got {value:g}")
+    return value
 
 
 @dataclass(frozen=True)

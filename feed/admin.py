@@ -108,21 +108,20 @@ class UserAdmin(DjangoUserAdmin):
 
     @admin.action(description="Suspend the selected users", permissions=["suspend"])
     def suspend_users(self, request: HttpRequest, queryset: QuerySet[User]) -> None:
-        moderator: User = request.user  # type: ignore[assignment]
-        done = sum(
-            services.user_suspend(user=u, moderator=moderator, reason="admin action").created
-            for u in queryset
-        )
-        self.message_user(request, f"suspended {done} user(s)")
+        self._moderate(request, queryset, services.user_suspend, "suspended")
 
     @admin.action(description="Reinstate the selected users", permissions=["suspend"])
     def reinstate_users(self, request: HttpRequest, queryset: QuerySet[User]) -> None:
+        self._moderate(request, queryset, services.user_reinstate, "reinstated")
+
+    def _moderate(
+        self, request: HttpRequest, queryset: QuerySet[User], action: Any, done: str
+    ) -> None:
         moderator: User = request.user  # type: ignore[assignment]
-        done = sum(
-            services.user_reinstate(user=u, moderator=moderator, reason="admin action").created
-            for u in queryset
+        changed = sum(
+            action(user=u, moderator=moderator, reason="admin action").created for u in queryset
         )
-        self.message_user(request, f"reinstated {done} user(s)")
+        self.message_user(request, f"{done} {changed} user(s)")
 
     def user_change_password(
         self, request: HttpRequest, id: str, form_url: str = ""
