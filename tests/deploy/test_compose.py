@@ -128,6 +128,9 @@ NOT_FOR_PRODUCTION = {
     "PYSPARK_DRIVER_PYTHON": "defaults to the running interpreter",
     "PYSPARK_GATEWAY_PORT": "set by spark-submit for the Python driver it starts",
     "SPARK_REUSE_WORKER": "set by PySpark's worker daemon in the workers it starts",
+    # feed.devstack: the embedded stack (make run, tests, benchmarks); compose runs Kafka.
+    "STARLING_EMBEDDED_KAFKA_NODES": "make run only (one or three embedded Kafka nodes)",
+    "JAVA_HOME": "the Java the embedded Kafka broker runs on (make run, tests)",
 }
 #: Named in README.md's Configuration table, read by others than Starling's code.
 COMPOSE_ONLY = {"DJANGO_SETTINGS_MODULE", "PYSPARK_SUBMIT_ARGS", "SPARK_CONF_DIR", "SPARK_HOME"}
