@@ -12,8 +12,6 @@ import hmac
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth import authenticate, password_validation
-from django.core.validators import RegexValidator
 from django.http import HttpResponse
 from drf_spectacular.utils import extend_schema, extend_schema_serializer, inline_serializer
 from rest_framework import exceptions, serializers, status
@@ -25,11 +23,10 @@ from rest_framework.views import APIView
 
 from fanout.model import events, ids
 from feed import readpath, selectors, services, timeline
-from feed.auth import InvalidToken, bearer_token, issue_token
-from feed.errors import ApplicationError, NotFound
+from feed.auth import InvalidToken, bearer_token
+from feed.errors import NotFound
 from feed.health import cached_check_all, public
 from feed.models import Tweet, User
-from feed.ratelimit import LoginIPThrottle, LoginUserThrottle
 from feed.schema import BearerTokenScheme  # noqa: F401  (registers the auth scheme)
 from feed.validation import InvalidInput, whole_number
 
@@ -89,7 +86,7 @@ class View(APIView):
         super().initial(request, *args, **kwargs)
 
 
-def _errors(*codes: int) -> dict[int, type[serializers.Serializer]]:
+def error_responses(*codes: int) -> dict[int, type[serializers.Serializer]]:
     return {code: ErrorSerializer for code in codes}
 
 
@@ -131,113 +128,6 @@ def current_user(request: Request) -> User:
     return user
 
 
-# --- auth ---------------------------------------------------------------------
-
-
-def _password_min_length() -> int:
-    """The minimum length Django's password validators enforce (0 if none does)."""
-    lengths = [
-        getattr(v, "min_length", 0)
-        for v in password_validation.get_default_password_validators()
-        if isinstance(v, password_validation.MinimumLengthValidator)
-    ]
-    return max(lengths, default=0)
-
-
-class RegisterApi(View):
-    permission_classes = [AllowAny]
-    throttle_classes = [LoginIPThrottle]
-    authentication_classes: list[type] = []
-
-    class InputSerializer(serializers.Serializer):
-        username = StrictCharField(max_length=150)
-        #: The rules the schema can state (length, not all digits) are stated: a
-        #: client can follow them; Django's other validators (common passwords,
-        #: likeness to the username) still refuse some passwords with a 400.
-        password = StrictCharField(
-            min_length=_password_min_length(),
-            max_length=128,
-            trim_whitespace=False,
-            validators=[RegexValidator(r"\D", message="the password cannot be entirely numeric")],
-        )
-
-    class OutputSerializer(serializers.Serializer):
-        id = serializers.IntegerField()
-        username = serializers.CharField()
-        token = serializers.CharField()
-
-    @extend_schema(request=InputSerializer, responses={201: OutputSerializer, **_errors(400, 409)})
-    def post(self, request: Request) -> Response:
-        data = self.InputSerializer(data=request.data)
-        data.is_valid(raise_exception=True)
-        user = services.user_register(**data.validated_data)
-        return Response(
-            {"id": user.pk, "username": user.username, "token": issue_token(user)},
-            status=status.HTTP_201_CREATED,
-        )
-
-
-class InvalidCredentials(ApplicationError):
-    status_code = status.HTTP_401_UNAUTHORIZED
-    code = "invalid_credentials"
-
-
-class TokenApi(View):
-    permission_classes = [AllowAny]
-    throttle_classes = [LoginIPThrottle, LoginUserThrottle]
-    authentication_classes: list[type] = []
-
-    class InputSerializer(serializers.Serializer):
-        username = StrictCharField(max_length=150)
-        password = StrictCharField(max_length=128, trim_whitespace=False)
-
-    class OutputSerializer(serializers.Serializer):
-        token = serializers.CharField()
-
-    @extend_schema(request=InputSerializer, responses={200: OutputSerializer, **_errors(400, 401)})
-    def post(self, request: Request) -> Response:
-        data = self.InputSerializer(data=request.data)
-        data.is_valid(raise_exception=True)
-        user = authenticate(request, **data.validated_data)
-        if user is None:
-            raise InvalidCredentials("wrong username or password")
-        services.user_seen(user_id=user.pk)  # a sign-in: the user is active
-        return Response({"token": issue_token(user)})
-
-
-class RevokeApi(View):
-    """``POST /api/v1/auth/revoke``: every token of the caller stops working,
-    this one included (also on the timeline read path, through Redis)."""
-
-    permission_classes = [IsAuthenticated]
-
-    @extend_schema(request=None, responses={204: None, **_errors(401)})
-    def post(self, request: Request) -> Response:
-        user = request.user
-        assert isinstance(user, User)
-        services.tokens_revoke(user=user)
-        return Response(status=status.HTTP_204_NO_CONTENT)
-
-
-class PasswordChangeApi(View):
-    """``POST /api/v1/auth/password``: a new password for the caller. Every
-    token issued before stops working (this one too, reads included): sign
-    in again for a new one."""
-
-    permission_classes = [IsAuthenticated]
-
-    class InputSerializer(serializers.Serializer):
-        old_password = StrictCharField(max_length=128, trim_whitespace=False)
-        new_password = StrictCharField(max_length=128, trim_whitespace=False)
-
-    @extend_schema(request=InputSerializer, responses={204: None, **_errors(400, 401)})
-    def post(self, request: Request) -> Response:
-        data = self.InputSerializer(data=request.data)
-        data.is_valid(raise_exception=True)
-        services.password_change(user=current_user(request), **data.validated_data)
-        return Response(status=status.HTTP_204_NO_CONTENT)
-
-
 # --- tweets -------------------------------------------------------------------
 
 
@@ -252,7 +142,9 @@ class TweetCreateApi(View):
     class OutputSerializer(TweetOut):
         seq = serializers.IntegerField()
 
-    @extend_schema(request=InputSerializer, responses={201: OutputSerializer, **_errors(400, 401)})
+    @extend_schema(
+        request=InputSerializer, responses={201: OutputSerializer, **error_responses(400, 401)}
+    )
     def post(self, request: Request) -> Response:
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
@@ -268,7 +160,7 @@ class TweetDetailApi(View):
     def get_permissions(self) -> list[Any]:
         return [IsAuthenticated()] if self.request.method == "DELETE" else [AllowAny()]
 
-    @extend_schema(responses={200: TweetOut, **_errors(404)})
+    @extend_schema(responses={200: TweetOut, **error_responses(404)})
     def get(self, request: Request, tweet_id: int) -> Response:
         tweet = (
             Tweet.objects.select_related("author")
@@ -281,7 +173,7 @@ class TweetDetailApi(View):
             raise NotFound(f"no tweet with id {tweet_id}")
         return Response(tweet_out(tweet))
 
-    @extend_schema(responses={204: None, **_errors(401, 403, 404)})
+    @extend_schema(responses={204: None, **error_responses(401, 403, 404)})
     def delete(self, request: Request, tweet_id: int) -> Response:
         seq = services.tweet_delete(tweet_id=tweet_id, actor=current_user(request))
         return Response(status=status.HTTP_204_NO_CONTENT, headers={"X-Starling-Seq": str(seq)})
@@ -293,7 +185,9 @@ class TweetDetailApi(View):
 class FollowApi(View):
     permission_classes = [IsAuthenticated]
 
-    @extend_schema(request=None, responses={200: SeqOut, 201: SeqOut, **_errors(400, 401, 404)})
+    @extend_schema(
+        request=None, responses={200: SeqOut, 201: SeqOut, **error_responses(400, 401, 404)}
+    )
     def post(self, request: Request, username: str) -> Response:
         followee = services.user_by_username(username)
         written = services.follow_create(follower=current_user(request), followee=followee)
@@ -302,56 +196,13 @@ class FollowApi(View):
             status=status.HTTP_201_CREATED if written.created else status.HTTP_200_OK,
         )
 
-    @extend_schema(request=None, responses={200: SeqOut, **_errors(401, 404)})
+    @extend_schema(request=None, responses={200: SeqOut, **error_responses(401, 404)})
     def delete(self, request: Request, username: str) -> Response:
         # Unfollowing is always allowed, a suspended account too.
         followee = services.user_by_username(username, suspended=True)
         return Response(
             {"seq": services.follow_delete(follower=current_user(request), followee=followee)}
         )
-
-
-class CanSuspend(IsAuthenticated):
-    """The admin's check: the ``suspend_user`` permission (not ``is_staff``)."""
-
-    def has_permission(self, request: Request, view: Any) -> bool:
-        return super().has_permission(request, view) and request.user.has_perm("feed.suspend_user")
-
-
-class SuspensionApi(View):
-    """``/api/v1/users/{u}/suspension``: moderators (the ``suspend_user``
-    permission, as in the admin) suspend a user (POST) or reinstate them
-    (DELETE); both are recorded with who, when and why."""
-
-    permission_classes = [CanSuspend]
-
-    class InputSerializer(serializers.Serializer):
-        reason = StrictCharField(max_length=1000, allow_blank=True, required=False, default="")
-
-    @extend_schema(
-        request=InputSerializer,
-        responses={200: SeqOut, 201: SeqOut, **_errors(400, 401, 403, 404)},
-    )
-    def post(self, request: Request, username: str) -> Response:
-        data = self.InputSerializer(data=request.data)
-        data.is_valid(raise_exception=True)
-        written = services.user_suspend(
-            user=services.user_by_username(username, suspended=True),
-            moderator=current_user(request),
-            reason=data.validated_data["reason"],
-        )
-        return Response(
-            {"seq": written.seq},
-            status=status.HTTP_201_CREATED if written.created else status.HTTP_200_OK,
-        )
-
-    @extend_schema(request=None, responses={200: SeqOut, **_errors(401, 403, 404)})
-    def delete(self, request: Request, username: str) -> Response:
-        written = services.user_reinstate(
-            user=services.user_by_username(username, suspended=True),
-            moderator=current_user(request),
-        )
-        return Response({"seq": written.seq})
 
 
 class UserDetailApi(View):
@@ -365,7 +216,7 @@ class UserDetailApi(View):
         following_count = serializers.IntegerField()
         tweets_count = serializers.IntegerField()
 
-    @extend_schema(responses={200: OutputSerializer, **_errors(404)})
+    @extend_schema(responses={200: OutputSerializer, **error_responses(404)})
     def get(self, request: Request, username: str) -> Response:
         p = selectors.profile(services.user_by_username(username))
         return Response(
@@ -395,7 +246,7 @@ class UserTweetsApi(View):
         next_max_id = serializers.IntegerField(allow_null=True)
 
     @extend_schema(
-        parameters=[QuerySerializer], responses={200: OutputSerializer, **_errors(400, 404)}
+        parameters=[QuerySerializer], responses={200: OutputSerializer, **error_responses(400, 404)}
     )
     def get(self, request: Request, username: str) -> Response:
         query = _query(self.QuerySerializer, request)
@@ -420,7 +271,7 @@ class _FollowListApi(View):
         next_cursor = serializers.IntegerField(allow_null=True)
 
     @extend_schema(
-        parameters=[QuerySerializer], responses={200: OutputSerializer, **_errors(400, 404)}
+        parameters=[QuerySerializer], responses={200: OutputSerializer, **error_responses(400, 404)}
     )
     def get(self, request: Request, username: str) -> Response:
         query = _query(self.QuerySerializer, request)
@@ -472,7 +323,7 @@ class TimelineApi(View):
 
     @extend_schema(
         parameters=[QuerySerializer],
-        responses={200: OutputSerializer, **_errors(400, 401)},
+        responses={200: OutputSerializer, **error_responses(400, 401)},
         description="Newest first; one Redis round trip and no SQL for a warm timeline. "
         "Headers: X-Starling-Source (redis|fallback), X-Starling-Watermark, "
         "X-Starling-Fanout-Lag, X-Starling-Watermark-Age, X-Starling-Stale.",
@@ -523,11 +374,11 @@ class HealthApi(View):
         return address in {"127.0.0.1", "::1"}
 
 
-def _name_nested_serializers() -> None:
-    """Unique OpenAPI component names for the views' nested serializers
-    (``TweetCreateApi.InputSerializer`` → ``TweetCreateInput``): the nested
-    classes all share a few names, which would collide in the schema."""
-    for view in list(globals().values()):
+def name_nested_serializers(namespace: dict[str, Any]) -> None:
+    """Unique OpenAPI component names for the nested serializers of a module's
+    views (``TweetCreateApi.InputSerializer`` → ``TweetCreateInput``): the
+    nested classes all share a few names, which would collide in the schema."""
+    for view in list(namespace.values()):
         if not (isinstance(view, type) and issubclass(view, APIView)):
             continue
         for attr in ("InputSerializer", "OutputSerializer", "QuerySerializer"):
@@ -537,4 +388,4 @@ def _name_nested_serializers() -> None:
                 extend_schema_serializer(component_name=name)(inner)
 
 
-_name_nested_serializers()
+name_nested_serializers(globals())

@@ -10,7 +10,6 @@ instead, so read-your-writes still means "everything before my request".
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -19,8 +18,7 @@ from django.contrib.auth.models import Group, Permission
 from django.contrib.auth.password_validation import validate_password
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import IntegrityError, transaction
-from django.db.models import Count, F, OuterRef, Subquery
-from django.db.models.functions import Coalesce
+from django.db.models import F
 from django.utils import timezone
 
 from fanout.model import events, ids
@@ -64,7 +62,7 @@ def user_by_username(username: str, *, suspended: bool = False) -> User:
     return user
 
 
-def _new_user(username: str, password: str) -> User:
+def new_user(username: str, password: str) -> User:
     """An unsaved user whose username and password passed validation."""
     try:
         validate_username(username)
@@ -80,7 +78,7 @@ def _new_user(username: str, password: str) -> User:
 
 @transaction.atomic
 def user_register(*, username: str, password: str) -> User:
-    user = _new_user(username, password)
+    user = new_user(username, password)
     user.set_password(password)
     return user_add(user=user)
 
@@ -229,19 +227,6 @@ def _count_follows(follower_id: int, followee_id: int, delta: int) -> None:
         User.objects.filter(pk=followee_id).update(followers_count=F("followers_count") + delta)
 
 
-def recount(user_ids: Iterable[int]) -> None:
-    """Set these users' counts from the tables (the bulk writes of the seeder)."""
-    ids_ = list(set(user_ids))
-    for column, rows, key in (
-        ("followers_count", Follow.objects, "followee"),
-        ("following_count", Follow.objects, "follower"),
-        ("tweets_count", Tweet.objects, "author"),
-    ):
-        counted = rows.filter(**{key: OuterRef("pk")}).order_by().values(key)
-        total = counted.annotate(n=Count("*")).values("n")
-        User.objects.filter(pk__in=ids_).update(**{column: Coalesce(Subquery(total), 0)})
-
-
 def _lock_users(*user_ids: int) -> None:
     """Lock these users' rows, in id order (two writes locking the same two
     rows then never wait for each other in a circle)."""
@@ -297,93 +282,6 @@ def timeline_reset(*, user_id: int) -> int:
     horizon = kept[-1] if len(found) > keep else 0
     reset = events.TimelineReset(user_id, tuple(sorted(kept)), horizon, as_of, pulled)
     return outbox.append(reset)
-
-
-# --- Bulk variants, for seeding (load_tests/seed.py) --------------------------
-# The same validation, rows and events as the use-cases above, many per
-# transaction: each row's outbox event is committed with the row.
-
-
-@transaction.atomic
-def user_register_many(*, usernames: list[str], password: str) -> list[User]:
-    """:func:`user_register` for many users (with their self edges) at once.
-
-    Every user gets the same password, hashed once: a hash is deliberately
-    slow (about 0.3 s here), and seeded accounts share a known password.
-    """
-    from django.contrib.auth.hashers import make_password
-    from django.db.models.functions import Lower
-
-    users = [_new_user(username, password) for username in usernames]
-    lowered = [u.lower() for u in usernames]
-    if len(set(lowered)) != len(lowered):
-        raise ApplicationError("a username is given twice", field="username")
-    taken = User.objects.annotate(name=Lower("username")).filter(name__in=lowered)
-    first = taken.values_list("username", flat=True).first()
-    if first is not None:
-        raise Conflict(f"username {first!r} is already taken", field="username")
-    encoded = make_password(password)
-    for user in users:
-        user.password = encoded
-    User.objects.bulk_create(users)  # sets the ids (PostgreSQL, SQLite >= 3.35)
-    if users:
-        outbox.append_many([events.Followed(follower_id=u.pk, followee_id=u.pk) for u in users])
-    return users
-
-
-@transaction.atomic
-def follow_create_many(*, pairs: list[tuple[int, int]]) -> int:
-    """:func:`follow_create` for many (follower id, followee id) pairs.
-
-    Pairs already followed are skipped without an event, as there. Returns
-    the seq of the last event written (the high-water seq if none was).
-    """
-    if any(follower == followee for follower, followee in pairs):
-        raise ApplicationError("you cannot follow yourself", field="username")
-    wanted = list(dict.fromkeys(pairs))
-    existing = set(
-        Follow.objects.filter(
-            follower_id__in={f for f, _ in wanted}, followee_id__in={g for _, g in wanted}
-        ).values_list("follower_id", "followee_id")
-    )
-    new = [pair for pair in wanted if pair not in existing]
-    if not new:
-        return outbox.high_water_seq()
-    Follow.objects.bulk_create([Follow(follower_id=f, followee_id=g) for f, g in new])
-    recount({user for pair in new for user in pair})
-    return outbox.append_many([events.Followed(follower_id=f, followee_id=g) for f, g in new])
-
-
-@transaction.atomic
-def tweet_create_many(*, posts: list[tuple[User, str]]) -> int:
-    """:func:`tweet_create` for many (author, text) posts; returns the last seq.
-
-    Ids come from this process's generator; should another process share its
-    node number and mint one of them too, the primary key refuses the batch
-    (nothing is written) rather than retrying tweet by tweet.
-    """
-    tweets = []
-    for author, text in posts:
-        try:
-            text = normalize_tweet_text(text)
-        except InvalidInput as exc:
-            raise _invalid(exc) from None
-        tweet_id = next_tweet_id()
-        tweets.append(
-            Tweet(id=tweet_id, author=author, text=text, created_at=ids.created_at(tweet_id))
-        )
-    if not tweets:
-        return outbox.high_water_seq()
-    Tweet.objects.bulk_create(tweets)
-    recount({t.author.pk for t in tweets})
-    return outbox.append_many(
-        [
-            events.TweetPosted(
-                tweet_id=t.id, author_id=t.author.pk, author=t.author.username, text=t.text
-            )
-            for t in tweets
-        ]
-    )
 
 
 def user_seen(*, user_id: int) -> None:

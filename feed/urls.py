@@ -2,19 +2,23 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from feed import apis
+from feed import apis, apis_accounts
 from feed.metrics import metrics_view
 
 api_v1 = [
-    path("auth/register", apis.RegisterApi.as_view(), name="register"),
-    path("auth/token", apis.TokenApi.as_view(), name="token"),
-    path("auth/revoke", apis.RevokeApi.as_view(), name="revoke"),
-    path("auth/password", apis.PasswordChangeApi.as_view(), name="password"),
+    path("auth/register", apis_accounts.RegisterApi.as_view(), name="register"),
+    path("auth/token", apis_accounts.TokenApi.as_view(), name="token"),
+    path("auth/revoke", apis_accounts.RevokeApi.as_view(), name="revoke"),
+    path("auth/password", apis_accounts.PasswordChangeApi.as_view(), name="password"),
     path("tweets", apis.TweetCreateApi.as_view(), name="tweet-create"),
     path("tweets/<int:tweet_id>", apis.TweetDetailApi.as_view(), name="tweet-detail"),
     path("users/<str:username>", apis.UserDetailApi.as_view(), name="user-detail"),
     path("users/<str:username>/follow", apis.FollowApi.as_view(), name="follow"),
-    path("users/<str:username>/suspension", apis.SuspensionApi.as_view(), name="user-suspension"),
+    path(
+        "users/<str:username>/suspension",
+        apis_accounts.SuspensionApi.as_view(),
+        name="user-suspension",
+    ),
     path("users/<str:username>/tweets", apis.UserTweetsApi.as_view(), name="user-tweets"),
     path("users/<str:username>/followers", apis.UserFollowersApi.as_view(), name="user-followers"),
     path("users/<str:username>/following", apis.UserFollowingApi.as_view(), name="user-following"),

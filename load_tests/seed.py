@@ -146,20 +146,20 @@ class Progress:
 
 def load(net: Network, *, chunk: int) -> tuple[int, float]:
     """Write ``net`` through the bulk use-cases; return (last seq, seconds)."""
-    from feed import services
+    from load_tests import bulk_writes
 
     progress = Progress(net.rows)
     users: list[User] = []
     for names in chunks(net.usernames, chunk):
-        users += services.user_register_many(usernames=list(names), password=PASSWORD)
+        users += bulk_writes.user_register_many(usernames=list(names), password=PASSWORD)
         progress.add(len(names), "users")
     for pairs in chunks(net.follows, chunk):
         ids = [(users[f - 1].pk, users[g - 1].pk) for f, g in pairs]
-        services.follow_create_many(pairs=ids)
+        bulk_writes.follow_create_many(pairs=ids)
         progress.add(len(pairs), "follows")
     last_seq = 0
     for posts in chunks(net.tweets, chunk):
-        last_seq = services.tweet_create_many(posts=[(users[a - 1], text) for a, text in posts])
+        last_seq = bulk_writes.tweet_create_many(posts=[(users[a - 1], text) for a, text in posts])
         progress.add(len(posts), "tweets")
     return last_seq, progress.elapsed
 
