@@ -29,6 +29,8 @@ from redis.cluster import RedisCluster
 from fanout.config import DEFAULT_CLUSTER_SHARDS, StarlingConfig, TopicNames
 from fanout.store.keys import Shards
 from feed.devstack import embedded, kafka
+from feed.devstack.kafka_cluster import KafkaCluster
+from feed.devstack.kafka_cluster import start_cluster as start_kafka_cluster
 from tests.support import postgres
 from tests.support.redis_cluster import Node, start_cluster, stop_cluster, wait_until_ok
 from tests.support.stack import sqlite_stack, stack  # noqa: F401  (the whole stack, for e2e and faults)
@@ -181,18 +183,18 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[kafka.KafkaCluster]:
+def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
     """Three Apache Kafka nodes, each a broker and a controller, every topic
     on all three (two in sync for a write), started once for the tests of
     broker loss; :func:`healed` gives it back with every node running."""
-    cluster = kafka.start_cluster(
+    cluster = start_kafka_cluster(
         tmp_path_factory.mktemp("kafka-cluster"), settings=TEST_BROKER_SETTINGS
     )
     yield cluster
     cluster.stop()
 
 
-def healed(cluster: kafka.KafkaCluster) -> kafka.KafkaCluster:
+def healed(cluster: KafkaCluster) -> KafkaCluster:
     """``cluster`` with any node a test killed started again."""
     for node_id, node in cluster.nodes.items():
         if not node.running:
