@@ -119,7 +119,11 @@ def user_rename(*, user: User, username: str) -> int:
     if taken.exists():
         raise Conflict(f"username {username!r} is already taken", field="username")
     _lock_users(user.pk)
-    User.objects.filter(pk=user.pk).update(username=username)
+    try:
+        with transaction.atomic():
+            User.objects.filter(pk=user.pk).update(username=username)
+    except IntegrityError:  # taken meanwhile (the case-insensitive unique index)
+        raise Conflict(f"username {username!r} is already taken", field="username") from None
     user.username = username
     if not User.objects.filter(pk=user.pk, is_active=True).exists():
         return outbox.high_water_seq()  # suspended: the reinstatement posts the new name
