@@ -286,7 +286,7 @@ def random_workload(
     for _ in range(steps):
         roll = rnd.random()
         a, b = rnd.randint(1, users), rnd.randint(1, users)
-        if rnd.random() < suspensions:
+        if suspensions and rnd.random() < suspensions:
             envs += world.reinstate(a) if a in world.suspended else world.suspend(a)
         elif roll < 0.45 and a not in world.suspended:  # a suspended user cannot post
             envs += world.post(a)

@@ -98,7 +98,8 @@ class Workload:
         popularity = [1 / (rank + 1) for rank in range(len(names))]
         for i in range(writes):
             on_write(i)
-            if self.rnd.random() < self.suspensions:
+            # (No draw without suspensions: the workloads of a seed stay what they were.)
+            if self.suspensions and self.rnd.random() < self.suspensions:
                 name = self.rnd.choices(names, popularity)[0]
                 if name not in self.protected:
                     self.moderate(name)
