@@ -207,7 +207,7 @@ def assert_ran_from_the_package(cluster: Standalone, app_id: str) -> list[Path]:
         environment = executor / "environment"
         assert (environment / "bin" / "python").exists(), f"{executor}: archive not unpacked"
         site = environment / "lib" / "python3.11" / "site-packages"
-        assert (site / "spark" / "job.py").is_file() and (site / "fanout").is_dir()
+        assert (site / "spark" / "stream" / "job.py").is_file() and (site / "fanout").is_dir()
     return executors
 
 
