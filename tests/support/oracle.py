@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -83,6 +84,9 @@ class Workload:
         if name in self.suspended:
             self.call("DELETE", f"/users/{name}/suspension", moderator)
             self.suspended.discard(name)
+            # Tokens are timestamped to the second, and the suspension voided
+            # those up to the second after it: sign in once that has passed.
+            time.sleep(2 - time.time() % 1)
             body = {"username": name, "password": PASSWORD}
             self.users[name] = self.call("POST", "/auth/token", body=body)["token"]
             kind = "reinstate"
