@@ -209,3 +209,8 @@ class HotScript:
                 if attempt == last:
                     raise
         raise AssertionError("unreachable")
+
+
+def text(value: bytes | str) -> str:
+    """A Redis reply as text."""
+    return value.decode() if isinstance(value, bytes) else value

@@ -46,6 +46,7 @@ from fanout.store.ops import (
     unpack_ids,
 )
 from fanout.store.reads import TimelineReads
+from fanout.store.rebuilds import RebuildChannel
 from fanout.store.redis_conn import (
     Client,
     Command,
@@ -98,7 +99,7 @@ def store_for(config: StarlingConfig, *, timeout: float = 5.0) -> TimelineStore:
     )
 
 
-class TimelineStore(TimelineReads, TimelineBulk, GenerationStore):
+class TimelineStore(TimelineReads, TimelineBulk, GenerationStore, RebuildChannel):
     """Reads and idempotent bulk writes of timelines, bodies and bookkeeping."""
 
     #: Units of work per script call (ids, body bytes, ops: timeline_ops.encode_ops):

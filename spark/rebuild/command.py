@@ -31,7 +31,8 @@ from redis.exceptions import RedisError
 
 from fanout.cli import interruptible, machine_output
 from fanout.config import StarlingConfig
-from fanout.store.generations import GenerationState, RebuildState
+from fanout.store.generations import GenerationState
+from fanout.store.rebuilds import RebuildState
 from fanout.store.timelines import TimelineStore, store_for
 from spark.rebuild.finish import Oracle, RebuildFailed, Settled, reason_of
 from spark.rebuild.report import Progress, Summary

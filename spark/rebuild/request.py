@@ -21,7 +21,7 @@ import orjson
 import redis
 
 from fanout.config import StarlingConfig
-from fanout.store.generations import RebuildState
+from fanout.store.rebuilds import RebuildState
 from fanout.store.timelines import TimelineStore
 from spark.rebuild.finish import Conclusion, Oracle, RebuildFailed, Settled
 from spark.rebuild.report import Progress, Summary

@@ -55,7 +55,8 @@ import redis
 from pyspark.sql import SparkSession
 
 from fanout.config import StarlingConfig
-from fanout.store.generations import GenerationState, RebuildState
+from fanout.store.generations import GenerationState
+from fanout.store.rebuilds import RebuildState
 from fanout.store.timelines import TimelineStore
 from spark.rebuild.finish import discard_generation, drop_built, reason_of
 from spark.rebuild.report import Progress

@@ -17,7 +17,8 @@ import pytest
 from fanout.config import StarlingConfig
 from fanout.model import events
 from fanout.store import keys
-from fanout.store.generations import GenerationState, RebuildState
+from fanout.store.generations import GenerationState
+from fanout.store.rebuilds import RebuildState
 from fanout.store.timelines import TimelineStore, store_for
 from spark.rebuild import command as rebuild_command
 from spark.rebuild import request as rebuild_request
