@@ -209,6 +209,31 @@ def encode(event: Event) -> Record:
     raise TypeError(f"not an event: {event!r}")
 
 
+# --- the relay's own form, as patterns -------------------------------------------
+# What :func:`encode` writes, described for readers that recognise records in
+# bulk (the rebuild's Arrow kernels: spark/rebuild/decode.py) instead of
+# decoding each one: anything they do not recognise goes through :func:`decode`.
+# tests/model/test_events.py checks these against :func:`encode`.
+
+#: An id as written: decimal, no leading zero (every id is below 10**16).
+CANONICAL_ID = "[1-9][0-9]{0,15}"
+#: A ``seq`` header as written: a non-negative decimal without leading zeros.
+CANONICAL_SEQ = "^(0|[1-9][0-9]{0,17})$"
+#: A JSON string's body that needs no escape (orjson writes it as it is).
+_PLAIN = r'[^"\\\x00-\x1f]*'
+CANONICAL_FOLLOW_KEY = f"^(?P<follower>{CANONICAL_ID}):(?P<followee>{CANONICAL_ID})$"
+#: A follow's value is these three strings around the follower's and the followee's ids.
+CANONICAL_FOLLOW_VALUE = (f'{{"v":{SCHEMA_VERSION},"follower_id":', ',"followee_id":', "}")
+CANONICAL_TWEET_VALUE = (
+    rf'^\{{"v":{SCHEMA_VERSION},"id":(?P<id>{CANONICAL_ID}),'
+    rf'"author_id":(?P<author_id>{CANONICAL_ID}),'
+    rf'"author":"(?P<author>{_PLAIN})","text":"(?P<text>{_PLAIN})"\}}$'
+)
+#: A tweet's body (:func:`tweet_json`) is these strings around its id, author,
+#: text and ``created_at`` (to the millisecond, without its ``Z``).
+TWEET_BODY = ('{"id":', ',"author":"', '","text":"', '","created_at":"', 'Z"}')
+
+
 def mark_record(partition: int, seq: int) -> tuple[bytes, list[tuple[str, bytes]]]:
     """(key, headers) of the relay's mark in ``partition``: every event with a
     ``seq`` up to ``seq`` is already before it in that partition's log."""

@@ -36,19 +36,9 @@ DECODED = (
     "kind string, a long, b long, seq long, topic string, partition int, offset long, error string"
 )
 
-#: An id as the relay writes it. Every id is below 10**16 (53 bits); the exact
-#: bound (:data:`fanout.model.ids.MAX_ID`) is checked on the numbers.
-_ID = "[1-9][0-9]{0,15}"
-#: A seq header as the relay writes it: what ``header_number`` reads as a
-#: non-negative ``bigint``.
-_SEQ = "^(0|[1-9][0-9]{0,17})$"
-#: A JSON string's body that needs no escape: orjson writes it as it is.
-_PLAIN = r'[^"\\\x00-\x1f]*'
-_FOLLOW_KEY = f"^(?P<follower>{_ID}):(?P<followee>{_ID})$"
-_TWEET_VALUE = (
-    rf'^\{{"v":{events.SCHEMA_VERSION},"id":(?P<id>{_ID}),"author_id":(?P<author_id>{_ID}),'
-    rf'"author":"(?P<author>{_PLAIN})","text":"(?P<text>{_PLAIN})"\}}$'
-)
+#: The relay's own form (fanout.model.events, the wire format's one home); the
+#: exact id bound (:data:`fanout.model.ids.MAX_ID`) is checked on the numbers.
+_ID = events.CANONICAL_ID
 _TIME_SHIFT = ids.SEQUENCE_BITS + ids.NODE_BITS
 
 
@@ -129,24 +119,21 @@ def _recognise(topic: str, keys: list[Any], values: list[Any], headers: list[Any
     key, value, seq, jk = _text(keys), _text(values), _text(seq_raw), _text(jk_raw)
     if key is None or value is None or seq is None or jk is None:
         return out  # a byte that is not UTF-8 somewhere: the Python path names it
-    framed = _both(pc.match_substring_regex(seq, _SEQ), pc.match_substring_regex(jk, f"^{_ID}$"))
+    framed = _both(
+        pc.match_substring_regex(seq, events.CANONICAL_SEQ),
+        pc.match_substring_regex(jk, f"^{_ID}$"),
+    )
     if topic == events.FOLLOWS:
-        parts = pc.extract_regex(key, _FOLLOW_KEY)
+        parts = pc.extract_regex(key, events.CANONICAL_FOLLOW_KEY)
         follower, followee = pc.struct_field(parts, "follower"), pc.struct_field(parts, "followee")
         keyed = _both(framed, pc.equal(jk, followee))
-        canonical = pc.binary_join_element_wise(
-            f'{{"v":{events.SCHEMA_VERSION},"follower_id":',
-            follower,
-            ',"followee_id":',
-            followee,
-            "}",
-            "",
-        )
+        before, between, after = events.CANONICAL_FOLLOW_VALUE
+        canonical = pc.binary_join_element_wise(before, follower, between, followee, after, "")
         a, b = _number(followee), _number(follower)
         out.live = _both(keyed, pc.equal(value, canonical), _in_range(a, b))
     else:
         keyed = _both(framed, pc.match_substring_regex(key, f"^{_ID}$"))
-        parts = pc.extract_regex(value, _TWEET_VALUE)
+        parts = pc.extract_regex(value, events.CANONICAL_TWEET_VALUE)
         tweet_id, author_id = pc.struct_field(parts, "id"), pc.struct_field(parts, "author_id")
         a, b = _number(author_id), _number(tweet_id)
         out.live = _both(keyed, pc.equal(tweet_id, key), pc.equal(author_id, jk), _in_range(a, b))
@@ -156,16 +143,17 @@ def _recognise(topic: str, keys: list[Any], values: list[Any], headers: list[Any
         created = pc.replace_substring(
             stamps.cast(pa.timestamp("ms")).cast(pa.string()), " ", "T", max_replacements=1
         )
+        head, author, text, created_at, tail = events.TWEET_BODY
         bodies = pc.binary_join_element_wise(
-            '{"id":',
+            head,
             pc.filter(tweet_id, out.live),
-            ',"author":"',
+            author,
             pc.filter(pc.struct_field(parts, "author"), out.live),
-            '","text":"',
+            text,
             pc.filter(pc.struct_field(parts, "text"), out.live),
-            '","created_at":"',
+            created_at,
             created,
-            'Z"}',
+            tail,
             "",
         )
         out.tweets = (live_ids, bodies.cast(pa.binary()))

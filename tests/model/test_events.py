@@ -228,3 +228,29 @@ def test_created_at_is_the_ids_utc_millisecond_in_iso_form(tweet_id: int) -> Non
         ids.created_at(tweet_id).astimezone(UTC).isoformat(timespec="milliseconds")
     ).replace("+00:00", "Z")
     assert events.created_at_iso(tweet_id) == expected
+
+
+def test_the_canonical_patterns_describe_what_encode_writes() -> None:
+    """The relay's own form, as events.py describes it for bulk readers, is
+    exactly what :func:`events.encode` and :func:`events.tweet_json` write."""
+    import re
+
+    post = events.TweetPosted(1234567, 89, "ann_1", "héllo, 🐦")
+    record = events.encode(post)
+    assert record.value is not None
+    match = re.fullmatch(events.CANONICAL_TWEET_VALUE, record.value.decode())
+    assert match and match.group("id") == "1234567" and match.group("author") == "ann_1"
+    assert re.fullmatch(events.CANONICAL_ID, record.key.decode())
+    follow = events.encode(events.Followed(12, 345))
+    parts = re.fullmatch(events.CANONICAL_FOLLOW_KEY, follow.key.decode())
+    assert parts and (parts.group("follower"), parts.group("followee")) == ("12", "345")
+    before, between, after = events.CANONICAL_FOLLOW_VALUE
+    assert follow.value == f"{before}12{between}345{after}".encode()
+    head, author, text, created_at, tail = events.TWEET_BODY
+    stamp = events.created_at_iso(post.tweet_id).removesuffix("Z")
+    body = f"{head}1234567{author}ann_1{text}héllo, 🐦{created_at}{stamp}{tail}"
+    assert events.tweet_json(post) == body.encode()
+    assert re.fullmatch(events.CANONICAL_SEQ, "0") and not re.fullmatch(events.CANONICAL_SEQ, "07")
+    # A text orjson must escape is not in the plain form: the slow path decodes it.
+    quoted = events.encode(events.TweetPosted(1234568, 89, "ann_1", 'say "hi"'))
+    assert not re.fullmatch(events.CANONICAL_TWEET_VALUE, quoted.value.decode())  # type: ignore[union-attr]
