@@ -69,12 +69,6 @@ class Env:
         raw = self.raw(name)
         return default if raw is None else raw
 
-    def required(self, name: str, why: str) -> str:
-        raw = self.raw(name)
-        if raw is None:
-            raise ConfigError(f"{name} must be set: {why}")
-        return raw
-
     def int(self, name: str, default: int, *, low: int, high: int) -> int:
         return int(_number(name, self.raw(name), default, int, "an integer", low, high))
 

@@ -20,7 +20,7 @@ from django.db import transaction
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 
-from feed import services
+from feed import moderation, services
 from feed.models import Follow, ModerationAction, OutboxEvent, TimelineRebuild, Tweet, User
 from feed.outbox import DjangoOutboxStore
 from feed.validation import InvalidInput, validate_username
@@ -96,9 +96,9 @@ class UserAdmin(DjangoUserAdmin):
         moderator: User = request.user  # type: ignore[assignment]
         if "is_active" in changed:
             if active:
-                services.user_reinstate(user=obj, moderator=moderator, reason="admin")
+                moderation.user_reinstate(user=obj, moderator=moderator, reason="admin")
             else:
-                services.user_suspend(user=obj, moderator=moderator, reason="admin")
+                moderation.user_suspend(user=obj, moderator=moderator, reason="admin")
             obj.refresh_from_db()
         elif "tokens_valid_after" in changed and obj.tokens_valid_after:
             services.tokens_revoke(user=obj, at=obj.tokens_valid_after)
@@ -108,11 +108,11 @@ class UserAdmin(DjangoUserAdmin):
 
     @admin.action(description="Suspend the selected users", permissions=["suspend"])
     def suspend_users(self, request: HttpRequest, queryset: QuerySet[User]) -> None:
-        self._moderate(request, queryset, services.user_suspend, "suspended")
+        self._moderate(request, queryset, moderation.user_suspend, "suspended")
 
     @admin.action(description="Reinstate the selected users", permissions=["suspend"])
     def reinstate_users(self, request: HttpRequest, queryset: QuerySet[User]) -> None:
-        self._moderate(request, queryset, services.user_reinstate, "reinstated")
+        self._moderate(request, queryset, moderation.user_reinstate, "reinstated")
 
     def _moderate(
         self, request: HttpRequest, queryset: QuerySet[User], action: Any, done: str
@@ -142,14 +142,25 @@ class UserAdmin(DjangoUserAdmin):
         self.message_user(request, f"revoked the tokens of {queryset.count()} user(s)")
 
 
-class _DeleteThroughServiceAdmin(admin.ModelAdmin):
-    """Read-only, except deletes, which call a use-case per row."""
+class _ReadOnlyAdmin(admin.ModelAdmin):
+    """Rows only the use-cases write: shown, never added, changed or deleted here."""
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+class _DeleteThroughServiceAdmin(_ReadOnlyAdmin):
+    """Read-only, except deletes (for those with the model's delete
+    permission), which call a use-case per row."""
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return admin.ModelAdmin.has_delete_permission(self, request, obj)
 
     def delete_row(self, request: HttpRequest, obj: Any) -> None:
         raise NotImplementedError
@@ -206,7 +217,7 @@ class PublishedFilter(admin.SimpleListFilter):
 
 
 @admin.register(OutboxEvent)
-class OutboxEventAdmin(admin.ModelAdmin):
+class OutboxEventAdmin(_ReadOnlyAdmin):
     list_display = ("id", "topic", "key", "kind", "join_key", "created_at", "published_at")
     list_filter = (PublishedFilter, "topic")
     search_fields = ("key",)
@@ -216,15 +227,6 @@ class OutboxEventAdmin(admin.ModelAdmin):
     @admin.display(description="kind")
     def kind(self, obj: OutboxEvent) -> str:
         return "tombstone" if obj.value is None else "upsert"
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
@@ -280,7 +282,7 @@ class TimelineRebuildAdmin(admin.ModelAdmin):
 
 
 @admin.register(ModerationAction)
-class ModerationActionAdmin(admin.ModelAdmin):
+class ModerationActionAdmin(_ReadOnlyAdmin):
     """Who did what to whom, when and why (read-only: the use-cases write it)."""
 
     list_display = ("created_at", "moderator", "kind", "subject", "tweet_id", "reason")
@@ -288,12 +290,3 @@ class ModerationActionAdmin(admin.ModelAdmin):
     list_select_related = ("moderator", "subject")
     search_fields = ("moderator__username", "subject__username", "reason")
     ordering = ("-id",)
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False

@@ -15,7 +15,7 @@ from rest_framework.permissions import AllowAny, IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from feed import services
+from feed import moderation, services
 from feed.apis import (
     SeqOut,
     StrictCharField,
@@ -162,7 +162,7 @@ class SuspensionApi(View):
     def post(self, request: Request, username: str) -> Response:
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        written = services.user_suspend(
+        written = moderation.user_suspend(
             user=services.user_by_username(username, suspended=True),
             moderator=current_user(request),
             reason=data.validated_data["reason"],
@@ -174,7 +174,7 @@ class SuspensionApi(View):
 
     @extend_schema(request=None, responses={200: SeqOut, **error_responses(401, 403, 404)})
     def delete(self, request: Request, username: str) -> Response:
-        written = services.user_reinstate(
+        written = moderation.user_reinstate(
             user=services.user_by_username(username, suspended=True),
             moderator=current_user(request),
         )

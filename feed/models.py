@@ -53,7 +53,7 @@ class User(AbstractUser):
             models.UniqueConstraint(Lower("username"), name="user_username_ci_unique"),
         ]
         #: A suspended user is inactive: no sign-in, no token, and their tweets out
-        #: of every view (feed.services.user_suspend); moderators hold this and
+        #: of every view (feed.moderation.user_suspend); moderators hold this and
         #: ``delete_tweet`` (manage.py createmoderator).
         permissions = [("suspend_user", "Can suspend and reinstate users")]
 

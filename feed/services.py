@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.contrib.auth.models import Group, Permission
 from django.contrib.auth.password_validation import validate_password
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import IntegrityError, transaction
@@ -176,8 +175,10 @@ def tweet_delete(*, tweet_id: int, actor: User) -> int:
     if tweet is None:
         raise NotFound(f"no tweet with id {tweet_id}")
     if tweet.author_id != actor.pk:
-        _moderator(actor, "delete_tweet")
-        _record(actor, ModerationAction.Kind.DELETE_TWEET, tweet.author_id, tweet_id=tweet_id)
+        check_moderator(actor, "delete_tweet")
+        record_moderation(
+            actor, ModerationAction.Kind.DELETE_TWEET, tweet.author_id, tweet_id=tweet_id
+        )
     author_id = tweet.author_id
     tweet.delete()
     User.objects.filter(pk=author_id).update(tweets_count=F("tweets_count") - 1)
@@ -206,8 +207,8 @@ def follow_delete(*, follower: User, followee: User, moderator: User | None = No
     """Unfollow; idempotent. A ``moderator`` removing someone else's follow
     needs ``delete_follow`` and leaves a record."""
     if moderator is not None and moderator.pk != follower.pk:
-        _moderator(moderator, "delete_follow")
-        _record(moderator, ModerationAction.Kind.DELETE_FOLLOW, follower.pk)
+        check_moderator(moderator, "delete_follow")
+        record_moderation(moderator, ModerationAction.Kind.DELETE_FOLLOW, follower.pk)
     # Serialized with timeline_reset of the follower (see there); both counts change.
     _lock_users(follower.pk, followee.pk)
     deleted, _ = Follow.objects.filter(follower=follower, followee=followee).delete()
@@ -365,101 +366,18 @@ def revocations_restore() -> int:
     )
 
 
-# --- moderation ----------------------------------------------------------------
+# --- moderation (the use-cases are feed.moderation's) --------------------------
 
 
-MODERATORS = "moderators"
-#: What a moderator may do (codenames of the feed app).
-MODERATION = (
-    "view_user",
-    "suspend_user",
-    "view_tweet",
-    "delete_tweet",
-    "view_follow",
-    "delete_follow",
-    "view_moderationaction",
-)
-
-
-def moderator_group() -> Group:
-    """The group, with exactly the moderation permissions."""
-    group, _ = Group.objects.get_or_create(name=MODERATORS)
-    group.permissions.set(
-        Permission.objects.filter(content_type__app_label="feed", codename__in=MODERATION)
-    )
-    return group
-
-
-@transaction.atomic
-def moderator_create(*, username: str, password: str) -> User:
-    """A user (registered as anyone is) who may use the admin and moderate, and
-    nothing more: ``is_staff`` and the :data:`MODERATORS` group."""
-    user = user_register(username=username, password=password)
-    user.is_staff = True
-    user.save(update_fields=["is_staff"])
-    user.groups.add(moderator_group())
-    return user
-
-
-def _moderator(actor: User, permission: str) -> None:
+def check_moderator(actor: User, permission: str) -> None:
     """The API's and the admin's check alike: the permission, not ``is_staff``."""
     if not actor.has_perm(f"feed.{permission}"):
         raise Forbidden(f"moderators only (the {permission} permission)")
 
 
-def _record(
+def record_moderation(
     actor: User, kind: str, subject_id: int, *, tweet_id: int | None = None, reason: str = ""
 ) -> None:
     ModerationAction.objects.create(
         moderator=actor, kind=kind, subject_id=subject_id, tweet_id=tweet_id, reason=reason
     )
-
-
-@transaction.atomic
-def user_suspend(*, user: User, moderator: User, reason: str) -> Written:
-    """Suspend ``user``: no sign-in and no token any more, and every tweet of
-    theirs leaves every view as a delete would (a tombstone each, through the
-    outbox and the job); their follows stop counting on the other side.
-    The rows stay, for :func:`user_reinstate`. Returns whether it changed
-    anything (suspending a suspended user does not) and the seq to wait for."""
-    _moderator(moderator, "suspend_user")
-    if user.pk == moderator.pk:
-        raise ApplicationError("you cannot suspend yourself", field="username")
-    if not User.objects.filter(pk=user.pk, is_active=True).update(is_active=False):
-        return Written(False, outbox.high_water_seq())  # already (the row is locked)
-    _suspension_counts(user.pk, -1)
-    # Tokens are timestamped to the second: one issued in this very second goes too.
-    tokens_revoke(user=user, at=timezone.now() + timedelta(seconds=1))
-    _record(moderator, ModerationAction.Kind.SUSPEND, user.pk, reason=reason)
-    tweets = Tweet.objects.filter(author_id=user.pk).values_list("id", flat=True)
-    gone = [events.TweetDeleted(tweet_id=t, author_id=user.pk) for t in tweets.iterator()]
-    return Written(True, outbox.append_many(gone) if gone else outbox.high_water_seq())
-
-
-@transaction.atomic
-def user_reinstate(*, user: User, moderator: User, reason: str = "") -> Written:
-    """Undo :func:`user_suspend`: the user may sign in again, and every tweet
-    of theirs still in the database comes back to every view (each posted
-    again through the outbox, under the user's current name). Returns whether
-    it changed anything (reinstating an active user does not) and the seq."""
-    _moderator(moderator, "suspend_user")
-    if not User.objects.filter(pk=user.pk, is_active=False).update(is_active=True):
-        return Written(False, outbox.high_water_seq())
-    _suspension_counts(user.pk, +1)
-    _record(moderator, ModerationAction.Kind.REINSTATE, user.pk, reason=reason)
-    name = User.objects.values_list("username", flat=True).get(pk=user.pk)
-    rows = Tweet.objects.filter(author_id=user.pk).values_list("id", "text")
-    back = [
-        events.TweetPosted(tweet_id=t, author_id=user.pk, author=name, text=text)
-        for t, text in rows.iterator()
-    ]
-    return Written(True, outbox.append_many(back) if back else outbox.high_water_seq())
-
-
-def _suspension_counts(user_id: int, delta: int) -> None:
-    """A (re)suspended user's follows leave (or join) the counts of the other
-    side: those they follow lose a follower, those following them a followee."""
-    followees = Follow.objects.filter(follower_id=user_id).values("followee_id")
-    followers = Follow.objects.filter(followee_id=user_id).values("follower_id")
-    User.objects.filter(pk__in=followees).update(followers_count=F("followers_count") + delta)
-    User.objects.filter(pk__in=followers).update(following_count=F("following_count") + delta)

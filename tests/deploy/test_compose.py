@@ -142,7 +142,7 @@ ENV_READ = re.compile(
     r"""(?:
         os\.environ\.get\(\s* | os\.environ\.setdefault\(\s* | os\.environ\[\s* | os\.getenv\(\s*
         | \benv\.get\(\s* | \b_required\(\s*
-        | \b(?:env|read|Env\([a-z]*\))\.(?:raw|text|required|int|float|bool|list|choice)\(\s*
+        | \b(?:env|read|Env\([a-z]*\))\.(?:raw|text|int|float|bool|list|choice)\(\s*
     )["']([A-Z][A-Z0-9_]*)["']""",
     re.VERBOSE,
 )

@@ -18,7 +18,7 @@ class UserFactory(factory.django.DjangoModelFactory):
 
 
 class ModeratorFactory(UserFactory):
-    """A user with the moderators' permissions (feed.services.moderator_group)."""
+    """A user with the moderators' permissions (feed.moderation.moderator_group)."""
 
     class Meta:
         skip_postgeneration_save = True
@@ -27,7 +27,7 @@ class ModeratorFactory(UserFactory):
 
     @factory.post_generation
     def moderation(self, create: bool, extracted: object, **kwargs: object) -> None:
-        from feed.services import moderator_group
+        from feed.moderation import moderator_group
 
         if create:
             self.groups.add(moderator_group())  # type: ignore[attr-defined]

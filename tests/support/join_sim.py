@@ -46,7 +46,7 @@ class Log:
         return events.Envelope(next(self.seq), events.TweetDeleted(t, author))
 
     def repost(self, author: int, t: int) -> events.Envelope:
-        """Tweet ``t`` posted again (a reinstated author's, services.user_reinstate)."""
+        """Tweet ``t`` posted again (a reinstated author's, moderation.user_reinstate)."""
         return events.Envelope(
             next(self.seq), events.TweetPosted(t, author, f"u{author}", f"tweet {t}")
         )
@@ -212,7 +212,7 @@ class World:
         return self.log.unfollow(follower, followee)
 
     def suspend(self, user: int) -> list[events.Envelope]:
-        """services.user_suspend: a tombstone for each of the user's tweets."""
+        """moderation.user_suspend: a tombstone for each of the user's tweets."""
         self.suspended.add(user)
         mine = sorted(t for t, a in self.live.items() if a == user)
         for t in mine:
@@ -220,7 +220,7 @@ class World:
         return [self.log.delete(user, t) for t in mine]
 
     def reinstate(self, user: int) -> list[events.Envelope]:
-        """services.user_reinstate: each of the user's tweets posted again."""
+        """moderation.user_reinstate: each of the user's tweets posted again."""
         self.suspended.discard(user)
         mine = sorted(t for t, a in self.hidden.items() if a == user)
         for t in mine:

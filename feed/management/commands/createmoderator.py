@@ -15,7 +15,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from feed import services
+from feed import moderation
 from feed.errors import ApplicationError
 
 
@@ -35,7 +35,7 @@ class Command(BaseCommand):
             if password != getpass.getpass("Password (again): "):
                 raise CommandError("the passwords differ")
         try:
-            user = services.moderator_create(username=options["username"], password=password)
+            user = moderation.moderator_create(username=options["username"], password=password)
         except ApplicationError as exc:
             raise CommandError(exc.message) from None
         self.stdout.write(f"moderator {user.username} created (id {user.pk})")
