@@ -117,14 +117,14 @@ def user_rename(*, user: User, username: str) -> int:
     taken = User.objects.filter(username__lower=username.lower()).exclude(pk=user.pk)
     if taken.exists():
         raise Conflict(f"username {username!r} is already taken", field="username")
-    _lock_users(user.pk)
+    active = _lock_users(user.pk)
     try:
         with transaction.atomic():
             User.objects.filter(pk=user.pk).update(username=username)
     except IntegrityError:  # taken meanwhile (the case-insensitive unique index)
         raise Conflict(f"username {username!r} is already taken", field="username") from None
     user.username = username
-    if not User.objects.filter(pk=user.pk, is_active=True).exists():
+    if not active.get(user.pk):
         return outbox.high_water_seq()  # suspended: the reinstatement posts the new name
     rows = Tweet.objects.filter(author_id=user.pk).values_list("id", "text")
     again = [
@@ -189,15 +189,15 @@ def tweet_delete(*, tweet_id: int, actor: User) -> int:
 def follow_create(*, follower: User, followee: User) -> Written:
     if follower.pk == followee.pk:
         raise ApplicationError("you cannot follow yourself", field="username")
-    _lock_users(follower.pk, followee.pk)  # their counts change
-    if not User.objects.filter(pk=followee.pk, is_active=True).exists():
+    active = _lock_users(follower.pk, followee.pk)  # their counts change
+    if not active.get(followee.pk):
         raise NotFound(f"no user named {followee.username!r}")  # suspended
     try:
         with transaction.atomic():
             Follow.objects.create(follower=follower, followee=followee)
     except IntegrityError:
         return Written(created=False, seq=outbox.high_water_seq())
-    _count_follows(follower.pk, followee.pk, +1)
+    _count_follows(follower.pk, followee.pk, +1, active)
     seq = outbox.append(events.Followed(follower_id=follower.pk, followee_id=followee.pk))
     return Written(created=True, seq=seq)
 
@@ -210,43 +210,31 @@ def follow_delete(*, follower: User, followee: User, moderator: User | None = No
         check_moderator(moderator, "delete_follow")
         record_moderation(moderator, ModerationAction.Kind.DELETE_FOLLOW, follower.pk)
     # Serialized with timeline_reset of the follower (see there); both counts change.
-    _lock_users(follower.pk, followee.pk)
+    active = _lock_users(follower.pk, followee.pk)
     deleted, _ = Follow.objects.filter(follower=follower, followee=followee).delete()
     if not deleted:
         return outbox.high_water_seq()
-    _count_follows(follower.pk, followee.pk, -1)
+    _count_follows(follower.pk, followee.pk, -1, active)
     return outbox.append(events.Unfollowed(follower_id=follower.pk, followee_id=followee.pk))
 
 
-def _count_follows(follower_id: int, followee_id: int, delta: int) -> None:
-    """Both sides' counts, in the write's transaction (the rows are locked). A
-    follow counts on one side only while the other side is not suspended."""
-    active = set(
-        User.objects.filter(pk__in=(follower_id, followee_id), is_active=True).values_list(
-            "pk", flat=True
-        )
-    )
-    if followee_id in active:
+def _count_follows(follower_id: int, followee_id: int, delta: int, active: dict[int, bool]) -> None:
+    """Both sides' counts, in the write's transaction (the rows are locked:
+    ``active`` is :func:`_lock_users`'). A follow counts on one side only while
+    the other side is not suspended."""
+    if active.get(followee_id):
         User.objects.filter(pk=follower_id).update(following_count=F("following_count") + delta)
-    if follower_id in active:
+    if active.get(follower_id):
         User.objects.filter(pk=followee_id).update(followers_count=F("followers_count") + delta)
 
 
-def _lock_users(*user_ids: int) -> None:
-    """Lock these users' rows, in id order (two writes locking the same two
-    rows then never wait for each other in a circle)."""
-    list(
-        User.objects.select_for_update()
-        .filter(pk__in=user_ids)
-        .order_by("pk")
-        .values_list("pk", flat=True)
-    )
-
-
-def _lock_user(user_id: int) -> bool:
-    """Lock a user's row until the transaction ends (PostgreSQL; SQLite runs
-    one write transaction at a time anyway); False if there is no such user."""
-    return bool(list(User.objects.select_for_update().filter(pk=user_id).values_list("pk")))
+def _lock_users(*user_ids: int) -> dict[int, bool]:
+    """Lock these users' rows until the transaction ends, in id order (two
+    writes locking the same two rows then never wait for each other in a
+    circle; SQLite runs one write transaction at a time anyway). Returns
+    whether each one found is active (not suspended), as read under the lock."""
+    rows = User.objects.select_for_update().filter(pk__in=user_ids).order_by("pk")
+    return dict(rows.values_list("pk", "is_active"))
 
 
 @transaction.atomic
@@ -272,7 +260,7 @@ def timeline_reset(*, user_id: int) -> int:
     as_of = outbox.settled_high()  # the read below sees every write up to there
     if as_of is None:
         raise ServiceUnavailable("writes in flight hold the database; try again")
-    if not _lock_user(user_id):
+    if user_id not in _lock_users(user_id):
         raise NotFound(f"no user with id {user_id}")
     from fanout.store.timelines import store_for
 
