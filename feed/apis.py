@@ -12,7 +12,6 @@ import hmac
 from typing import Any
 
 from django.conf import settings
-from django.http import HttpResponse
 from drf_spectacular.utils import extend_schema, extend_schema_serializer, inline_serializer
 from rest_framework import exceptions, serializers, status
 from rest_framework.permissions import AllowAny, IsAuthenticated
@@ -22,7 +21,7 @@ from rest_framework.throttling import BaseThrottle
 from rest_framework.views import APIView
 
 from fanout.model import events, ids
-from feed import readpath, selectors, services, timeline
+from feed import selectors, services
 from feed.auth import InvalidToken, bearer_token
 from feed.errors import NotFound
 from feed.health import cached_check_all, public
@@ -289,55 +288,6 @@ class UserFollowersApi(_FollowListApi):
 
 class UserFollowingApi(_FollowListApi):
     direction = "following"
-
-
-# --- home timeline ---------------------------------------------------------------
-
-
-def _bounded_param(p: timeline.Param) -> serializers.IntegerField:
-    if p.default is None:
-        return WholeNumberParam(min_value=p.low, max_value=p.high, required=False, help_text=p.help)
-    return WholeNumberParam(min_value=p.low, max_value=p.high, default=p.default, help_text=p.help)
-
-
-class TimelineApi(View):
-    """``GET /api/v1/timeline``: the authenticated user's home timeline.
-
-    In production the WSGI fast path (:mod:`feed.fastpath`) answers this URL
-    before Django; both call :func:`feed.timeline.handle`.
-    """
-
-    authentication_classes: list[type] = []
-    permission_classes = [AllowAny]
-
-    #: The query parameters, made from the bounds the parser enforces (feed.timeline.PARAMS).
-    QuerySerializer = type(
-        "QuerySerializer",
-        (serializers.Serializer,),
-        {p.name: _bounded_param(p) for p in timeline.PARAMS},
-    )
-
-    class OutputSerializer(serializers.Serializer):
-        tweets = TweetOut(many=True)
-        next_max_id = serializers.IntegerField(allow_null=True)
-
-    @extend_schema(
-        parameters=[QuerySerializer],
-        responses={200: OutputSerializer, **error_responses(400, 401)},
-        description="Newest first; one Redis round trip and no SQL for a warm timeline. "
-        "Headers: X-Starling-Source (redis|fallback), X-Starling-Watermark, "
-        "X-Starling-Fanout-Lag, X-Starling-Watermark-Age, X-Starling-Stale.",
-    )
-    def get(self, request: Request) -> HttpResponse:
-        r = timeline.handle(
-            "GET",
-            request.META.get("HTTP_AUTHORIZATION", ""),
-            request.META.get("QUERY_STRING", ""),
-            readpath.timeline_reader(),
-        )
-        return HttpResponse(
-            r.body, status=r.status, content_type="application/json", headers=r.headers
-        )
 
 
 # --- operations ---------------------------------------------------------------

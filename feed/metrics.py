@@ -49,7 +49,6 @@ from collections.abc import Iterator
 from django.conf import settings
 from django.db import DatabaseError
 from django.db.models import Min
-from django.http import HttpRequest, HttpResponse
 from prometheus_client import CollectorRegistry, Histogram, multiprocess
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -283,10 +282,10 @@ class _Recorded(Collector):
 def answer(authorization: str, accept: str) -> tuple[int, str, bytes]:
     """A scrape: ``(status, content type, body)`` for these request headers.
 
-    Served twice over the same code: by the WSGI front (feed.fastpath), which
-    answers ``/metrics`` before Django so that Prometheus can scrape a web
-    container by its internal name (not one of ALLOWED_HOSTS) over plain HTTP
-    (no TLS redirect); and by Django's URL conf under ``runserver``."""
+    Served by the WSGI front (feed.fastpath), which answers ``/metrics``
+    before Django so that Prometheus can scrape a web container by its
+    internal name (not one of ALLOWED_HOSTS) over plain HTTP (no TLS
+    redirect)."""
     token = settings.STARLING_METRICS_TOKEN
     if not token and settings.STARLING_METRICS_REQUIRE_TOKEN:
         return 403, TEXT, b"/metrics is off: set STARLING_METRICS_TOKEN to serve it\n"
@@ -299,10 +298,3 @@ def answer(authorization: str, accept: str) -> tuple[int, str, bytes]:
 
 
 TEXT = "text/plain; charset=utf-8"
-
-
-def metrics_view(request: HttpRequest) -> HttpResponse:
-    status, content_type, body = answer(
-        request.headers.get("Authorization", ""), request.headers.get("Accept", "")
-    )
-    return HttpResponse(body, status=status, content_type=content_type)

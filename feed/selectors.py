@@ -130,12 +130,13 @@ def home_timeline_ids(
         return [row[0] for row in cursor.fetchall()]
 
 
-def home_timeline_page(
-    user_id: int, *, count: int, max_id: int | None = None, since_id: int | None = None
-) -> dict[str, Any]:
+def home_timeline_page(user_id: int, query: TimelineQuery) -> dict[str, Any]:
     """A home-timeline page from the database: ``{"tweets", "next_max_id"}``,
     ``next_max_id`` null on the last page. Bounded: ``count + 1`` rows."""
-    found = home_timeline_ids(user_id, limit=count + 1, max_id=max_id, since_id=since_id)
+    count = query.count
+    found = home_timeline_ids(
+        user_id, limit=count + 1, max_id=query.max_id, since_id=query.since_id
+    )
     page = found[:count]
     rows = dict(
         (i, (author, text))
@@ -156,10 +157,7 @@ def home_timeline_fallback(user_id: int, issued_at: float, query: TimelineQuery)
         return None
     if user.tokens_valid_after and issued_at < int(user.tokens_valid_after.timestamp()):
         return None
-    page = home_timeline_page(
-        user_id, count=query.count, max_id=query.max_id, since_id=query.since_id
-    )
-    return orjson.dumps(page)
+    return orjson.dumps(home_timeline_page(user_id, query))
 
 
 def home_timeline_oracle(user_ids: Sequence[int], cap: int) -> dict[int, list[int]]:

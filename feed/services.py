@@ -238,7 +238,7 @@ def _lock_users(*user_ids: int) -> dict[int, bool]:
 
 
 @transaction.atomic
-def timeline_reset(*, user_id: int) -> int:
+def timeline_reset(user_id: int) -> int:
     """Have the fanout job refill one home timeline from the database; return
     the seq to wait for.
 
@@ -277,7 +277,7 @@ def timeline_reset(*, user_id: int) -> int:
     return outbox.append(reset)
 
 
-def user_seen(*, user_id: int) -> None:
+def user_seen(user_id: int) -> None:
     """Record that the user read a timeline or signed in (once a day is enough:
     idleness is counted in days). Idle users' timelines are dropped by
     :func:`feed.tasks.drop_idle_timelines`; a read brings them back."""

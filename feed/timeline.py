@@ -2,11 +2,10 @@
 
 :func:`handle` is the whole endpoint, outside Django's request machinery: it
 takes the request's method, ``Authorization`` header and query string and
-returns status, headers and body (errors in the API's one envelope). Two
-callers share it: the WSGI fast path of :mod:`feed.fastpath` (what production
-traffic hits: no Django middleware, no URL resolving) and
-:class:`feed.apis.TimelineApi` (the same URL inside Django, for the test
-client, the OpenAPI schema and ``runserver``).
+returns status, headers and body (errors in the API's one envelope). Its one
+caller is the WSGI fast path of :mod:`feed.fastpath` (no Django middleware, no
+URL resolving); Django has no view for the URL (the OpenAPI schema declares it
+in feed.schema).
 
 A warm read is one call of the timeline store's read script (active
 generation, token revocation, the page of ids by cursor, the bodies, the

@@ -3,8 +3,9 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from feed import apis, apis_accounts
-from feed.metrics import metrics_view
 
+# GET /api/v1/timeline and /metrics are not here: the WSGI front
+# (feed.fastpath, in feed.wsgi) answers them before Django.
 api_v1 = [
     path("auth/register", apis_accounts.RegisterApi.as_view(), name="register"),
     path("auth/token", apis_accounts.TokenApi.as_view(), name="token"),
@@ -22,7 +23,6 @@ api_v1 = [
     path("users/<str:username>/tweets", apis.UserTweetsApi.as_view(), name="user-tweets"),
     path("users/<str:username>/followers", apis.UserFollowersApi.as_view(), name="user-followers"),
     path("users/<str:username>/following", apis.UserFollowingApi.as_view(), name="user-following"),
-    path("timeline", apis.TimelineApi.as_view(), name="timeline"),
     path("health", apis.HealthApi.as_view(), name="health"),
 ]
 
@@ -31,7 +31,6 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
     path("admin/", admin.site.urls),
-    path("metrics", metrics_view, name="metrics"),
 ]
 
 handler400 = "feed.errors.bad_request"

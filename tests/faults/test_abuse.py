@@ -3,24 +3,16 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from django.core import signing
 from django.test import Client
-from rest_framework.test import APIClient
 
 from feed.auth import SALT, issue_token
 from feed.models import Follow, Tweet
+from tests.support.clients import StarlingClient, client_for
 from tests.support.factories import ModeratorFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
-
-
-def as_user(user: Any) -> APIClient:
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {issue_token(user)}")
-    return client
 
 
 def test_a_token_cannot_be_forged_or_edited_to_name_another_user() -> None:
@@ -31,7 +23,7 @@ def test_a_token_cannot_be_forged_or_edited_to_name_another_user() -> None:
     _, stamp, signature = issue_token(ann).split(":")
     edited = ":".join([signing.b64_encode(b'{"u":%d}' % bob.pk).decode(), stamp, signature])
     for token in (forged, edited):
-        client = APIClient()
+        client = StarlingClient()
         client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
         response = client.post("/api/v1/tweets", {"text": "as bob"}, format="json")
         assert response.status_code == 401 and "signature" in response.json()["error"]["message"]
@@ -42,17 +34,17 @@ def test_a_token_cannot_be_forged_or_edited_to_name_another_user() -> None:
 def test_writes_act_only_as_the_token_holder() -> None:
     ann, bob, cat = (UserFactory(username=n) for n in ("ann", "bob", "cat"))
     # The body cannot name another author or follower: unknown fields are ignored.
-    response = as_user(ann).post(
+    response = client_for(ann).post(
         "/api/v1/tweets", {"text": "hi", "author": "bob", "author_id": bob.pk}, format="json"
     )
     assert response.status_code == 201 and response.json()["author"] == "ann"
-    assert as_user(ann).post("/api/v1/users/cat/follow").status_code == 201
+    assert client_for(ann).post("/api/v1/users/cat/follow").status_code == 201
     assert Follow.objects.filter(follower=ann, followee=cat).exists()
     assert not Follow.objects.filter(follower=bob).exists()
-    tweet = as_user(bob).post("/api/v1/tweets", {"text": "bob's"}, format="json").json()
-    assert as_user(ann).delete(f"/api/v1/tweets/{tweet['id']}").status_code == 403
+    tweet = client_for(bob).post("/api/v1/tweets", {"text": "bob's"}, format="json").json()
+    assert client_for(ann).delete(f"/api/v1/tweets/{tweet['id']}").status_code == 403
     staff = ModeratorFactory(username="mod")
-    assert as_user(staff).delete(f"/api/v1/tweets/{tweet['id']}").status_code == 204
+    assert client_for(staff).delete(f"/api/v1/tweets/{tweet['id']}").status_code == 204
 
 
 def test_the_admin_requires_a_staff_login() -> None:
@@ -87,7 +79,7 @@ def test_the_admin_requires_a_staff_login() -> None:
     ],
 )
 def test_bad_tweet_bodies_get_a_4xx_naming_the_problem(body: str, mentions: str) -> None:
-    client = as_user(UserFactory(username="ann"))
+    client = client_for(UserFactory(username="ann"))
     response = client.post("/api/v1/tweets", data=body, content_type="application/json")
     assert 400 <= response.status_code < 500, response.content
     message = response.json()["error"]["message"]
@@ -114,7 +106,7 @@ def test_bad_tweet_bodies_get_a_4xx_naming_the_problem(body: str, mentions: str)
     ],
 )
 def test_out_of_range_cursors_get_400_naming_the_parameter(path: str, param: str) -> None:
-    client = as_user(UserFactory(username="ann"))
+    client = client_for(UserFactory(username="ann"))
     response = client.get(path)
     assert response.status_code == 400, response.content
     assert param in response.json()["error"]["message"]

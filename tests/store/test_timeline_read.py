@@ -19,7 +19,6 @@ import pytest
 import redis
 from django.core import signals
 from django.db import close_old_connections
-from rest_framework.test import APIClient
 
 from fanout.config import StarlingConfig
 from fanout.model import events
@@ -29,6 +28,7 @@ from fanout.store.timelines import TimelineStore, store_for
 from feed.auth import issue_token
 from feed.models import OutboxEvent, User
 from feed.services import follow_create, tweet_create, tweet_delete
+from tests.support.clients import StarlingClient, client_for
 from tests.support.factories import PASSWORD, UserFactory
 
 pytestmark = pytest.mark.django_db
@@ -73,12 +73,6 @@ class Fanout:
 @pytest.fixture
 def fanout(starling: StarlingConfig) -> Fanout:
     return Fanout(starling)
-
-
-def client_for(user: User) -> APIClient:
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {issue_token(user)}")
-    return client
 
 
 def posted(user: User, text: str) -> events.TweetPosted:
@@ -211,7 +205,7 @@ def test_bad_parameters_are_400_naming_the_parameter(
     ],
 )
 def test_authentication_is_required(fanout: Fanout, header: str | None, code: str) -> None:
-    client = APIClient()
+    client = StarlingClient()
     if header:
         client.credentials(HTTP_AUTHORIZATION=header)
     response = client.get("/api/v1/timeline")
@@ -473,7 +467,7 @@ def test_remembered_tokens_still_expire(settings, monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(signing, "time", later)
     with pytest.raises(auth.InvalidToken, match="expired"):
         auth.verify_token_cached(token)
-    response = APIClient().get("/api/v1/timeline", HTTP_AUTHORIZATION=f"Bearer {token}")
+    response = StarlingClient().get("/api/v1/timeline", HTTP_AUTHORIZATION=f"Bearer {token}")
     assert response.status_code == 401 and "expired" in response.json()["error"]["message"]
 
 
@@ -586,7 +580,7 @@ def test_a_password_change_ends_every_session_reads_included(
     for client in (stolen, mine):
         assert client.get("/api/v1/timeline").status_code == 401
         assert client.post("/api/v1/tweets", {"text": "x"}, format="json").status_code == 401
-    signed_in = APIClient().post(
+    signed_in = StarlingClient().post(
         "/api/v1/auth/token",
         {"username": "ann", "password": "brand-new-secret-9"},
         format="json",

@@ -7,6 +7,7 @@ from django.test import Client
 
 from feed.models import Follow, OutboxEvent, Tweet, User
 from feed.services import follow_create, tweet_create
+from tests.support.clients import client_for
 from tests.support.factories import UserFactory
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("starling")]
@@ -135,13 +136,8 @@ def test_a_password_set_in_the_admin_ends_the_user_s_sessions(
 ) -> None:
     import time
 
-    from rest_framework.test import APIClient
-
-    from feed.auth import issue_token
-
     ann = UserFactory(username="ann")
-    stolen = APIClient()
-    stolen.credentials(HTTP_AUTHORIZATION=f"Bearer {issue_token(ann)}")
+    stolen = client_for(ann)
     time.sleep(1.05)  # tokens are timestamped to the second
     new = "a-new-password-7431"
     with django_capture_on_commit_callbacks(execute=True):  # type: ignore[operator]

@@ -6,21 +6,13 @@ import re
 from typing import Any
 
 import pytest
-from rest_framework.test import APIClient
 
 from fanout.model import ids
-from feed.auth import issue_token
 from feed.models import Follow, OutboxEvent, Tweet, User
+from tests.support.clients import client_for
 from tests.support.factories import PASSWORD, ModeratorFactory, UserFactory
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("starling")]
-
-
-def client_for(user: User | None = None) -> APIClient:
-    client = APIClient()
-    if user is not None:
-        client.credentials(HTTP_AUTHORIZATION=f"Bearer {issue_token(user)}")
-    return client
 
 
 def assert_error(response: Any, status: int, code: str, *, mentions: str = "") -> dict[str, Any]:
@@ -36,20 +28,20 @@ def assert_error(response: Any, status: int, code: str, *, mentions: str = "") -
 
 
 def test_register_returns_a_working_token() -> None:
-    response = APIClient().post(
+    response = client_for().post(
         "/api/v1/auth/register", {"username": "alice", "password": PASSWORD}, format="json"
     )
     assert response.status_code == 201
     body = response.json()
     assert body["username"] == "alice" and isinstance(body["id"], int)
-    client = APIClient()
+    client = client_for()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {body['token']}")
     assert client.post("/api/v1/tweets", {"text": "first"}, format="json").status_code == 201
 
 
 def test_register_refuses_taken_names_case_insensitively() -> None:
     UserFactory(username="alice")
-    response = APIClient().post(
+    response = client_for().post(
         "/api/v1/auth/register", {"username": "ALICE", "password": PASSWORD}, format="json"
     )
     error = assert_error(response, 409, "conflict", mentions="already taken")
@@ -68,18 +60,18 @@ def test_register_refuses_taken_names_case_insensitively() -> None:
     ],
 )
 def test_register_validation_errors_name_the_field(payload: dict[str, Any], field: str) -> None:
-    response = APIClient().post("/api/v1/auth/register", payload, format="json")
+    response = client_for().post("/api/v1/auth/register", payload, format="json")
     error = assert_error(response, 400, "invalid", mentions=field)
     assert field in error["fields"]
 
 
 def test_token_for_good_and_bad_credentials() -> None:
     UserFactory(username="carol")
-    good = APIClient().post(
+    good = client_for().post(
         "/api/v1/auth/token", {"username": "carol", "password": PASSWORD}, format="json"
     )
     assert good.status_code == 200 and good.json()["token"]
-    bad = APIClient().post(
+    bad = client_for().post(
         "/api/v1/auth/token", {"username": "carol", "password": "wrong-password"}, format="json"
     )
     assert_error(bad, 401, "invalid_credentials", mentions="wrong username or password")
@@ -94,7 +86,7 @@ def test_token_for_good_and_bad_credentials() -> None:
     ],
 )
 def test_bad_tokens_get_401_with_a_reason(header: str, mentions: str) -> None:
-    client = APIClient()
+    client = client_for()
     client.credentials(HTTP_AUTHORIZATION=header)
     response = client.post("/api/v1/tweets", {"text": "x"}, format="json")
     assert_error(response, 401, "authentication_failed", mentions=mentions)
@@ -110,7 +102,9 @@ def test_expired_token_is_refused(settings) -> None:
 
 def test_writes_need_authentication() -> None:
     assert_error(
-        APIClient().post("/api/v1/tweets", {"text": "x"}, format="json"), 401, "not_authenticated"
+        client_for().post("/api/v1/tweets", {"text": "x"}, format="json"),
+        401,
+        "not_authenticated",
     )
 
 
@@ -159,10 +153,10 @@ def test_get_tweet_and_404s() -> None:
     tweet_id = (
         client_for(alice).post("/api/v1/tweets", {"text": "hello"}, format="json").json()["id"]
     )
-    got = APIClient().get(f"/api/v1/tweets/{tweet_id}")
+    got = client_for().get(f"/api/v1/tweets/{tweet_id}")
     assert got.status_code == 200 and got.json()["text"] == "hello"
-    assert_error(APIClient().get(f"/api/v1/tweets/{tweet_id + 1}"), 404, "not_found")
-    assert_error(APIClient().get(f"/api/v1/tweets/{2**70}"), 404, "not_found")
+    assert_error(client_for().get(f"/api/v1/tweets/{tweet_id + 1}"), 404, "not_found")
+    assert_error(client_for().get(f"/api/v1/tweets/{2**70}"), 404, "not_found")
 
 
 def test_delete_tweet_author_staff_and_others() -> None:
@@ -172,11 +166,11 @@ def test_delete_tweet_author_staff_and_others() -> None:
     second = client_for(alice).post("/api/v1/tweets", {"text": "two"}, format="json").json()["id"]
 
     assert_error(client_for(mallory).delete(f"/api/v1/tweets/{first}"), 403, "forbidden")
-    assert_error(APIClient().delete(f"/api/v1/tweets/{first}"), 401, "not_authenticated")
+    assert_error(client_for().delete(f"/api/v1/tweets/{first}"), 401, "not_authenticated")
     assert client_for(alice).delete(f"/api/v1/tweets/{first}").status_code == 204
     assert client_for(moderator).delete(f"/api/v1/tweets/{second}").status_code == 204
     assert_error(client_for(alice).delete(f"/api/v1/tweets/{first}"), 404, "not_found")
-    assert_error(APIClient().get(f"/api/v1/tweets/{first}"), 404, "not_found")
+    assert_error(client_for().get(f"/api/v1/tweets/{first}"), 404, "not_found")
 
     tombstones = OutboxEvent.objects.filter(topic="tweets", value__isnull=True).order_by("id")
     assert [(e.key, e.join_key) for e in tombstones] == [
@@ -227,9 +221,9 @@ def test_profile_counts() -> None:
     client_for(carol).post("/api/v1/users/alice/follow")
     client_for(alice).post("/api/v1/users/bob/follow")
     client_for(alice).post("/api/v1/tweets", {"text": "hi"}, format="json")
-    body = APIClient().get("/api/v1/users/alice").json()
+    body = client_for().get("/api/v1/users/alice").json()
     assert (body["followers_count"], body["following_count"], body["tweets_count"]) == (2, 1, 1)
-    assert_error(APIClient().get("/api/v1/users/nobody"), 404, "not_found")
+    assert_error(client_for().get("/api/v1/users/nobody"), 404, "not_found")
 
 
 def test_user_tweets_cursor_paging_returns_each_tweet_once_newest_first() -> None:
@@ -242,13 +236,13 @@ def test_user_tweets_cursor_paging_returns_each_tweet_once_newest_first() -> Non
     seen: list[int] = []
     url = "/api/v1/users/alice/tweets?count=3"
     while True:
-        body = APIClient().get(url).json()
+        body = client_for().get(url).json()
         seen += [t["id"] for t in body["tweets"]]
         if body["next_max_id"] is None:
             break
         url = f"/api/v1/users/alice/tweets?count=3&max_id={body['next_max_id']}"
     assert seen == sorted(posted, reverse=True)
-    newer = APIClient().get(f"/api/v1/users/alice/tweets?since_id={posted[4]}").json()["tweets"]
+    newer = client_for().get(f"/api/v1/users/alice/tweets?since_id={posted[4]}").json()["tweets"]
     assert [t["id"] for t in newer] == [posted[6], posted[5]]
 
 
@@ -264,7 +258,7 @@ def test_user_tweets_cursor_paging_returns_each_tweet_once_newest_first() -> Non
 )
 def test_bad_cursors_name_the_parameter(query: str, param: str) -> None:
     UserFactory(username="alice")
-    response = APIClient().get(f"/api/v1/users/alice/tweets?{query}")
+    response = client_for().get(f"/api/v1/users/alice/tweets?{query}")
     error = assert_error(response, 400, "invalid", mentions=param)
     assert param in error["fields"]
 
@@ -277,19 +271,19 @@ def test_followers_and_following_pages() -> None:
     names: list[str] = []
     url = "/api/v1/users/star/followers?count=2"
     while url:
-        body = APIClient().get(url).json()
+        body = client_for().get(url).json()
         names += [u["username"] for u in body["users"]]
         url = (
             body["next_cursor"]
             and f"/api/v1/users/star/followers?count=2&cursor={body['next_cursor']}"
         )
     assert names == [f"fan{i}" for i in reversed(range(5))]
-    following = APIClient().get("/api/v1/users/fan0/following").json()
+    following = client_for().get("/api/v1/users/fan0/following").json()
     assert following == {"users": [{"id": star.pk, "username": "star"}], "next_cursor": None}
 
 
 def test_unknown_endpoint_is_a_json_404() -> None:
-    assert_error(APIClient().get("/api/v1/nope"), 404, "not_found", mentions="/api/v1/nope")
+    assert_error(client_for().get("/api/v1/nope"), 404, "not_found", mentions="/api/v1/nope")
 
 
 def test_wrong_method_is_a_json_405() -> None:
@@ -298,17 +292,17 @@ def test_wrong_method_is_a_json_405() -> None:
 
 
 def test_schema_and_docs_are_served() -> None:
-    schema = APIClient().get("/api/schema/", HTTP_ACCEPT="application/json")
+    schema = client_for().get("/api/schema/", HTTP_ACCEPT="application/json")
     assert schema.status_code == 200
     paths = schema.json()["paths"]
     assert "/api/v1/tweets" in paths and "/api/v1/users/{username}/follow" in paths
-    assert APIClient().get("/api/docs/").status_code == 200
+    assert client_for().get("/api/docs/").status_code == 200
 
 
 def test_the_schema_states_the_password_rules_it_can() -> None:
     """Length and not-all-digits are in the schema, so a schema-valid request is
     not refused for them (Django's other password validators cannot be stated)."""
-    schema = APIClient().get("/api/schema/?format=json").json()
+    schema = client_for().get("/api/schema/?format=json").json()
     password = schema["components"]["schemas"]["RegisterInputRequest"]["properties"]["password"]
     assert password["minLength"] == 8 and password["maxLength"] == 128
     assert re.search(password["pattern"], "abcdefgh1") and not re.search(
@@ -323,7 +317,7 @@ def test_the_schema_states_the_password_rules_it_can() -> None:
 def test_the_api_docs_load_their_assets_from_this_server() -> None:
     """Swagger UI's scripts and styles come from Starling's static files, not a
     CDN: the docs work offline and behind a strict firewall."""
-    html = APIClient().get("/api/docs/").content.decode()
+    html = client_for().get("/api/docs/").content.decode()
     assets = re.findall(r'(?:src|href)="([^"]+\.(?:js|css|png))"', html)
     assert assets and all(a.startswith("/static/drf_spectacular_sidecar/") for a in assets), assets
     assert "cdn." not in html and "unpkg" not in html

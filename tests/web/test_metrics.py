@@ -29,6 +29,7 @@ from feed.metrics import refresh_database_gauges
 from feed.models import OutboxEvent
 from feed.services import tweet_create
 from tests.deploy.test_monitoring import dashboard_queries, rule_queries, starling_metric_names
+from tests.support.clients import StarlingClient
 from tests.support.factories import UserFactory
 
 pytestmark = pytest.mark.django_db
@@ -38,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def scrape(client: Client | None = None, **headers: str) -> dict[str, float]:
     """Every sample of a scrape, by ``name{labels}`` (labels sorted)."""
-    response = (client or Client()).get("/metrics", **headers)
+    response = (client or StarlingClient()).get("/metrics", **headers)
     assert response.status_code == 200, response.content
     assert response["Content-Type"].startswith("text/plain; version=")
     values = {}
@@ -128,15 +129,15 @@ def test_metrics_say_redis_is_down_instead_of_failing(settings, starling: Starli
 
 def test_metrics_can_require_a_token(settings, starling: StarlingConfig) -> None:
     settings.STARLING_METRICS_TOKEN = "s3cret"
-    assert Client().get("/metrics").status_code == 401
-    assert Client().get("/metrics", HTTP_AUTHORIZATION="Bearer wrong").status_code == 401
+    assert StarlingClient().get("/metrics").status_code == 401
+    assert StarlingClient().get("/metrics", HTTP_AUTHORIZATION="Bearer wrong").status_code == 401
     assert scrape(HTTP_AUTHORIZATION="Bearer s3cret")["starling_redis_up"] == 1
 
 
 def test_production_settings_serve_metrics_only_with_a_token(settings, starling) -> None:
     settings.STARLING_METRICS_REQUIRE_TOKEN = True
     settings.STARLING_METRICS_TOKEN = ""
-    refused = Client().get("/metrics")
+    refused = StarlingClient().get("/metrics")
     assert refused.status_code == 403 and b"STARLING_METRICS_TOKEN" in refused.content
     settings.STARLING_METRICS_TOKEN = "s3cret"
     assert scrape(HTTP_AUTHORIZATION="Bearer s3cret")["starling_redis_up"] == 1

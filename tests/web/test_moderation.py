@@ -10,21 +10,14 @@ from pathlib import Path
 import pytest
 from django.core.management import call_command
 from django.test import Client
-from rest_framework.test import APIClient
 
-from feed.auth import issue_token
 from feed.models import ModerationAction, OutboxEvent, User
 from feed.selectors import home_timeline_ids
 from feed.services import follow_create, tweet_create
+from tests.support.clients import StarlingClient, client_for
 from tests.support.factories import UserFactory
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("starling")]
-
-
-def client_for(user: User) -> APIClient:
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {issue_token(user)}")
-    return client
 
 
 @pytest.fixture
@@ -84,7 +77,7 @@ def test_a_suspension_hides_the_user_everywhere_and_a_reinstatement_brings_all_b
     tombstones = OutboxEvent.objects.filter(join_key=ann.pk, topic="tweets", value__isnull=True)
     assert sorted(int(k) for k in tombstones.values_list("key", flat=True)) == sorted(posts)
     assert max(tombstones.values_list("id", flat=True)) == seq
-    public = APIClient()
+    public = StarlingClient()
     assert public.get("/api/v1/users/ann").status_code == 404
     assert public.get("/api/v1/users/ann/tweets").status_code == 404
     assert public.get(f"/api/v1/tweets/{posts[0]}").status_code == 404
