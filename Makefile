@@ -14,7 +14,7 @@ KAFKA_STAMP := $(VENV)/kafka/.installed
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help setup lock run test test-quick test-unit lint lint-code bench clean check-java check-redis check-maven check-postgres check-luacheck check-wrk check-promtool
+.PHONY: help setup lock run test test-quick test-unit lint lint-code bench clean check-java check-redis check-maven check-postgres check-luacheck check-wrk check-promtool check-chromium
 
 help: ## Show the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -96,11 +96,18 @@ check-redis: ## Install redis-server with apt-get if it is missing
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq redis-server >/dev/null || { \
 	    echo "could not install redis-server: install it yourself (apt-get install redis-server / brew install redis)"; exit 1; }; }
 
+check-chromium: ## Install headless Chromium and its WebDriver with apt-get if missing (the admin's browser test)
+	@command -v chromedriver >/dev/null && { command -v chromium >/dev/null || command -v chromium-browser >/dev/null; } || { \
+	  echo "chromium or chromedriver not found: installing chromium and chromium-driver with apt-get"; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium chromium-driver >/dev/null || { \
+	    echo "could not install chromium: install it yourself (apt-get install chromium chromium-driver)"; exit 1; }; }
+
 run: setup ## Run the whole embedded stack (API on PORT, default 8000); Ctrl-C stops it
 	$(BIN)/python -m feed.devstack.secret
 	$(BIN)/python manage.py runstack
 
-test: setup check-postgres check-promtool lint-code ## Lint, type-check and run the whole test suite against real services
+test: setup check-postgres check-promtool check-chromium lint-code ## Lint, type-check and run the whole test suite against real services
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 test-quick: setup check-postgres check-promtool ## The suite without the slow tests (no Spark, no whole stack): under a minute
