@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import quote, urlsplit, urlunsplit
 
 from fanout.model.join import SLACK
 from fanout.store.keys import SLOTS, Shards
@@ -53,17 +55,36 @@ class Env:
     """The one way Starling reads its environment: typed, bounded, and every
     error names the variable (Django's settings, Celery, the Spark jobs and
     :meth:`StarlingConfig.from_env` all read through it). An empty value
-    counts as unset."""
+    counts as unset.
+
+    Any variable may instead be given as a file: ``NAME_FILE`` names a file
+    whose content (surrounding whitespace and the final newline stripped) is
+    the value of ``NAME``, as with Docker's and Compose's secrets mounted in
+    ``/run/secrets``. Setting both is refused, so a stale variable cannot
+    hide a rotated file."""
 
     TRUE = frozenset({"1", "true", "yes", "on"})
     FALSE = frozenset({"0", "false", "no", "off"})
+    #: The suffix of the variable naming a file that holds another's value.
+    FILE_SUFFIX = "_FILE"
 
     def __init__(self, env: Mapping[str, str] | None = None) -> None:
         self.env = os.environ if env is None else env
 
     def raw(self, name: str) -> str | None:
-        value = self.env.get(name)
-        return None if value is None or value.strip() == "" else value.strip()
+        value = _stripped(self.env.get(name))
+        file_name = name + self.FILE_SUFFIX
+        path = _stripped(self.env.get(file_name))
+        if path is None:
+            return value
+        if value is not None:
+            raise ConfigError(f"{name} and {file_name} are both set: set only one of them")
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise ConfigError(f"{file_name}: cannot read {path}: {reason}") from None
+        return _stripped(text)
 
     def text(self, name: str, default: str = "") -> str:
         raw = self.raw(name)
@@ -94,6 +115,13 @@ class Env:
         if value not in choices:
             raise ConfigError(f"{name} must be one of {', '.join(choices)}, got {value!r}")
         return value
+
+
+def _stripped(value: str | None) -> str | None:
+    """``value`` without surrounding whitespace; ``None`` if that leaves nothing."""
+    if value is None or value.strip() == "":
+        return None
+    return value.strip()
 
 
 def _number(
@@ -156,6 +184,21 @@ class TopicNames:
         raise KeyError(physical)
 
 
+def with_password(url: str, password: str | None, name: str) -> str:
+    """``url`` with ``password`` in its user information (percent-encoded, a
+    user name kept), for a password given apart from the URL (``REDIS_PASSWORD``);
+    a URL that has a password of its own as well is refused, naming ``name``."""
+    if password is None:
+        return url
+    parts = urlsplit(url)
+    userinfo, at, host = parts.netloc.rpartition("@")
+    if ":" in userinfo:
+        raise ConfigError(f"{name} has a password and so does REDIS_PASSWORD: set only one")
+    user = userinfo if at else ""
+    netloc = f"{user}:{quote(password, safe='')}@{host}"
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
 #: Kafka client settings read from the environment, with their librdkafka names:
 #: every client (producer, admin, consumers, the Spark source) gets all of them.
 KAFKA_CLIENT_ENV = {
@@ -178,11 +221,13 @@ KafkaClient = tuple[tuple[str, str], ...]
 @dataclass(frozen=True)
 class StarlingConfig:
     #: The single Redis: the timeline store unless a cluster is named below, and
-    #: the default Celery broker (a broker cannot be a cluster).
-    redis_url: str = DEFAULT_REDIS_URL
+    #: the default Celery broker (a broker cannot be a cluster). The URLs carry the
+    #: password (``REDIS_PASSWORD`` is merged into them), so they are kept out of
+    #: the configuration's repr, as the Kafka settings are.
+    redis_url: str = field(default=DEFAULT_REDIS_URL, repr=False)
     #: Redis Cluster nodes (any of them; the rest are found): the timeline store
     #: lives there instead of ``redis_url`` when given.
-    redis_cluster_urls: tuple[str, ...] = ()
+    redis_cluster_urls: tuple[str, ...] = field(default=(), repr=False)
     #: Shards of the timeline store's keys (0: one on a single Redis,
     #: DEFAULT_CLUSTER_SHARDS on a cluster). Changing it needs a rebuild.
     redis_shards: int = 0
@@ -225,9 +270,15 @@ class StarlingConfig:
     def from_env(cls, env: Mapping[str, str] | None = None) -> StarlingConfig:
         read = Env(env)
         node = read.raw("STARLING_NODE_ID")
+        redis_password = read.raw("REDIS_PASSWORD")
         return cls(
-            redis_url=read.text("REDIS_URL", DEFAULT_REDIS_URL),
-            redis_cluster_urls=tuple(read.list("REDIS_CLUSTER_URLS")),
+            redis_url=with_password(
+                read.text("REDIS_URL", DEFAULT_REDIS_URL), redis_password, "REDIS_URL"
+            ),
+            redis_cluster_urls=tuple(
+                with_password(url, redis_password, "REDIS_CLUSTER_URLS")
+                for url in read.list("REDIS_CLUSTER_URLS")
+            ),
             redis_shards=read.int("STARLING_REDIS_SHARDS", 0, low=0, high=SLOTS),
             kafka_bootstrap_servers=read.text("KAFKA_BOOTSTRAP_SERVERS", DEFAULT_KAFKA),
             kafka_settings=tuple(

@@ -32,8 +32,8 @@ def _secret_key() -> str:
     if not key:
         raise ImproperlyConfigured(
             "DJANGO_SECRET_KEY is not set: set it (python3 -c 'import secrets; "
-            f"print(secrets.token_urlsafe(64))'), or run `make run` once, which keeps one "
-            f"in {SECRET_KEY_FILE}"
+            "print(secrets.token_urlsafe(64))') or name a file holding it in "
+            f"DJANGO_SECRET_KEY_FILE, or run `make run` once, which keeps one in {SECRET_KEY_FILE}"
         )
     return key
 
@@ -60,6 +60,9 @@ try:
     # <token>"; the production settings refuse to serve it without one.
     STARLING_METRICS_TOKEN = env.text("STARLING_METRICS_TOKEN")
     DATABASE_URL = env.text("DATABASE_URL", f"sqlite:///{VAR_DIR / 'starling.sqlite3'}")
+    #: The database's password apart from DATABASE_URL (or DATABASE_PASSWORD_FILE: a
+    #: secret file), so that the URL itself holds no secret.
+    DATABASE_PASSWORD = env.text("DATABASE_PASSWORD")
     DATABASE_CONN_MAX_AGE = env.int("DATABASE_CONN_MAX_AGE", 60, low=0, high=86400)
     DATABASE_LOCK_TIMEOUT = env.float("DATABASE_LOCK_TIMEOUT", 20.0, low=0.1, high=600.0)
     STATIC_ROOT = Path(env.text("STATIC_ROOT", str(BASE_DIR / "staticfiles")))
@@ -139,6 +142,12 @@ DATABASES = {
         conn_health_checks=True,
     )
 }
+if DATABASE_PASSWORD:
+    if DATABASES["default"].get("PASSWORD"):
+        raise ImproperlyConfigured(
+            "DATABASE_URL has a password and so does DATABASE_PASSWORD: set only one"
+        )
+    DATABASES["default"]["PASSWORD"] = DATABASE_PASSWORD
 #: How long a write waits for a lock before it fails with 503 (seconds). SQLite
 #: waits this long for the database's write lock; PostgreSQL for a row or table
 #: lock (``lock_timeout``), so a locked database answers 503 instead of hanging.

@@ -5,9 +5,9 @@ Selected with ``DJANGO_SETTINGS_MODULE=feed.settings_production`` (the Docker im
 :mod:`feed.settings` this module
 
 * turns ``DEBUG`` off whatever ``DJANGO_DEBUG`` says;
-* refuses to start without ``DJANGO_SECRET_KEY`` (a development key, any key Django's
-  deploy check would call weak, and the key file ``make run`` keeps are refused) and
-  without ``DJANGO_ALLOWED_HOSTS``;
+* refuses to start without ``DJANGO_SECRET_KEY`` or ``DJANGO_SECRET_KEY_FILE`` (a
+  development key, any key Django's deploy check would call weak, and the key file
+  ``make run`` keeps are refused) and without ``DJANGO_ALLOWED_HOSTS``;
 * assumes TLS ends at a reverse proxy that sets ``X-Forwarded-Proto`` (configurable), sends
   HSTS, redirects plain HTTP to HTTPS (except the health check) and marks cookies secure;
 * serves static files with WhiteNoise from a manifest of hashed, compressed files
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from django.core.exceptions import ImproperlyConfigured
 
-from fanout.config import Env
+from fanout.config import ConfigError, Env
 
 env = Env()
 #: Development keys' prefixes (Django's own, and the one Starling's docs once showed).
@@ -28,9 +28,15 @@ _DEV_KEY_PREFIXES = ("insecure-dev-key-change-me-", "django-insecure-")
 
 
 def _required(name: str) -> str:
-    value = env.text(name)
+    try:
+        value = env.text(name)
+    except ConfigError as exc:
+        raise ImproperlyConfigured(str(exc)) from None
     if not value:
-        raise ImproperlyConfigured(f"{name} must be set in production (see docs/deploy.md)")
+        raise ImproperlyConfigured(
+            f"{name} must be set in production, or {name}_FILE name a file holding it "
+            "(see docs/deploy.md)"
+        )
     return value
 
 

@@ -1,8 +1,9 @@
 """The production deployment, checked without a container engine.
 
 docker-compose.yml against the Compose specification's JSON schema, the settings every
-process reads against what the services set, pinned images, commands that name modules,
-management commands and options that exist, the volumes the Spark job needs, and
+process reads against what the services set, which secrets each service gets (as files,
+and nothing else), the networks, pinned images, commands that name modules, management
+commands and options that exist, the volumes the Spark job needs, and
 ``manage.py check --deploy`` under ``feed.settings_production``.
 """
 
@@ -24,6 +25,7 @@ from collections.abc import Iterator, Mapping
 from functools import cache
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import jsonschema
 import pytest
@@ -45,19 +47,20 @@ SCHEMA = Path(__file__).with_name("compose-spec.json")
 #: Where the code reads its environment (tests read it too, but run elsewhere).
 CODE_DIRS = ("feed", "fanout", "spark")
 
-# Every environment variable the code reads is in exactly one of these groups; a new
-# variable fails test_every_variable_the_code_reads_is_accounted_for until it is placed.
+# Every environment variable the code reads is in one of these groups; a new variable
+# fails test_every_variable_the_code_reads_is_accounted_for until it is placed.
 
-#: Set explicitly, with a value, in the environment of every service running the app
-#: image (except spark-master): they must agree between processes, or are secrets that
-#: compose must refuse to start without.
+#: Set explicitly, with a value, in the environment of every service running the
+#: application (APP_ROLES): they must agree between processes. None is a secret.
 APP_REQUIRED = {
     "DJANGO_SETTINGS_MODULE",
-    "DJANGO_SECRET_KEY",
     "DJANGO_ALLOWED_HOSTS",
     "DATABASE_URL",
     "REDIS_URL",
     "KAFKA_BOOTSTRAP_SERVERS",
+    "KAFKA_SECURITY_PROTOCOL",
+    "KAFKA_SASL_MECHANISM",
+    "KAFKA_SASL_USERNAME",
     "STARLING_TOPIC_PREFIX",
     "STARLING_PARTITIONS",
     "STARLING_TIMELINE_SIZE",
@@ -77,11 +80,57 @@ PER_SERVICE = {
     "PROMETHEUS_MULTIPROC_DIR": ("web", "worker"),
     "STARLING_WORKER_METRICS_PORT": ("worker",),
 }
-#: The code's default suits production; an operator may set them in .env, which every
-#: app service loads (env_file), so .env.example must name them.
+#: Secrets the code reads, each given to a container only as a file: the compose secret
+#: whose file ``<NAME>_FILE`` names (fanout.config.Env reads it).
+SECRETS = {
+    "DJANGO_SECRET_KEY": "django_secret_key",
+    "DJANGO_SECRET_KEY_FALLBACKS": "django_secret_key_fallbacks",
+    "DATABASE_PASSWORD": "postgres_password",
+    "REDIS_PASSWORD": "redis_password",
+    "KAFKA_SASL_PASSWORD": "kafka_password",
+    "STARLING_METRICS_TOKEN": "metrics_token",
+}
+#: Which secrets each service gets: exactly these, none other.
+SECRETS_OF: dict[str, set[str]] = {
+    "postgres": {"postgres_password"},
+    "redis": {"redis_password"},
+    "kafka": {"kafka_password"},
+    "spark-master": set(),
+    # Executors get the credentials with their tasks, from the driver.
+    "spark-worker": set(),
+    "migrate": {"django_secret_key", "postgres_password", "kafka_password"},
+    "web": {
+        "django_secret_key",
+        "django_secret_key_fallbacks",
+        "postgres_password",
+        "redis_password",
+        "kafka_password",
+        "metrics_token",
+    },
+    "worker": {"django_secret_key", "postgres_password", "redis_password", "kafka_password"},
+    # Celery beat only sends messages to the broker.
+    "beat": {"django_secret_key", "redis_password"},
+    # The Spark driver: Kafka in, Redis out; no Django.
+    "fanout": {"redis_password", "kafka_password"},
+    "prometheus": {"metrics_token"},
+    "grafana": {"grafana_admin_password"},
+}
+#: The user each secret's file belongs to: the one the service's process runs as.
+SECRET_UID = {
+    "postgres": "0",  # the entrypoint reads it as root, before it drops to postgres
+    "redis": "0",  # the command writes redis' config file as root (then drops)
+    "kafka": "1000",  # appuser
+    "prometheus": "65534",  # nobody
+    "grafana": "472",
+}
+APP_UID = "10001"  # the app image's starling user (Dockerfile)
+#: The roles of the application: they all get APP_REQUIRED and the optional settings.
+APP_ROLES = ("migrate", "web", "worker", "beat", "fanout")
+#: The code's default suits production; an operator may set them in .env, from which
+#: compose passes each (``NAME: ${NAME:-}``) to every application role; none is a secret,
+#: and .env.example names them.
 OPTIONAL = {
     "DJANGO_CSRF_TRUSTED_ORIGINS",
-    "DJANGO_SECRET_KEY_FALLBACKS",
     "DJANGO_SECURE_PROXY_SSL_HEADER",
     "DJANGO_SECURE_SSL_REDIRECT",
     "DJANGO_SECURE_HSTS_SECONDS",
@@ -89,7 +138,6 @@ OPTIONAL = {
     "DJANGO_SECURE_HSTS_PRELOAD",
     "DATABASE_CONN_MAX_AGE",
     "DATABASE_LOCK_TIMEOUT",
-    "CELERY_BROKER_URL",
     "REDIS_CLUSTER_URLS",
     "STARLING_REDIS_SHARDS",
     "STARLING_LOG_LEVEL",
@@ -100,17 +148,27 @@ OPTIONAL = {
     "STARLING_TOMBSTONE_RETENTION_HOURS",
     "STARLING_ACTIVE_DAYS",
     "STARLING_PULL_THRESHOLD",
-    *KAFKA_CLIENT_ENV,
     "STARLING_NODE_ID",
     "STARLING_RATE_WRITE_USER",
     "STARLING_RATE_WRITE_IP",
     "STARLING_RATE_LOGIN_IP",
     "STARLING_RATE_LOGIN_USER",
     "STARLING_NUM_PROXIES",
-    "STARLING_METRICS_TOKEN",
-    "SPARK_CONF_DIR",
-    "SPARK_HOME",
-    "STARLING_JVM_ARCHIVE",
+}
+#: Read by the code, not passed by the compose file (docs/deploy.md says so and why).
+NOT_PASSED = {
+    # Read as they are (not through Env): an empty value would mean something.
+    "SPARK_CONF_DIR": "a directory to mount: add it with the mount",
+    "SPARK_HOME": "pyspark's own installation in the image",
+    "STARLING_JVM_ARCHIVE": "the image's archive; empty would turn it off",
+    # The compose deployment's own broker and Kafka: set by the file itself.
+    "CELERY_BROKER_URL": "REDIS_URL, with REDIS_PASSWORD, is the broker",
+    **{
+        name: "the compose Kafka is SASL_PLAINTEXT with SCRAM; TLS needs a broker of its own"
+        for name in KAFKA_CLIENT_ENV
+        if name.startswith("KAFKA_SSL_")
+    },
+    "KAFKA_CLIENT_ID": "librdkafka's default",
 }
 #: Read by the code, deliberately not part of the production deployment.
 NOT_FOR_PRODUCTION = {
@@ -134,9 +192,26 @@ NOT_FOR_PRODUCTION = {
 }
 #: Named in README.md's Configuration table, read by others than Starling's code.
 COMPOSE_ONLY = {"DJANGO_SETTINGS_MODULE", "PYSPARK_SUBMIT_ARGS", "SPARK_CONF_DIR", "SPARK_HOME"}
-#: Runs the app image without the application's settings: the Spark master runs no
-#: Starling code, so it gets no secrets.
-NO_APP_ENV = {"spark-master"}
+#: Run the app image without the application's settings: the Spark master runs no
+#: Starling code, and the workers' executors get Starling's settings from the driver.
+NO_APP_ENV = {"spark-master", "spark-worker"}
+#: The networks: the stores, Kafka, Spark and the roles on backend; Prometheus and Grafana
+#: on monitoring with their scrape targets.
+NETWORKS = {
+    "backend": {
+        "postgres",
+        "redis",
+        "kafka",
+        "spark-master",
+        "spark-worker",
+        "migrate",
+        "web",
+        "worker",
+        "beat",
+        "fanout",
+    },
+    "monitoring": {"prometheus", "grafana", "web", "worker"},
+}
 
 ENV_READ = re.compile(
     r"""(?:
@@ -307,14 +382,13 @@ def test_compose_file_and_schema_are_what_they_claim() -> None:
     assert set(services()) >= {"migrate", "web", "worker", "beat", "fanout"}
 
 
-def test_every_required_variable_is_in_the_example_and_no_secret_is() -> None:
+def test_every_required_variable_is_in_the_example() -> None:
     values, _ = parse_env_file(ENV_EXAMPLE)
     required = required_variables()
-    assert required >= {"DJANGO_SECRET_KEY", "POSTGRES_PASSWORD", "REDIS_PASSWORD"}
+    assert required >= {"DJANGO_ALLOWED_HOSTS", "KAFKA_CLUSTER_ID"}
     assert not required - set(values), ".env.example must name every ${X:?} of the compose file"
-    for name in required:
-        if re.search(r"SECRET|PASSWORD", name):
-            assert values[name] == "", f".env.example must not ship a value for {name}"
+    # Secrets are not interpolated into the file: compose reads them as secrets only.
+    assert not {name for name in required if re.search(r"SECRET|PASSWORD|TOKEN", name)}
 
 
 # --- environment ----------------------------------------------------------------------
@@ -325,16 +399,29 @@ def test_every_variable_the_code_reads_is_accounted_for() -> None:
     assert {"DATABASE_URL", "REDIS_URL", "DJANGO_SECRET_KEY", "STARLING_TIMELINE_SIZE"} <= set(
         reads
     )
-    known = APP_REQUIRED | IMAGE_ENV | set(PER_SERVICE) | OPTIONAL | set(NOT_FOR_PRODUCTION)
+    assert {"DATABASE_PASSWORD", "REDIS_PASSWORD"} <= set(reads)
+    known = (
+        APP_REQUIRED
+        | IMAGE_ENV
+        | set(PER_SERVICE)
+        | set(SECRETS)
+        | OPTIONAL
+        | set(NOT_PASSED)
+        | set(NOT_FOR_PRODUCTION)
+    )
     unknown = {name: sorted(files) for name, files in reads.items() if name not in known}
     assert not unknown, (
         f"environment variables read by the code but unknown to the deployment: {unknown}; "
-        "set them in docker-compose.yml (APP_REQUIRED / PER_SERVICE), in the Dockerfile "
-        "(IMAGE_ENV), or name them in .env.example (OPTIONAL) and classify them here"
+        "set them in docker-compose.yml (APP_REQUIRED / PER_SERVICE / OPTIONAL), give them "
+        "as a secret (SECRETS), set them in the Dockerfile (IMAGE_ENV), or say why not "
+        "(NOT_PASSED) and classify them here"
     )
+    # A secret is never also a plain setting.
+    plain = APP_REQUIRED | IMAGE_ENV | set(PER_SERVICE) | OPTIONAL | set(NOT_PASSED)
+    assert not plain & set(SECRETS)
 
 
-@pytest.mark.parametrize("service", ["migrate", "web", "worker", "beat", "fanout", "spark-worker"])
+@pytest.mark.parametrize("service", APP_ROLES)
 def test_app_service_gets_the_settings_it_needs(service: str) -> None:
     svc = services()[service]
     assert service in app_services()
@@ -346,49 +433,291 @@ def test_app_service_gets_the_settings_it_needs(service: str) -> None:
     )
     assert not missing, f"{service}: no value for {missing}"
     assert env["DJANGO_SETTINGS_MODULE"] == "feed.settings_production"
-    assert ".env" in env_files(svc), f"{service}: the optional settings come from .env"
     for name, owners in PER_SERVICE.items():
         if service in owners:
             assert env.get(name), f"{service}: no value for {name}"
+    # The optional settings, each from .env by name; no env_file, which would hand the
+    # container every variable of .env, the secrets with them.
+    raw = environment(raw_compose()["services"][service])
+    for name in OPTIONAL:
+        assert raw.get(name) == f"${{{name}:-}}", f"{service}: {name} is not passed from .env"
+    assert not env_files(svc)
 
 
-def test_the_image_and_the_example_cover_the_rest() -> None:
+def test_the_image_the_example_and_the_docs_cover_the_rest() -> None:
     assert dockerfile_env() >= IMAGE_ENV
     _, mentioned = parse_env_file(ENV_EXAMPLE)
     undocumented = sorted(OPTIONAL - mentioned)
     assert not undocumented, f".env.example does not mention {undocumented}"
+    deploy = (ROOT / "docs" / "deploy.md").read_text()
+    unexplained = sorted(name for name in NOT_PASSED if f"`{name}`" not in deploy)
+    assert not unexplained, f"docs/deploy.md does not say why compose does not pass {unexplained}"
 
 
-def test_only_the_spark_master_runs_the_app_image_without_settings() -> None:
+def test_only_the_spark_services_run_the_app_image_without_settings() -> None:
     without = {
         name for name in app_services() if not set(environment(services()[name])) >= APP_REQUIRED
     }
     assert without == NO_APP_ENV
-    master = services()["spark-master"]
-    assert not env_files(master)
-    assert not any(re.search(r"SECRET|PASSWORD", k) for k in environment(master))
+    assert set(app_services()) == NO_APP_ENV | set(APP_ROLES)
+    for name in NO_APP_ENV:
+        spark = services()[name]
+        assert not env_files(spark) and not spark.get("secrets")
+        assert not any(re.search(r"SECRET|PASSWORD|TOKEN|AUTH", k) for k in environment(spark))
 
 
 def test_processes_agree_on_the_shared_settings() -> None:
-    shared = APP_REQUIRED - {"DJANGO_SECRET_KEY"}
     values = {
-        name: {environment(services()[s]).get(name) for s in app_services() if s not in NO_APP_ENV}
-        for name in shared
+        name: {environment(services()[s]).get(name) for s in APP_ROLES} for name in APP_REQUIRED
     }
     disagree = {name: v for name, v in values.items() if len(v) != 1}
     assert not disagree
 
 
+# --- secrets --------------------------------------------------------------------------
+
+
+def secret_sources(service: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The secrets a service lists: source -> its long syntax (short: just the source)."""
+    found: dict[str, dict[str, Any]] = {}
+    for item in service.get("secrets") or []:
+        entry = {"source": item} if isinstance(item, str) else dict(item)
+        found[entry["source"]] = entry
+    return found
+
+
+def secret_path(name: str) -> str:
+    return f"/run/secrets/{name}"
+
+
+def test_each_secret_comes_from_env_and_the_example_ships_none() -> None:
+    defined = compose()["secrets"]
+    assert set(defined) == set().union(*SECRETS_OF.values())
+    values, _ = parse_env_file(ENV_EXAMPLE)
+    for name, secret in defined.items():
+        assert set(secret) == {"environment"}, f"secret {name}: from compose's environment only"
+        variable = secret["environment"]
+        # Compose refuses to create a container whose secret's variable is not set at all:
+        # .env.example sets each (uncommented), and empty, for the operator to fill in.
+        assert values.get(variable) == "", f".env.example must set {variable}= (empty)"
+    assert {defined[s]["environment"] for s in SECRETS.values()} >= {
+        "DJANGO_SECRET_KEY",
+        "POSTGRES_PASSWORD",
+        "REDIS_PASSWORD",
+        "KAFKA_PASSWORD",
+        "STARLING_METRICS_TOKEN",
+    }
+    assert defined["grafana_admin_password"] == {"environment": "GRAFANA_ADMIN_PASSWORD"}
+
+
+@pytest.mark.parametrize("service", sorted(SECRETS_OF))
+def test_each_service_gets_exactly_its_secrets(service: str) -> None:
+    svc = services()[service]
+    listed = secret_sources(svc)
+    assert set(listed) == SECRETS_OF[service]
+    owner = APP_UID if service in app_services() else SECRET_UID.get(service)
+    for name, entry in listed.items():
+        # At /run/secrets/<name>, readable by the service's user only.
+        assert entry.get("target", secret_path(name)) == secret_path(name)
+        assert entry.get("uid") == owner, f"{service}: {name} belongs to uid {owner}"
+        assert entry.get("mode") == "0o400", f"{service}: {name} must be mode 0o400"
+    # Every NAME_FILE variable names a secret the service has, and is NAME_FILE of a secret
+    # the code reads (or the image's own: POSTGRES_PASSWORD_FILE, GF_...__FILE).
+    env = environment(svc)
+    files = {k: v for k, v in env.items() if k.endswith("_FILE")}
+    for key, path in files.items():
+        assert path in {secret_path(n) for n in listed}, f"{service}.{key}: {path}"
+        if service in APP_ROLES:
+            variable = key.removesuffix("_FILE")
+            assert SECRETS.get(variable) == Path(path or "").name, f"{service}.{key}"
+    # ...and every secret it has is read there, or by its command or configuration.
+    used = {Path(v or "").name for v in files.values()}
+    used |= {n for n in listed if secret_path(n) in json.dumps(svc.get("command"))}
+    if service == "prometheus":
+        config = (ROOT / "deploy" / "monitoring" / "prometheus.yml").read_text()
+        used |= {n for n in listed if f"credentials_file: {secret_path(n)}" in config}
+    assert used == set(listed), f"{service}: secrets it is given but does not read"
+
+
+def test_no_secret_value_reaches_a_container_but_as_its_file() -> None:
+    """With a distinct value for each secret in .env, none appears anywhere in the
+    services as compose sees them (environment, commands, health checks, labels...):
+    compose hands a secret over only as the secret's file."""
+    env = dict(example_env())
+    variables = {s["environment"] for s in compose()["secrets"].values()}
+    marked = {name: f"secret-value-of-{name.lower()}-{secrets.token_hex(8)}" for name in variables}
+    env.update(marked)
+    seen = json.dumps(interpolate(raw_compose(), env)["services"])
+    leaked = sorted(name for name, value in marked.items() if value in seen)
+    assert not leaked, f"secret values reach containers otherwise than as files: {leaked}"
+    # The source of the check: no ${...} of a secret's variable anywhere in the file.
+    text = COMPOSE.read_text()
+    assert not [v for v in variables if re.search(rf"\$\{{?{v}\b", text)]
+
+
 def test_no_secret_is_written_in_the_compose_file() -> None:
     for name, svc in raw_compose()["services"].items():
         for key, value in environment(svc).items():
-            if re.search(r"SECRET|PASSWORD|TOKEN|AUTH", key):
-                assert value and "${" in value, f"{name}.{key} must come from .env"
-            if value and re.search(r"://[^/\s]*:[^/\s]*@", value):
-                assert "${" in value.split("@")[0], f"{name}.{key}: credentials in a URL"
+            if key in SECRETS or re.search(r"SECRET|PASSWORD|AUTH|_TOKEN(_FILE)?$", key):
+                # Only the file a secret is in, never a value.
+                assert key.endswith("_FILE"), f"{name}.{key} is a secret in the environment"
+                assert (value or "").startswith("/run/secrets/"), f"{name}.{key}"
+            if value and re.search(r"://[^/\s@]*:[^/\s@]*@", value):
+                raise AssertionError(f"{name}.{key}: credentials in a URL")
+    for name in APP_ROLES:
+        env = environment(services()[name])
+        for key in ("DATABASE_URL", "REDIS_URL"):
+            parts = urlsplit(env[key] or "")
+            assert parts.password is None and "${" not in (env[key] or ""), f"{name}.{key}"
+        assert "CELERY_BROKER_URL" not in env
     for ignore in (".gitignore", ".dockerignore"):
         lines = (ROOT / ignore).read_text().splitlines()
         assert ".env" in lines, f"{ignore} must list .env"
+
+
+# --- the services that read a secret themselves ----------------------------------------
+
+
+def run_sh_c(script: str, replace: Mapping[str, str], env: Mapping[str, str]) -> str:
+    """Run a service's ``sh -c`` script here, its paths swapped for ``replace``'s."""
+    for old, new in replace.items():
+        script = script.replace(old, new)
+    done = subprocess.run(
+        ["sh", "-c", script],
+        env={"PATH": os.environ["PATH"], **env},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    return f"exit {done.returncode}\n{done.stdout}{done.stderr}"
+
+
+def stub(directory: Path, name: str, body: str) -> Path:
+    directory.mkdir(exist_ok=True)
+    path = directory / name
+    path.write_text(f"#!/bin/sh\n{body}\n")
+    path.chmod(0o755)
+    return path
+
+
+#: The configuration file the redis service's command writes, in its container.
+REDIS_CONF = "/tmp/auth.conf"  # noqa: S108 - the container's own /tmp
+
+
+def test_redis_reads_its_password_from_the_secret_only(tmp_path: Path) -> None:
+    redis = services()["redis"]
+    argv = redis["command"]
+    assert argv[:2] == ["sh", "-c"]
+    assert "redis_password" not in json.dumps(environment(redis))
+    programs = list(argv_lists(argv))
+    server = next(words for words in programs if "redis-server" in words)
+    assert server[:4] == ["exec", "docker-entrypoint.sh", "redis-server", REDIS_CONF]
+    assert "--requirepass" not in server and "--appendonly" in server
+    # The script itself, with its paths here and a stand-in for the image's entrypoint.
+    bin_dir = tmp_path / "bin"
+    stub(bin_dir, "docker-entrypoint.sh", f'printf "%s\\n" "$@" > {tmp_path}/argv')
+    stub(bin_dir, "chown", "exit 0")
+    secret = tmp_path / "redis_password"
+    paths = {"/run/secrets/redis_password": str(secret), REDIS_CONF: str(tmp_path / "auth")}
+    path = {"PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    password = secrets.token_hex(32)
+    secret.write_text(password)  # as compose writes it: the value, no newline
+    out = run_sh_c(argv[2], paths, path)
+    assert out.startswith("exit 0"), out
+    assert (tmp_path / "auth").read_text() == f"requirepass {password}\n"
+    assert (tmp_path / "auth").stat().st_mode & 0o077 == 0
+    started = (tmp_path / "argv").read_text().splitlines()
+    assert started[:2] == ["redis-server", str(tmp_path / "auth")]
+    assert password not in started and "noeviction" in started
+    for refused in ("", "with space", "quote'd", "new\nline"):
+        secret.write_text(refused)
+        out = run_sh_c(argv[2], paths, path)
+        assert out.startswith("exit 1") and "set REDIS_PASSWORD" in out, (refused, out)
+    # The health check logs in with the file's password, in redis-cli's environment.
+    check = redis["healthcheck"]["test"]
+    assert check[0] == "CMD-SHELL" and "REDISCLI_AUTH=" in check[1]
+    stub(bin_dir, "redis-cli", f'[ "$REDISCLI_AUTH" = "{password}" ] && echo PONG')
+    secret.write_text(password)
+    assert run_sh_c(check[1], paths, path).startswith("exit 0")
+    secret.write_text("other")
+    assert run_sh_c(check[1], paths, path).startswith("exit 1")
+
+
+def test_grafana_refuses_to_start_without_a_password(tmp_path: Path) -> None:
+    grafana = services()["grafana"]
+    entrypoint = grafana["entrypoint"]
+    assert entrypoint[:2] == ["sh", "-c"] and "command" not in grafana
+    env = environment(grafana)
+    assert "GF_SECURITY_ADMIN_PASSWORD" not in env
+    assert env["GF_SECURITY_ADMIN_PASSWORD__FILE"] == secret_path("grafana_admin_password")
+    secret = tmp_path / "password"
+    run = stub(tmp_path / "bin", "run.sh", "echo grafana started")
+    paths = {secret_path("grafana_admin_password"): str(secret), "/run.sh": str(run)}
+    secret.write_text("")
+    out = run_sh_c(entrypoint[2], paths, {})
+    assert out.startswith("exit 1") and "set GRAFANA_ADMIN_PASSWORD" in out, out
+    secret.write_text(secrets.token_hex(16))
+    assert run_sh_c(entrypoint[2], paths, {}) == "exit 0\ngrafana started\n"
+    raw = raw_compose()["services"]["grafana"]
+    assert "admin" not in json.dumps(raw.get("environment")).lower().replace("admin_password", "")
+
+
+def test_prometheus_reads_the_metrics_token_from_its_secret() -> None:
+    prometheus = services()["prometheus"]
+    assert "entrypoint" not in prometheus and not environment(prometheus)
+    assert prometheus["command"][0] == "--config.file=/etc/prometheus/prometheus.yml"
+    config = yaml.safe_load((ROOT / "deploy" / "monitoring" / "prometheus.yml").read_text())
+    web = next(job for job in config["scrape_configs"] if job["job_name"] == "starling-web")
+    assert web["authorization"]["credentials_file"] == secret_path("metrics_token")
+    assert environment(services()["web"])["STARLING_METRICS_TOKEN_FILE"] == secret_path(
+        "metrics_token"
+    )
+
+
+def test_kafka_runs_the_sasl_start_script_the_application_logs_in_to() -> None:
+    kafka = services()["kafka"]
+    assert kafka["command"] == ["sh", "/opt/starling/kafka/start.sh"]
+    assert mount_of(kafka, "/opt/starling/kafka/start.sh") == (
+        "./deploy/kafka/start.sh",
+        "/opt/starling/kafka/start.sh",
+    )
+    assert "./deploy/kafka/start.sh:/opt/starling/kafka/start.sh:ro" in kafka["volumes"]
+    env = environment(kafka)
+    assert env["KAFKA_SASL_PASSWORD_FILE"] == secret_path("kafka_password")
+    assert "KAFKA_CLUSTER_ID" in required_variables()
+    script = (ROOT / "deploy" / "kafka" / "start.sh").read_text()
+    # What the script serves is what the application is told to use.
+    for name in APP_ROLES:
+        app = environment(services()[name])
+        assert app["KAFKA_BOOTSTRAP_SERVERS"] == f"{kafka['hostname']}:9092"
+        assert app["KAFKA_SECURITY_PROTOCOL"] == "SASL_PLAINTEXT"
+        assert app["KAFKA_SASL_MECHANISM"] == "SCRAM-SHA-512"
+        assert app["KAFKA_SASL_USERNAME"] == env["KAFKA_SASL_USERNAME"]
+    assert 'host="${KAFKA_ADVERTISED_HOST:-kafka}"' in script
+    assert 'port="${KAFKA_PORT:-9092}"' in script
+    assert "listeners=SASL_PLAINTEXT://$bind:$port,CONTROLLER://127.0.0.1:" in script
+    # The health check logs in with the client properties the script writes.
+    check = " ".join(kafka["healthcheck"]["test"][1:])
+    assert 'conf="${KAFKA_CONFIG_DIR:-/tmp/starling-kafka}"' in script
+    assert "--command-config /tmp/starling-kafka/client.properties" in check
+    assert "--bootstrap-server kafka:9092" in check
+
+
+# --- networks -------------------------------------------------------------------------
+
+
+def test_networks_keep_monitoring_away_from_the_stores() -> None:
+    assert set(compose()["networks"]) == set(NETWORKS)
+    members: dict[str, set[str]] = {network: set() for network in NETWORKS}
+    for name, svc in services().items():
+        networks = svc.get("networks")
+        assert networks, f"{name} must name its networks (not compose's default one)"
+        for network in networks:
+            members[network].add(name)
+    assert members == NETWORKS
+    for name in ("grafana", "prometheus"):
+        assert "backend" not in services()[name]["networks"]
 
 
 def test_dockerfile_runs_as_a_user_and_copies_no_secrets() -> None:
@@ -608,7 +937,7 @@ def test_stateful_services_keep_their_data_on_named_volumes() -> None:
         ("kafka", environment(services()["kafka"])["KAFKA_LOG_DIRS"] or ""),
     ]:
         assert mount_of(services()[service], path)[0] in named, f"{service}: {path}"
-    assert "--appendonly" in services()["redis"]["command"]
+    assert any("--appendonly" in argv for argv in argv_lists(services()["redis"]["command"]))
 
 
 def test_depends_on_waits_for_health_or_completion() -> None:

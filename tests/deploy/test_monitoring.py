@@ -48,12 +48,13 @@ def test_the_alert_rules_fire_when_they_should_and_only_then() -> None:
 
 
 def test_the_prometheus_configuration_loads(tmp_path: Path) -> None:
-    # The token file is written by the container at start: point the check at one here.
+    # The token is the compose secret mounted in the container: point the check at a
+    # file here (docker-compose.yml mounts it where prometheus.yml says: test_compose).
     token = tmp_path / "metrics-token"
     token.write_text("t")
     config = (MONITORING / "prometheus.yml").read_text()
-    assert "/prometheus/metrics-token" in config
-    local = config.replace("/prometheus/metrics-token", str(token))
+    assert "credentials_file: /run/secrets/metrics_token" in config
+    local = config.replace("/run/secrets/metrics_token", str(token))
     (tmp_path / "prometheus.yml").write_text(local)
     shutil.copy(MONITORING / "alerts.yml", tmp_path / "alerts.yml")
     assert "SUCCESS" in promtool("check", "config", "prometheus.yml", cwd=tmp_path)
