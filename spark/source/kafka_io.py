@@ -10,6 +10,7 @@ record gets, whatever compaction removed below it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Iterator
@@ -71,8 +72,18 @@ def _consumer(client: KafkaClient) -> Any:
 #: Error codes of a partition whose leader is changing or not yet known to
 #: the client (the answer comes once its metadata names the leader):
 #: NOT_LEADER_OR_FOLLOWER, LEADER_NOT_AVAILABLE, UNKNOWN_TOPIC_OR_PART, and
-#: librdkafka's own _UNKNOWN_PARTITION.
-LEADERSHIP_MOVING = frozenset({6, 5, 3, -190})
+#: librdkafka's own _UNKNOWN_PARTITION; and of a leader that died: _TIMED_OUT
+#: (it does not answer), _TRANSPORT, _ALL_BROKERS_DOWN for a moment, and
+#: _DESTROY_BROKER (the client drops a broker the cluster no longer lists,
+#: failing the requests queued for it).
+LEADERSHIP_MOVING = frozenset({6, 5, 3, -190, -185, -195, -187, -137})
+#: How long the end offsets of a set of topics may take while a partition's
+#: leadership moves: a killed broker is noticed by the controller after its
+#: session timeout (9 s by default), then the client learns the new leader.
+END_OFFSETS_TIMEOUT = 30.0
+#: One ListOffsets attempt: a request to a leader that died waits this long,
+#: then the client asks where the leader is now.
+ATTEMPT_TIMEOUT = 2.0
 
 
 class EndOffsetReader:
@@ -84,7 +95,7 @@ class EndOffsetReader:
         self.bootstrap = dict(self.client)["bootstrap.servers"]
         self._consumer: Any = None
 
-    def end_offsets(self, topics: tuple[str, ...], timeout: float = 15.0) -> Offsets:
+    def end_offsets(self, topics: tuple[str, ...], timeout: float = END_OFFSETS_TIMEOUT) -> Offsets:
         from confluent_kafka import KafkaException, TopicPartition
 
         if self._consumer is None:
@@ -109,17 +120,19 @@ class EndOffsetReader:
     def _end(self, partition: Any, deadline: float) -> int:
         """One partition's end offset. While its leadership moves (a broker
         lost, measured on a three-node cluster), the old leader answers
-        NOT_LEADER_OR_FOLLOWER, and a new topic's partitions may not be in
-        the client's metadata yet: asked again until ``deadline``, the
-        client finds the leader in its refreshed metadata."""
+        NOT_LEADER_OR_FOLLOWER or, killed, nothing at all (the request times
+        out), and a new topic's partitions may not be in the client's metadata
+        yet: asked again, in short attempts, until ``deadline``, each time
+        after asking the cluster where the partition's leader is now."""
         from confluent_kafka import KafkaError, KafkaException
 
+        warned = False
         while True:
             left = deadline - time.monotonic()
             try:
                 return int(
                     self._consumer.get_watermark_offsets(
-                        partition, timeout=max(0.1, left), cached=False
+                        partition, timeout=max(0.1, min(ATTEMPT_TIMEOUT, left)), cached=False
                     )[1]
                 )
             except KafkaException as exc:
@@ -127,8 +140,20 @@ class EndOffsetReader:
                 moving = isinstance(error, KafkaError) and (
                     error.retriable() or error.code() in LEADERSHIP_MOVING
                 )
-                if not moving or left <= 0:
+                if not moving or deadline - time.monotonic() <= 0:
                     raise RuntimeError(f"Kafka at {self.bootstrap} does not answer: {exc}") from exc
+                if not warned:
+                    log.warning(
+                        "end offset of %s/%d: its leader does not answer (%s); asking the "
+                        "cluster for the partition's leader and again, for up to %.0f s",
+                        partition.topic,
+                        partition.partition,
+                        error.str() if isinstance(error, KafkaError) else exc,
+                        max(0.0, left),
+                    )
+                    warned = True
+                with contextlib.suppress(KafkaException):  # refreshes the client's metadata
+                    self._consumer.list_topics(partition.topic, timeout=min(ATTEMPT_TIMEOUT, left))
                 time.sleep(0.1)
 
     def close(self) -> None:
@@ -138,7 +163,7 @@ class EndOffsetReader:
 
 
 def end_offsets(
-    client: str | KafkaClient, topics: tuple[str, ...], timeout: float = 15.0
+    client: str | KafkaClient, topics: tuple[str, ...], timeout: float = END_OFFSETS_TIMEOUT
 ) -> Offsets:
     """The end offsets of ``topics``, by a reader opened and closed for the
     question (:class:`EndOffsetReader`)."""

@@ -35,7 +35,7 @@ from tests.support.redis_cluster import (
     wait_for_failover,
     wait_until_ok,
 )
-from tests.support.stack import Stack, running_stack
+from tests.support.stack import Stack, running_stack, stack_database
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
 
@@ -50,11 +50,7 @@ def cluster_stack(
 ) -> Iterator[Stack]:
     """The stack with REDIS_CLUSTER_URLS set (Redis database 3 is Celery's broker)."""
     logs = tmp_path_factory.mktemp("e2e-cluster-stack")
-    url = (
-        postgres_server.create_database("e2e_cluster")
-        if postgres_server is not None
-        else f"sqlite:///{logs / 'e2e.sqlite3'}"
-    )
+    url = stack_database(postgres_server, logs, "e2e_cluster")
     cluster_client(redis_cluster)  # flushed
     nodes = [node.url for node in redis_cluster]
     with running_stack(kafka_bootstrap, redis_url, logs, url, redis_db=3, redis_cluster=nodes) as s:

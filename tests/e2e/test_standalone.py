@@ -29,7 +29,7 @@ from spark.runtime.session import LOG4J
 from tests.support import postgres
 from tests.support.oracle import Workload, check_against_oracle
 from tests.support.rebuilds import corrupt, user_id
-from tests.support.stack import BIN, ROOT, Stack, running_stack
+from tests.support.stack import BIN, ROOT, Stack, running_stack, stack_database
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -260,11 +260,7 @@ def cluster(
         ]
         logs = root / "stack"
         logs.mkdir()
-        url = (
-            postgres_server.create_database("standalone")
-            if postgres_server is not None
-            else f"sqlite:///{logs / 'e2e.sqlite3'}"
-        )
+        url = stack_database(postgres_server, logs, "standalone")
         spark_env = {"SPARK_HOME": str(SPARK_HOME), "SPARK_LOCAL_IP": "127.0.0.1"}
         with running_stack(
             kafka_bootstrap,

@@ -10,7 +10,6 @@ import random
 import sqlite3
 import subprocess
 import time
-from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,39 +20,18 @@ import requests
 from confluent_kafka import Producer
 
 from fanout.model import events
-from spark.source.datasource import read_range
-from spark.source.kafka_io import EndOffsetReader
-from spark.source.offsets import ranges
 from spark.stream.supervisor import REPLAYABLE_BATCHES, generation_checkpoint
 from tests.conftest import SERVICES
-from tests.support.oracle import ORACLE_SQL, Workload, check_against_oracle
+from tests.support.oracle import (
+    ORACLE_SQL,
+    Workload,
+    check_against_oracle,
+    outbox_seqs,
+    seqs_on_the_topics,
+)
 from tests.support.stack import BIN, ROOT, Stack
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
-
-
-def seqs_on_the_topics(stack: Stack) -> Counter[int]:
-    """How many times each outbox seq is on the changelogs (all records, from 0)."""
-    bootstrap = stack.env["KAFKA_BOOTSTRAP_SERVERS"]
-    prefix = stack.env["STARLING_TOPIC_PREFIX"]
-    topics = (prefix + events.TWEETS, prefix + events.FOLLOWS)
-    reader = EndOffsetReader(bootstrap)
-    try:
-        ends = reader.end_offsets(topics)
-    finally:
-        reader.close()
-    seen: Counter[int] = Counter()
-    for part in ranges({}, ends):
-        for batch in read_range(bootstrap, part, 60):
-            for pairs in batch.column("headers").to_pylist():
-                headers = {h["key"]: h["value"] for h in pairs}
-                if events.HEADER_SEQ in headers:
-                    seen[int(headers[events.HEADER_SEQ])] += 1
-    return seen
-
-
-def outbox_seqs(stack: Stack, after: int) -> list[int]:
-    return [s for (s,) in stack.sql("SELECT id FROM feed_outboxevent WHERE id > ?", after)]
 
 
 def test_broker_stopped_writes_succeed_and_every_event_arrives_once(stack: Stack) -> None:

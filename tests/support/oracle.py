@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import random
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -14,7 +15,11 @@ from datetime import UTC, datetime, timedelta
 import requests
 
 from fanout.config import DEFAULT_ACTIVE_DAYS
+from fanout.model import events
 from fanout.store import keys
+from spark.source.datasource import read_range
+from spark.source.kafka_io import EndOffsetReader
+from spark.source.offsets import ranges
 from tests.support.stack import Stack
 
 #: The join (docs/design.md) plus each user's own tweets, of the visible rows: a
@@ -219,3 +224,29 @@ def read_while_dropped(stack: Stack, name: str, token: str) -> None:
     response = requests.get(f"{stack.base}/api/v1/timeline", headers=headers, timeout=30)
     assert response.status_code == 200, response.text
     assert response.headers["X-Starling-Source"] == "fallback", name
+
+
+def seqs_on_the_topics(stack: Stack) -> Counter[int]:
+    """How many times each outbox seq is on the changelogs (all records, from 0)."""
+    bootstrap = stack.env["KAFKA_BOOTSTRAP_SERVERS"]
+    prefix = stack.env["STARLING_TOPIC_PREFIX"]
+    topics = (prefix + events.TWEETS, prefix + events.FOLLOWS)
+    reader = EndOffsetReader(bootstrap)
+    try:
+        ends = reader.end_offsets(topics)
+    finally:
+        reader.close()
+    seen: Counter[int] = Counter()
+    for part in ranges({}, ends):
+        for batch in read_range(bootstrap, part, 60):
+            for pairs in batch.column("headers").to_pylist():
+                headers = {h["key"]: h["value"] for h in pairs}
+                if events.HEADER_SEQ in headers:
+                    seen[int(headers[events.HEADER_SEQ])] += 1
+    return seen
+
+
+def outbox_seqs(stack: Stack, after: int) -> list[int]:
+    return [
+        s for (s,) in stack.sql("SELECT id FROM feed_outboxevent WHERE id > ? ORDER BY id", after)
+    ]

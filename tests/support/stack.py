@@ -320,6 +320,14 @@ def running_stack(
         s.stop_all()
 
 
+def stack_database(postgres_server: postgres.Postgres | None, logs: Path, name: str) -> str:
+    """A new database for a stack: on the session's PostgreSQL server, or a
+    SQLite file in ``logs`` when the suite runs on SQLite."""
+    if postgres_server is not None:
+        return postgres_server.create_database(name)
+    return f"sqlite:///{logs / (name + '.sqlite3')}"
+
+
 @pytest.fixture(scope="session")
 def stack(
     kafka_bootstrap: str,
@@ -330,11 +338,7 @@ def stack(
     """The stack on the suite's database (Redis database 1: the integration
     tests flush database 0)."""
     logs = tmp_path_factory.mktemp("e2e-stack")
-    url = (
-        postgres_server.create_database("e2e")
-        if postgres_server is not None
-        else f"sqlite:///{logs / 'e2e.sqlite3'}"
-    )
+    url = stack_database(postgres_server, logs, "e2e")
     with running_stack(kafka_bootstrap, redis_url, logs, url, redis_db=1) as s:
         yield s
 
