@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 from confluent_kafka import KafkaException, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from fanout.config import KafkaClient, StarlingConfig
 
@@ -76,6 +76,24 @@ def topic_partitions(admin: AdminClient, timeout: float) -> dict[str, int]:
     except KafkaException as exc:
         raise BrokerUnavailable(str(exc)) from exc
     return {name: len(t.partitions) for name, t in metadata.topics.items() if not t.error}
+
+
+def changelog_retention_ms(config: StarlingConfig, *, timeout: float = 5.0) -> int | None:
+    """The shortest ``delete.retention.ms`` of the changelogs as the broker has
+    them now (an operator may have altered a topic since it was made); None
+    if the broker cannot tell within ``timeout`` seconds."""
+    admin = admin_client(config)
+    topics = (config.topics.tweets, config.topics.follows)
+    resources = [ConfigResource(ConfigResource.Type.TOPIC, t) for t in topics]
+    try:
+        found = [
+            future.result(timeout)
+            for future in admin.describe_configs(resources, request_timeout=timeout).values()
+        ]
+    except (KafkaException, TimeoutError) as exc:
+        log.warning("could not read the changelogs' delete.retention.ms: %s", exc)
+        return None
+    return min(int(entries["delete.retention.ms"].value) for entries in found)
 
 
 def ensure_topics(config: StarlingConfig, *, timeout: float = 30.0) -> list[str]:

@@ -45,6 +45,7 @@ from typing import Any
 import redis
 
 from fanout.config import StarlingConfig
+from fanout.kafka import changelog_retention_ms
 from fanout.store.generations import GenerationState
 from fanout.store.timelines import TimelineStore
 from spark.rebuild.finish import discard_generation
@@ -285,12 +286,18 @@ class Supervisor:
         if not batches or target.takeover:
             return None
         hours = idle_hours(target.checkpoint, time.time())
-        retention = self.config.tombstone_retention_hours
-        if hours > retention:
+        # What the operator set, or what the broker keeps if that is shorter
+        # (a topic altered since it was made, or made by another version).
+        retention_ms = self.config.tombstone_retention_hours * 3_600_000
+        kept = changelog_retention_ms(self.config)
+        if kept is not None:
+            retention_ms = min(retention_ms, kept)
+        if hours * 3_600_000 > retention_ms:
             return (
-                f"the job last ran {hours:.1f} h ago, longer than the changelogs keep "
-                f"tombstones ({retention} h): deletes and unfollows may have been purged "
-                "from the log; rebuild the timelines (manage.py rebuild_timelines)"
+                f"the job last ran {_duration(hours * 3600)} ago, longer than the changelogs "
+                f"keep tombstones ({_duration(retention_ms / 1000)}): deletes and unfollows "
+                "may have been purged from the log; rebuild the timelines "
+                "(manage.py rebuild_timelines)"
             )
         try:
             applied = self.store.applied_batch(target.generation)
@@ -397,3 +404,10 @@ def _first_line(message: str) -> str:
         if "Error" in line or "error" in line:
             return line.strip()[:300]
     return message.strip().splitlines()[0][:300] if message.strip() else "unknown error"
+
+
+def _duration(seconds: float) -> str:
+    """``2.0 h``, ``1 h``, ``3.5 s``: hours from an hour on, else seconds."""
+    if seconds >= 3600:
+        return f"{seconds / 3600:.1f} h".replace(".0 h", " h")
+    return f"{seconds:.1f} s".replace(".0 s", " s")

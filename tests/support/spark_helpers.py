@@ -90,8 +90,10 @@ class Job:
     sink: Any = None
 
     def start(self, spark: Any) -> None:
+        from spark.stream.checkpoint import mark_layout
         from spark.stream.job import build_query
 
+        mark_layout(self.checkpoint)  # as the job's supervisor does before a start
         self.query, self.sink = build_query(
             spark,
             self.config,
