@@ -33,6 +33,7 @@ import yaml
 from django.core.exceptions import ImproperlyConfigured
 
 from fanout.config import KAFKA_CLIENT_ENV
+from feed.devstack.kafka import replication_settings
 from spark.runtime.jvm_archive import ENV as JVM_ARCHIVE_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -696,12 +697,116 @@ def test_kafka_runs_the_sasl_start_script_the_application_logs_in_to() -> None:
         assert app["KAFKA_SASL_USERNAME"] == env["KAFKA_SASL_USERNAME"]
     assert 'host="${KAFKA_ADVERTISED_HOST:-kafka}"' in script
     assert 'port="${KAFKA_PORT:-9092}"' in script
-    assert "listeners=SASL_PLAINTEXT://$bind:$port,CONTROLLER://127.0.0.1:" in script
+    assert "listeners=SASL_PLAINTEXT://$bind:$port,CONTROLLER://$controller_host:" in script
+    assert 'controller_host="${KAFKA_CONTROLLER_HOST:-127.0.0.1}"' in script
     # The health check logs in with the client properties the script writes.
     check = " ".join(kafka["healthcheck"]["test"][1:])
     assert 'conf="${KAFKA_CONFIG_DIR:-/tmp/starling-kafka}"' in script
     assert "--command-config /tmp/starling-kafka/client.properties" in check
     assert "--bootstrap-server kafka:9092" in check
+
+
+def run_kafka_node(
+    tmp_path: Path, env: Mapping[str, str | None], password: str
+) -> tuple[dict[str, str], list[str]]:
+    """deploy/kafka/start.sh run with a node's environment, its paths moved under
+    ``tmp_path`` and stand-ins for the image's ``kafka-storage.sh`` and
+    ``kafka-server-start.sh``: the properties it writes and its format command."""
+    home = tmp_path / "kafka"
+    (home / "bin").mkdir(parents=True)
+    stub(home / "bin", "kafka-storage.sh", f'printf "%s\\n" "$@" > {tmp_path}/format')
+    stub(home / "bin", "kafka-server-start.sh", f'printf "%s\\n" "$@" > {tmp_path}/start')
+    secret = tmp_path / "kafka_password"
+    secret.write_text(password)
+    run_env = {
+        **{k: v for k, v in env.items() if v is not None},
+        "PATH": os.environ["PATH"],
+        "KAFKA_HOME": str(home),
+        "KAFKA_SASL_PASSWORD_FILE": str(secret),
+        "KAFKA_LOG_DIRS": str(tmp_path / "data"),
+        "KAFKA_CONFIG_DIR": str(tmp_path / "conf"),
+    }
+    done = subprocess.run(
+        ["sh", str(ROOT / "deploy" / "kafka" / "start.sh")],
+        env=run_env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    props_text = (tmp_path / "conf" / "server.properties").read_text()
+    props = dict(line.split("=", 1) for line in props_text.splitlines() if "=" in line)
+    assert (tmp_path / "start").read_text().splitlines() == [
+        str(tmp_path / "conf" / "server.properties")
+    ]
+    return props, (tmp_path / "format").read_text().splitlines()
+
+
+#: The settings of the replication of every topic, the internal ones too.
+REPLICATION_KEYS = {
+    "default.replication.factor",
+    "min.insync.replicas",
+    "offsets.topic.replication.factor",
+    "transaction.state.log.replication.factor",
+    "transaction.state.log.min.isr",
+    "share.coordinator.state.topic.replication.factor",
+    "share.coordinator.state.topic.min.isr",
+}
+
+
+def test_alone_the_kafka_start_script_runs_one_node(tmp_path: Path) -> None:
+    """Without the quorum's settings the script is the one-node Kafka: its controller
+    on the loopback, one copy of every topic."""
+    env = {"KAFKA_CLUSTER_ID": "one-node", "KAFKA_ADVERTISED_HOST": "kafka"}
+    props, _ = run_kafka_node(tmp_path, env, secrets.token_hex(16))
+    tested = {k: v for k, v in replication_settings(1).items() if k in REPLICATION_KEYS}
+    assert {k: props[k] for k in REPLICATION_KEYS} == tested
+    assert tested["default.replication.factor"] == "1" and tested["min.insync.replicas"] == "1"
+    assert props["node.id"] == "1"
+    assert props["controller.quorum.voters"] == "1@127.0.0.1:9093"
+    assert props["listeners"] == "SASL_PLAINTEXT://:9092,CONTROLLER://127.0.0.1:9093"
+    # A controller address of its own: the one-node quorum follows it.
+    env["KAFKA_CONTROLLER_HOST"] = "kafka-quorum-alias"
+    props, _ = run_kafka_node(tmp_path / "elsewhere", env, secrets.token_hex(16))
+    assert props["controller.quorum.voters"] == "1@kafka-quorum-alias:9093"
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"KAFKA_NODE_ID": "one"}, "KAFKA_NODE_ID must be a number"),
+        ({"KAFKA_CONTROLLER_QUORUM_VOTERS": "1@a:9093 2@b:9093"}, "must be id@host:port"),
+        ({"KAFKA_CONTROLLER_QUORUM_VOTERS": "1@127.0.0.1:9093,b:9093"}, "b:9093 in"),
+        ({"KAFKA_CONTROLLER_QUORUM_VOTERS": "1@127.0.0.1:9093,x@b:9093"}, "x@b:9093 in"),
+        ({"KAFKA_CONTROLLER_QUORUM_VOTERS": "2@127.0.0.1:9093"}, "does not name this node"),
+        ({"KAFKA_CONTROLLER_HOST": "k1", "KAFKA_CONTROLLER_QUORUM_VOTERS": "1@k:93"}, "this node"),
+    ],
+)
+def test_the_kafka_start_script_refuses_a_quorum_without_its_node(
+    tmp_path: Path, env: dict[str, str], message: str
+) -> None:
+    password = tmp_path / "password"
+    password.write_text(secrets.token_hex(16))
+    run_env = {
+        "PATH": os.environ["PATH"],
+        "KAFKA_CLUSTER_ID": "x",
+        "KAFKA_SASL_PASSWORD_FILE": str(password),
+        "KAFKA_LOG_DIRS": str(tmp_path / "data"),
+        "KAFKA_CONFIG_DIR": str(tmp_path / "conf"),
+        "KAFKA_HOME": str(tmp_path / "no-kafka"),  # never reached
+        **env,
+    }
+    done = subprocess.run(
+        ["sh", str(ROOT / "deploy" / "kafka" / "start.sh")],
+        env=run_env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 1 and message in done.stderr, done.stderr
+    assert not (tmp_path / "data").exists()
 
 
 # --- networks -------------------------------------------------------------------------
