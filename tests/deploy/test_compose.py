@@ -32,7 +32,9 @@ import pytest
 import yaml
 from django.core.exceptions import ImproperlyConfigured
 
-from fanout.config import KAFKA_CLIENT_ENV
+from fanout.config import KAFKA_CLIENT_ENV, StarlingConfig
+from fanout.kafka import topic_configs
+from feed.devstack.kafka import replication_settings
 from spark.runtime.jvm_archive import ENV as JVM_ARCHIVE_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,6 +48,9 @@ SCHEMA = Path(__file__).with_name("compose-spec.json")
 
 #: Where the code reads its environment (tests read it too, but run elsewhere).
 CODE_DIRS = ("feed", "fanout", "spark")
+
+#: The compose deployment's Kafka cluster: three nodes, each broker and controller.
+KAFKA_NODES = ("kafka-1", "kafka-2", "kafka-3")
 
 # Every environment variable the code reads is in one of these groups; a new variable
 # fails test_every_variable_the_code_reads_is_accounted_for until it is placed.
@@ -94,7 +99,7 @@ SECRETS = {
 SECRETS_OF: dict[str, set[str]] = {
     "postgres": {"postgres_password"},
     "redis": {"redis_password"},
-    "kafka": {"kafka_password"},
+    **{node: {"kafka_password"} for node in KAFKA_NODES},
     "spark-master": set(),
     # Executors get the credentials with their tasks, from the driver.
     "spark-worker": set(),
@@ -119,7 +124,7 @@ SECRETS_OF: dict[str, set[str]] = {
 SECRET_UID = {
     "postgres": "0",  # the entrypoint reads it as root, before it drops to postgres
     "redis": "0",  # the command writes redis' config file as root (then drops)
-    "kafka": "1000",  # appuser
+    **{node: "1000" for node in KAFKA_NODES},  # appuser
     "prometheus": "65534",  # nobody
     "grafana": "472",
 }
@@ -196,12 +201,12 @@ COMPOSE_ONLY = {"DJANGO_SETTINGS_MODULE", "PYSPARK_SUBMIT_ARGS", "SPARK_CONF_DIR
 #: Starling code, and the workers' executors get Starling's settings from the driver.
 NO_APP_ENV = {"spark-master", "spark-worker"}
 #: The networks: the stores, Kafka, Spark and the roles on backend; Prometheus and Grafana
-#: on monitoring with their scrape targets.
+#: on monitoring with their scrape targets; the Kafka controllers on kafka-quorum.
 NETWORKS = {
     "backend": {
         "postgres",
         "redis",
-        "kafka",
+        *KAFKA_NODES,
         "spark-master",
         "spark-worker",
         "migrate",
@@ -211,6 +216,8 @@ NETWORKS = {
         "fanout",
     },
     "monitoring": {"prometheus", "grafana", "web", "worker"},
+    # The Kafka controllers' quorum: the Kafka nodes only.
+    "kafka-quorum": set(KAFKA_NODES),
 }
 
 ENV_READ = re.compile(
@@ -378,7 +385,7 @@ def test_compose_file_and_schema_are_what_they_claim() -> None:
     assert not validator.is_valid(
         {"services": {"a": {"image": "x", "depends_on": {"b": {"condition": "started"}}}}}
     )
-    assert set(services()) >= {"postgres", "redis", "kafka", "spark-master", "spark-worker"}
+    assert set(services()) >= {"postgres", "redis", *KAFKA_NODES, "spark-master", "spark-worker"}
     assert set(services()) >= {"migrate", "web", "worker", "beat", "fanout"}
 
 
@@ -676,32 +683,208 @@ def test_prometheus_reads_the_metrics_token_from_its_secret() -> None:
 
 
 def test_kafka_runs_the_sasl_start_script_the_application_logs_in_to() -> None:
-    kafka = services()["kafka"]
-    assert kafka["command"] == ["sh", "/opt/starling/kafka/start.sh"]
-    assert mount_of(kafka, "/opt/starling/kafka/start.sh") == (
-        "./deploy/kafka/start.sh",
-        "/opt/starling/kafka/start.sh",
-    )
-    assert "./deploy/kafka/start.sh:/opt/starling/kafka/start.sh:ro" in kafka["volumes"]
-    env = environment(kafka)
-    assert env["KAFKA_SASL_PASSWORD_FILE"] == secret_path("kafka_password")
-    assert "KAFKA_CLUSTER_ID" in required_variables()
     script = (ROOT / "deploy" / "kafka" / "start.sh").read_text()
-    # What the script serves is what the application is told to use.
+    assert "KAFKA_CLUSTER_ID" in required_variables()
+    for node in KAFKA_NODES:
+        kafka = services()[node]
+        assert kafka["command"] == ["sh", "/opt/starling/kafka/start.sh"]
+        assert mount_of(kafka, "/opt/starling/kafka/start.sh") == (
+            "./deploy/kafka/start.sh",
+            "/opt/starling/kafka/start.sh",
+        )
+        assert "./deploy/kafka/start.sh:/opt/starling/kafka/start.sh:ro" in kafka["volumes"]
+        env = environment(kafka)
+        assert env["KAFKA_SASL_PASSWORD_FILE"] == secret_path("kafka_password")
+        # The health check logs in to this node with the client properties the script
+        # writes.
+        check = " ".join(kafka["healthcheck"]["test"][1:])
+        assert "--command-config /tmp/starling-kafka/client.properties" in check
+        assert f"--bootstrap-server {kafka['hostname']}:9092" in check
+        assert kafka["hostname"] == node == env["KAFKA_ADVERTISED_HOST"]
+    # What the nodes serve is what the application is told to use: all three of them.
+    bootstrap = ",".join(f"{services()[node]['hostname']}:9092" for node in KAFKA_NODES)
+    assert bootstrap == "kafka-1:9092,kafka-2:9092,kafka-3:9092"
+    users = {environment(services()[node])["KAFKA_SASL_USERNAME"] for node in KAFKA_NODES}
+    assert users == {"starling"}
     for name in APP_ROLES:
         app = environment(services()[name])
-        assert app["KAFKA_BOOTSTRAP_SERVERS"] == f"{kafka['hostname']}:9092"
+        assert app["KAFKA_BOOTSTRAP_SERVERS"] == bootstrap
         assert app["KAFKA_SECURITY_PROTOCOL"] == "SASL_PLAINTEXT"
         assert app["KAFKA_SASL_MECHANISM"] == "SCRAM-SHA-512"
-        assert app["KAFKA_SASL_USERNAME"] == env["KAFKA_SASL_USERNAME"]
+        assert app["KAFKA_SASL_USERNAME"] == "starling"
     assert 'host="${KAFKA_ADVERTISED_HOST:-kafka}"' in script
     assert 'port="${KAFKA_PORT:-9092}"' in script
-    assert "listeners=SASL_PLAINTEXT://$bind:$port,CONTROLLER://127.0.0.1:" in script
-    # The health check logs in with the client properties the script writes.
-    check = " ".join(kafka["healthcheck"]["test"][1:])
     assert 'conf="${KAFKA_CONFIG_DIR:-/tmp/starling-kafka}"' in script
-    assert "--command-config /tmp/starling-kafka/client.properties" in check
-    assert "--bootstrap-server kafka:9092" in check
+    assert "listeners=SASL_PLAINTEXT://$bind:$port,CONTROLLER://$controller_host:" in script
+    # Alone, the script runs one node with its controller on the loopback
+    # (tests/deploy/test_kafka_sasl.py runs it so).
+    assert 'controller_host="${KAFKA_CONTROLLER_HOST:-127.0.0.1}"' in script
+
+
+def run_kafka_node(
+    tmp_path: Path, env: Mapping[str, str | None], password: str
+) -> tuple[dict[str, str], list[str]]:
+    """deploy/kafka/start.sh run with a node's environment, its paths moved under
+    ``tmp_path`` and stand-ins for the image's ``kafka-storage.sh`` and
+    ``kafka-server-start.sh``: the properties it writes and its format command."""
+    home = tmp_path / "kafka"
+    (home / "bin").mkdir(parents=True)
+    stub(home / "bin", "kafka-storage.sh", f'printf "%s\\n" "$@" > {tmp_path}/format')
+    stub(home / "bin", "kafka-server-start.sh", f'printf "%s\\n" "$@" > {tmp_path}/start')
+    secret = tmp_path / "kafka_password"
+    secret.write_text(password)
+    run_env = {
+        **{k: v for k, v in env.items() if v is not None},
+        "PATH": os.environ["PATH"],
+        "KAFKA_HOME": str(home),
+        "KAFKA_SASL_PASSWORD_FILE": str(secret),
+        "KAFKA_LOG_DIRS": str(tmp_path / "data"),
+        "KAFKA_CONFIG_DIR": str(tmp_path / "conf"),
+    }
+    done = subprocess.run(
+        ["sh", str(ROOT / "deploy" / "kafka" / "start.sh")],
+        env=run_env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    props_text = (tmp_path / "conf" / "server.properties").read_text()
+    props = dict(line.split("=", 1) for line in props_text.splitlines() if "=" in line)
+    assert (tmp_path / "start").read_text().splitlines() == [
+        str(tmp_path / "conf" / "server.properties")
+    ]
+    return props, (tmp_path / "format").read_text().splitlines()
+
+
+def quorum_alias(node: str) -> str:
+    """The node's name on the kafka-quorum network, its only one there."""
+    aliases = services()[node]["networks"]["kafka-quorum"]["aliases"]
+    assert len(aliases) == 1, node
+    return str(aliases[0])
+
+
+#: The settings of the replication of every topic, the internal ones too.
+REPLICATION_KEYS = {
+    "default.replication.factor",
+    "min.insync.replicas",
+    "offsets.topic.replication.factor",
+    "transaction.state.log.replication.factor",
+    "transaction.state.log.min.isr",
+    "share.coordinator.state.topic.replication.factor",
+    "share.coordinator.state.topic.min.isr",
+}
+
+
+def test_the_kafka_nodes_replicate_as_the_tests_cluster_does(tmp_path: Path) -> None:
+    """Each node's properties, as start.sh writes them from the node's environment in
+    the compose file: three replicas of every topic and two in sync for a write, the
+    settings of the suite's three-node cluster (feed.devstack.kafka), one quorum of
+    the three controllers on kafka-quorum, the same cluster and user on every node."""
+    tested = {k: v for k, v in replication_settings(3).items() if k in REPLICATION_KEYS}
+    assert set(tested) == REPLICATION_KEYS
+    assert tested["default.replication.factor"] == "3" and tested["min.insync.replicas"] == "2"
+    password = secrets.token_hex(16)
+    voters: set[str] = set()
+    cluster_ids: set[str] = set()
+    node_ids: dict[str, str] = {}
+    for node in KAFKA_NODES:
+        env = environment(services()[node])
+        props, format_argv = run_kafka_node(tmp_path / node, env, password)
+        assert {k: props[k] for k in REPLICATION_KEYS} == tested, node
+        node_ids[node] = props["node.id"]
+        voters.add(props["controller.quorum.voters"])
+        alias = quorum_alias(node)
+        # Clients and replication on the SASL listener (every address of the node),
+        # advertised under the node's name on backend; the controller only on its alias
+        # on kafka-quorum.
+        assert props["listeners"] == f"SASL_PLAINTEXT://:9092,CONTROLLER://{alias}:9093"
+        assert props["advertised.listeners"] == f"SASL_PLAINTEXT://{node}:9092"
+        assert props["inter.broker.listener.name"] == "SASL_PLAINTEXT"
+        assert props["sasl.mechanism.inter.broker.protocol"] == "SCRAM-SHA-512"
+        assert props["controller.listener.names"] == "CONTROLLER"
+        assert props["super.users"] == "User:starling;User:ANONYMOUS"
+        assert props["auto.create.topics.enable"] == "false"
+        # Every node formats its storage with the cluster's id and the SCRAM user (each
+        # controller must have the user: whichever leads first writes it).
+        assert format_argv[0] == "format"
+        cluster_ids.add(format_argv[format_argv.index("--cluster-id") + 1])
+        scram = format_argv[format_argv.index("--add-scram") + 1]
+        assert scram == f"SCRAM-SHA-512=[name=starling,password={password}]"
+    assert sorted(node_ids.values()) == ["1", "2", "3"]
+    assert cluster_ids == {"example-kafka_cluster_id"}
+    # One quorum, the same on every node: each node's controller, at its alias.
+    assert len(voters) == 1
+    quorum = dict(voter.split("@") for voter in voters.pop().split(","))
+    assert quorum == {node_ids[node]: f"{quorum_alias(node)}:9093" for node in KAFKA_NODES}
+
+
+def test_alone_the_kafka_start_script_runs_one_node(tmp_path: Path) -> None:
+    """Without the quorum's settings the script is the one-node Kafka: its controller
+    on the loopback, one copy of every topic."""
+    env = {"KAFKA_CLUSTER_ID": "one-node", "KAFKA_ADVERTISED_HOST": "kafka"}
+    props, _ = run_kafka_node(tmp_path, env, secrets.token_hex(16))
+    tested = {k: v for k, v in replication_settings(1).items() if k in REPLICATION_KEYS}
+    assert {k: props[k] for k in REPLICATION_KEYS} == tested
+    assert tested["default.replication.factor"] == "1" and tested["min.insync.replicas"] == "1"
+    assert props["node.id"] == "1"
+    assert props["controller.quorum.voters"] == "1@127.0.0.1:9093"
+    assert props["listeners"] == "SASL_PLAINTEXT://:9092,CONTROLLER://127.0.0.1:9093"
+    # A controller address of its own: the one-node quorum follows it.
+    env["KAFKA_CONTROLLER_HOST"] = "kafka-quorum-alias"
+    props, _ = run_kafka_node(tmp_path / "elsewhere", env, secrets.token_hex(16))
+    assert props["controller.quorum.voters"] == "1@kafka-quorum-alias:9093"
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"KAFKA_NODE_ID": "one"}, "KAFKA_NODE_ID must be a number"),
+        ({"KAFKA_CONTROLLER_QUORUM_VOTERS": "1@a:9093 2@b:9093"}, "must be id@host:port"),
+        ({"KAFKA_CONTROLLER_QUORUM_VOTERS": "1@127.0.0.1:9093,b:9093"}, "b:9093 in"),
+        ({"KAFKA_CONTROLLER_QUORUM_VOTERS": "1@127.0.0.1:9093,x@b:9093"}, "x@b:9093 in"),
+        ({"KAFKA_CONTROLLER_QUORUM_VOTERS": "2@127.0.0.1:9093"}, "does not name this node"),
+        ({"KAFKA_CONTROLLER_HOST": "k1", "KAFKA_CONTROLLER_QUORUM_VOTERS": "1@k:93"}, "this node"),
+    ],
+)
+def test_the_kafka_start_script_refuses_a_quorum_without_its_node(
+    tmp_path: Path, env: dict[str, str], message: str
+) -> None:
+    password = tmp_path / "password"
+    password.write_text(secrets.token_hex(16))
+    run_env = {
+        "PATH": os.environ["PATH"],
+        "KAFKA_CLUSTER_ID": "x",
+        "KAFKA_SASL_PASSWORD_FILE": str(password),
+        "KAFKA_LOG_DIRS": str(tmp_path / "data"),
+        "KAFKA_CONFIG_DIR": str(tmp_path / "conf"),
+        "KAFKA_HOME": str(tmp_path / "no-kafka"),  # never reached
+        **env,
+    }
+    done = subprocess.run(
+        ["sh", str(ROOT / "deploy" / "kafka" / "start.sh")],
+        env=run_env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 1 and message in done.stderr, done.stderr
+    assert not (tmp_path / "data").exists()
+
+
+def test_the_changelogs_take_the_brokers_replication() -> None:
+    """ensure_topics creates the changelogs with the brokers' default replication
+    factor (-1) and sets neither it nor min.insync.replicas per topic: on the compose
+    cluster, three replicas and two in sync, as for the internal topics."""
+    config = StarlingConfig.from_env({"STARLING_PARTITIONS": "4"})
+    configs = topic_configs(config)
+    assert set(configs) == set(config.topics.all())
+    for settings in configs.values():
+        assert not {k for k in settings if "replica" in k or "insync" in k}
+    source = (ROOT / "fanout" / "kafka.py").read_text()
+    assert "replication_factor=-1," in source
 
 
 # --- networks -------------------------------------------------------------------------
@@ -718,6 +901,30 @@ def test_networks_keep_monitoring_away_from_the_stores() -> None:
     assert members == NETWORKS
     for name in ("grafana", "prometheus"):
         assert "backend" not in services()[name]["networks"]
+
+
+def test_the_kafka_controllers_are_on_an_internal_network_of_their_own() -> None:
+    """The controller listener lets in whatever reaches it, as a super user: it is
+    only on kafka-quorum, which is internal and joined by the Kafka nodes alone, under
+    names that exist there only. Clients and replication stay on backend."""
+    networks = compose()["networks"]
+    assert networks["kafka-quorum"] == {"internal": True}
+    assert not networks["backend"] and not networks["monitoring"]
+    aliases = {quorum_alias(node) for node in KAFKA_NODES}
+    assert aliases == {f"{node}-quorum" for node in KAFKA_NODES}
+    for name, svc in services().items():
+        joined = svc["networks"]
+        assert ("kafka-quorum" in joined) == (name in KAFKA_NODES), name
+        if name in KAFKA_NODES:
+            assert set(joined) == {"backend", "kafka-quorum"}
+            # Reached by the application on backend, by its service name.
+            assert not joined["backend"]
+            assert environment(svc)["KAFKA_CONTROLLER_HOST"] == quorum_alias(name)
+            assert "ports" not in svc and "expose" not in svc
+        elif isinstance(joined, dict):
+            named = {a for n in joined.values() if n for a in n.get("aliases", [])}
+            assert not named & aliases, name
+    assert not aliases & set(services())
 
 
 def test_dockerfile_runs_as_a_user_and_copies_no_secrets() -> None:
@@ -934,9 +1141,15 @@ def test_stateful_services_keep_their_data_on_named_volumes() -> None:
     for service, path in [
         ("postgres", "/var/lib/postgresql/data"),
         ("redis", "/data"),
-        ("kafka", environment(services()["kafka"])["KAFKA_LOG_DIRS"] or ""),
+        *((node, environment(services()[node])["KAFKA_LOG_DIRS"] or "") for node in KAFKA_NODES),
     ]:
         assert mount_of(services()[service], path)[0] in named, f"{service}: {path}"
+    # Each Kafka node its own log dir: a volume of its own.
+    kafka_volumes = {
+        mount_of(services()[node], environment(services()[node])["KAFKA_LOG_DIRS"] or "")[0]
+        for node in KAFKA_NODES
+    }
+    assert kafka_volumes == {f"{node}-data" for node in KAFKA_NODES}
     assert any("--appendonly" in argv for argv in argv_lists(services()["redis"]["command"]))
 
 
@@ -953,6 +1166,13 @@ def test_depends_on_waits_for_health_or_completion() -> None:
         assert services()[name]["depends_on"]["migrate"] == {
             "condition": "service_completed_successfully"
         }
+    # ensure_topics creates topics of three replicas: every Kafka node must be up.
+    for name in ("migrate", "fanout"):
+        depends = services()[name]["depends_on"]
+        assert {n: depends.get(n) for n in KAFKA_NODES} == {
+            n: {"condition": "service_healthy"} for n in KAFKA_NODES
+        }, name
+    assert not any(services()[node].get("depends_on") for node in KAFKA_NODES)
 
 
 # --- production settings --------------------------------------------------------------

@@ -6,7 +6,10 @@ container, except that its ``kafka-storage.sh`` and ``kafka-server-start.sh`` st
 embedded broker's jars (``<venv>/kafka/libs``, the version ``make setup`` pins) and it
 listens on free ports of 127.0.0.1 (the container's are fixed). Starling's own clients
 (the relay's producer, the admin of ``ensure_topics``, the Spark source's consumer) then
-log in with the settings compose gives them; a client without them is refused.
+log in with the settings compose gives them; a client without them is refused. Three
+nodes started by the script, as compose starts ``kafka-1`` to ``kafka-3`` (here all on
+127.0.0.1, each on ports of its own), form one cluster that keeps three replicas of every
+topic and takes ``acks=all`` writes with two in sync.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import (
     AdminClient,
+    ConfigResource,
+    ResourceType,
     ScramCredentialInfo,
     ScramMechanism,
     UserScramCredentialUpsertion,
@@ -34,6 +39,7 @@ from fanout.config import StarlingConfig
 from fanout.kafka import ensure_topics, make_producer
 from feed.devstack import kafka
 from feed.devstack.embedded import free_port, wait_for_port
+from feed.devstack.kafka_cluster import wait_until
 from spark.source.kafka_io import consumer_settings, end_offsets
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -71,11 +77,14 @@ class Node:
     def config_dir(self) -> Path:
         return Path(self.env["KAFKA_CONFIG_DIR"])
 
-    def start(self) -> None:
+    def launch(self) -> None:
         with (self.config_dir.parent / "start.log").open("ab") as out:
             self.proc = subprocess.Popen(
                 ["sh", str(SCRIPT)], env=self.env, stdout=out, stderr=subprocess.STDOUT
             )
+
+    def start(self) -> None:
+        self.launch()
         wait_for_port("127.0.0.1", self.port, 60, self.proc)
 
     def stop(self) -> None:
@@ -121,10 +130,14 @@ def script_env(tmp_path: Path, password: str) -> tuple[dict[str, str], Path]:
     return env, password_file
 
 
-@pytest.fixture
-def node(tmp_path: Path) -> Iterator[Node]:
+def require_jars() -> None:
     if not list(kafka.LIBS.glob("*.jar")):
         pytest.fail(f"no Apache Kafka jars in {kafka.LIBS}: `make setup` fetches them")
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Iterator[Node]:
+    require_jars()
     env, password_file = script_env(tmp_path, secrets.token_hex(16))
     env["KAFKA_HOME"] = str(fake_kafka_home(tmp_path / "kafka-home", tmp_path))
     started = Node(env, int(env["KAFKA_PORT"]), password_file)
@@ -293,3 +306,105 @@ def test_storage_formatted_without_the_user_is_refused(tmp_path: Path) -> None:
     )
     assert done.returncode == 1
     assert "formatted without the SCRAM user" in done.stderr
+
+
+@pytest.fixture
+def three_nodes(tmp_path: Path) -> Iterator[list[Node]]:
+    """The script run three times as compose runs kafka-1, kafka-2 and kafka-3: node ids
+    1-3, one cluster id, one password, the quorum of the three controllers; here each
+    node has ports of its own on 127.0.0.1 (in compose, the same ports on addresses of
+    their own)."""
+    require_jars()
+    cluster_id = kafka.random_id()
+    password = secrets.token_hex(16)
+    controllers = [free_port() for _ in range(3)]
+    voters = ",".join(f"{i}@127.0.0.1:{port}" for i, port in enumerate(controllers, 1))
+    nodes = []
+    for i, controller_port in enumerate(controllers, 1):
+        directory = tmp_path / f"kafka-{i}"
+        directory.mkdir()
+        env, password_file = script_env(directory, password)
+        env.update(
+            KAFKA_CLUSTER_ID=cluster_id,
+            KAFKA_NODE_ID=str(i),
+            KAFKA_CONTROLLER_HOST="127.0.0.1",
+            KAFKA_CONTROLLER_PORT=str(controller_port),
+            KAFKA_CONTROLLER_QUORUM_VOTERS=voters,
+            KAFKA_HOME=str(fake_kafka_home(directory / "kafka-home", directory)),
+        )
+        nodes.append(Node(env, int(env["KAFKA_PORT"]), password_file))
+    try:
+        for started in nodes:  # together: none is ready before a quorum is
+            started.launch()
+        for started in nodes:
+            wait_for_port("127.0.0.1", started.port, 60, started.proc)
+        yield nodes
+    finally:
+        # SIGKILL: a node left without a quorum would wait for it in a controlled
+        # shutdown, and the data is thrown away.
+        for started in nodes:
+            if started.proc is not None and started.proc.poll() is None:
+                started.proc.kill()
+                started.proc.wait(10)
+
+
+def delivered(config: StarlingConfig, value: bytes, timeout_ms: int) -> bool:
+    """Whether an acks=all write of the relay's producer is acknowledged in time."""
+    producer = make_producer(config, **{"message.timeout.ms": timeout_ms})
+    reports: list[object] = []
+    producer.produce(
+        config.topics.tweets,
+        key=b"1",
+        value=value,
+        partition=0,
+        on_delivery=lambda err, _msg: reports.append(err),
+    )
+    producer.flush(timeout_ms / 1000 + 10)
+    # (Identity: comparing a KafkaError with None raises TypeError.)
+    return len(reports) == 1 and reports[0] is None
+
+
+def test_three_nodes_keep_three_replicas_and_take_acks_all_writes(
+    three_nodes: list[Node],
+) -> None:
+    bootstrap = ",".join(n.bootstrap for n in three_nodes)
+    config = StarlingConfig.from_env(three_nodes[0].client_env(KAFKA_BOOTSTRAP_SERVERS=bootstrap))
+    client = dict(config.kafka_client())
+    admin = AdminClient(quiet(client))
+    # All three brokers registered (what migrate waits for, through their health checks).
+    wait_until(lambda: set(admin.list_topics(timeout=5).brokers) == {1, 2, 3}, 60, "3 brokers")
+    # Each broker's replication settings: the test suite's three-node cluster's.
+    tested = kafka.replication_settings(3)
+    for broker in ("1", "2", "3"):
+        resource = ConfigResource(ResourceType.BROKER, broker)
+        entries = admin.describe_configs([resource])[resource].result(30)
+        for key in (k for k in tested if "replication" in k or "isr" in k or "insync" in k):
+            assert entries[key].value == tested[key], (broker, key)
+    # The changelogs as ensure_topics creates them (the brokers' defaults), and a record
+    # produced by the relay's producer (acks=all, idempotent) and read back.
+    assert produce_and_read(config, b"replicated") == [b"replicated"]
+    for topic in config.topics.all():
+        partitions = admin.list_topics(topic, timeout=10).topics[topic].partitions.values()
+        assert all(sorted(p.replicas) == [1, 2, 3] for p in partitions), topic
+        resource = ConfigResource(ResourceType.TOPIC, topic)
+        entries = admin.describe_configs([resource])[resource].result(30)
+        assert entries["min.insync.replicas"].value == "2", topic
+    # Nothing gets in without the user's credentials, on any node.
+    for started in three_nodes:
+        assert refused({"bootstrap.servers": started.bootstrap})
+    # One node lost: once the quorum has fenced it, two replicas are in sync and writes
+    # go on. Two lost: no write is acknowledged.
+    tweets = config.topics.tweets
+    assert three_nodes[2].proc is not None
+    three_nodes[2].proc.kill()
+    wait_until(lambda: set(admin.list_topics(timeout=5).brokers) == {1, 2}, 60, "fenced")
+    wait_until(lambda: all(len(isr) == 2 for isr in in_sync(admin, tweets)), 60, "ISR of 2")
+    assert delivered(config, b"two in sync", 30_000)
+    assert three_nodes[1].proc is not None
+    three_nodes[1].proc.kill()
+    assert not delivered(config, b"one left", 5_000)
+
+
+def in_sync(admin: AdminClient, topic: str) -> list[list[int]]:
+    partitions = admin.list_topics(topic, timeout=5).topics[topic].partitions.values()
+    return [list(p.isrs) for p in partitions]
