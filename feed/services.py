@@ -16,8 +16,7 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.contrib.auth.password_validation import validate_password
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.db import IntegrityError, transaction
-from django.db.models import F
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from fanout.model import events, ids
@@ -152,9 +151,7 @@ def tweet_create(*, author: User, text: str) -> TweetWrite:
                 raise
     # Locks the author's row: a suspension is either before (nothing updated:
     # refused) or after (it sees this tweet and tombstones it too).
-    if not User.objects.filter(pk=author.pk, is_active=True).update(
-        tweets_count=F("tweets_count") + 1
-    ):
+    if not _count(author.pk, "tweets_count", 1, if_active=True):
         raise Forbidden("this account is suspended")
     seq = outbox.append(
         events.TweetPosted(
@@ -181,7 +178,7 @@ def tweet_delete(*, tweet_id: int, actor: User) -> int:
         )
     author_id = tweet.author_id
     tweet.delete()
-    User.objects.filter(pk=author_id).update(tweets_count=F("tweets_count") - 1)
+    _count(author_id, "tweets_count", -1)
     return outbox.append(events.TweetDeleted(tweet_id=tweet_id, author_id=author_id))
 
 
@@ -223,9 +220,28 @@ def _count_follows(follower_id: int, followee_id: int, delta: int, active: dict[
     ``active`` is :func:`_lock_users`'). A follow counts on one side only while
     the other side is not suspended."""
     if active.get(followee_id):
-        User.objects.filter(pk=follower_id).update(following_count=F("following_count") + delta)
+        _count(follower_id, "following_count", delta)
     if active.get(follower_id):
-        User.objects.filter(pk=followee_id).update(followers_count=F("followers_count") + delta)
+        _count(followee_id, "followers_count", delta)
+
+
+#: The counts kept on the user's row (migration 0004), which _count may change.
+COUNTS = frozenset({"tweets_count", "followers_count", "following_count"})
+
+
+def _count(user_id: int, column: str, delta: int, *, if_active: bool = False) -> bool:
+    """Add ``delta`` to one of a user's counts (only if the user is active,
+    with ``if_active``); whether a row changed. One statement of our own: the
+    ORM's ``filter().update(F() + 1)`` spent 0.5 ms building it, a third of a
+    tweet's whole write on SQLite (load_tests/bench_write.py)."""
+    if column not in COUNTS:
+        raise ValueError(f"not a count: {column!r}")
+    table = connection.ops.quote_name(User._meta.db_table)
+    where = f"id = %s{' AND is_active' if if_active else ''}"
+    sql = f"UPDATE {table} SET {column} = {column} + %s WHERE {where}"  # noqa: S608 (names: COUNTS, the model)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [delta, user_id])
+        return bool(cursor.rowcount)
 
 
 def _lock_users(*user_ids: int) -> dict[int, bool]:
