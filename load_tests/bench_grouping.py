@@ -28,7 +28,8 @@ from fanout.model import ids
 from fanout.model.join import Mutation
 from fanout.store.ops import _group_adds, _group_any
 from load_tests import network
-from load_tests.bench_fanout import baseline_mutations, make_tweets, tweet_authors
+from load_tests.fanout_baselines import baseline_mutations
+from load_tests.fanout_rig import make_tweets, tweet_authors
 from load_tests.harness import Report, ratio
 
 CAP = 800

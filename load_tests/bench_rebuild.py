@@ -41,7 +41,7 @@ from fanout.kafka import ensure_topics
 from fanout.model import events, ids
 from fanout.store.timelines import store_for
 from load_tests import charts, network
-from load_tests.bench_fanout import Changelog, Job, start_services, stop_services, wait_for_seq
+from load_tests.fanout_rig import Changelog, Job, start_services, stop_services, wait_for_seq
 from load_tests.harness import Report, ratio
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -25,12 +25,12 @@ from fanout.kafka import ensure_topics
 from fanout.model import ids
 from fanout.store.timelines import store_for
 from load_tests import charts
-from load_tests.bench_fanout import (
+from load_tests.fanout_baselines import script_rate
+from load_tests.fanout_rig import (
     Changelog,
     Job,
     drain_backlog,
     make_tweets,
-    script_rate,
     start_services,
     steady_phase,
     stop_services,
