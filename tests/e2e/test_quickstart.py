@@ -2,8 +2,9 @@
 runstack``: the embedded broker, a Redis of its own, the migrations, web,
 Celery worker and beat, the fanout job) on a fresh state directory, then the
 README's curl session, whose output must be what the README says it prints;
-an attacker's probe through the API (with the per-address login limit on);
-and a stop and start that keeps every timeline without republishing."""
+a random workload through the API whose timelines must equal the join; an
+attacker's probe through the API (with the per-address login limit on); and
+a stop and start that keeps every timeline without republishing."""
 
 from __future__ import annotations
 
@@ -21,8 +22,10 @@ from pathlib import Path
 import pytest
 import requests
 
+from fanout.config import DEFAULT_TIMELINE_SIZE
 from feed.devstack import embedded
-from tests.support.stack import BIN, ROOT
+from tests.support.oracle import Workload, check_against_oracle
+from tests.support.stack import BIN, ROOT, Stack
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
 
@@ -108,6 +111,20 @@ class MakeRun:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(run.pid, signal.SIGKILL)  # anything honcho left behind
 
+    def as_stack(self) -> Stack:
+        """This make run as the oracle's helpers see a stack: its API, its
+        SQLite database and the Redis it started (its address as announced)."""
+        announced = re.search(r"Redis\s+(redis://\S+)", self.this_run())
+        assert announced, self.this_run()[-2000:]
+        return Stack(
+            base=f"http://127.0.0.1:{self.port}",
+            env={**self.env, "REDIS_URL": announced.group(1)},
+            database_url=f"sqlite:///{self.var / 'starling.sqlite3'}",
+            logs=self.var,
+            redis_url=announced.group(1),
+            timeline_size=DEFAULT_TIMELINE_SIZE,
+        )
+
     def manage(self, *command: str) -> None:
         subprocess.run(
             [str(BIN / "python"), "manage.py", *command], cwd=ROOT, env=self.env, check=True
@@ -163,6 +180,15 @@ def test_make_run_then_the_readme_curl_session_prints_what_the_readme_says(
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout == printed, f"README says:\n{printed}\nthe session printed:\n{done.stdout}"
+
+
+def test_a_random_workload_through_make_run_equals_the_join(make_run: MakeRun) -> None:
+    stack = make_run.as_stack()
+    work = Workload(stack, random.Random(43), prefix=f"o{random.randrange(10**6)}")
+    work.register(12)
+    work.run(150)
+    stats = check_against_oracle(stack, sorted(work.users))
+    assert stats["timelines"] == 12 and stats["entries"] > 0, stats
 
 
 class Client:
