@@ -182,11 +182,12 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     node.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
     """Three Apache Kafka nodes, each a broker and a controller, every topic
-    on all three (two in sync for a write), started once for the tests of
-    broker loss; :func:`healed` gives it back with every node running."""
+    on all three (two in sync for a write), for the module of broker loss and
+    stopped after it (three JVMs would slow every later test on two cores);
+    :func:`healed` gives it back with every node running."""
     cluster = start_kafka_cluster(
         tmp_path_factory.mktemp("kafka-cluster"), settings=TEST_BROKER_SETTINGS
     )

@@ -69,14 +69,13 @@ def _consumer(client: KafkaClient) -> Any:
     return Consumer(consumer_settings(client))
 
 
-#: Error codes of a partition whose leader is changing or not yet known to
-#: the client (the answer comes once its metadata names the leader):
-#: NOT_LEADER_OR_FOLLOWER, LEADER_NOT_AVAILABLE, UNKNOWN_TOPIC_OR_PART, and
-#: librdkafka's own _UNKNOWN_PARTITION; and of a leader that died: _TIMED_OUT
-#: (it does not answer), _TRANSPORT, _ALL_BROKERS_DOWN for a moment, and
-#: _DESTROY_BROKER (the client drops a broker the cluster no longer lists,
-#: failing the requests queued for it).
-LEADERSHIP_MOVING = frozenset({6, 5, 3, -190, -185, -195, -187, -137})
+#: Errors that asking again cannot mend: a refused login or permission, a bad
+#: argument. Every other error of a partition's end offset is its leadership
+#: moving (NOT_LEADER_OR_FOLLOWER, LEADER_NOT_AVAILABLE, OFFSET_NOT_AVAILABLE
+#: while a new leader's high watermark catches up, UNKNOWN_TOPIC_OR_PART for
+#: a moment) or a leader that died (_TIMED_OUT, _TRANSPORT, _DESTROY_BROKER,
+#: _ALL_BROKERS_DOWN): measured on a three-node cluster with nodes SIGKILLed.
+HOPELESS = frozenset({29, 30, 31, 58, -169, -186})
 #: How long the end offsets of a set of topics may take while a partition's
 #: leadership moves: a killed broker is noticed by the controller after its
 #: session timeout (9 s by default), then the client learns the new leader.
@@ -137,8 +136,8 @@ class EndOffsetReader:
                 )
             except KafkaException as exc:
                 error = exc.args[0] if exc.args else None
-                moving = isinstance(error, KafkaError) and (
-                    error.retriable() or error.code() in LEADERSHIP_MOVING
+                moving = isinstance(error, KafkaError) and not (
+                    error.fatal() or error.code() in HOPELESS
                 )
                 if not moving or deadline - time.monotonic() <= 0:
                     raise RuntimeError(f"Kafka at {self.bootstrap} does not answer: {exc}") from exc
