@@ -407,7 +407,7 @@ def _first_line(message: str) -> str:
 
 
 def _duration(seconds: float) -> str:
-    """``2.0 h``, ``1 h``, ``3.5 s``: hours from an hour on, else seconds."""
+    """``2 h``, ``2.5 h``, ``3.5 s``: hours from an hour on, else seconds."""
     if seconds >= 3600:
         return f"{seconds / 3600:.1f} h".replace(".0 h", " h")
     return f"{seconds:.1f} s".replace(".0 s", " s")
