@@ -42,7 +42,9 @@ def _follows(after: int) -> tuple[list[events.Event], int]:
 def _tweets(after: int) -> tuple[list[events.Event], int]:
     rows = list(
         Tweet.objects.select_for_update(of=("self",))
-        .filter(pk__gt=after)
+        # A suspended author's tweets are tombstoned on the changelogs (the view
+        # is of the visible rows): posting them again would bring them back.
+        .filter(pk__gt=after, author__is_active=True)
         .order_by("pk")
         .values_list("pk", "author_id", "author__username", "text")[:BATCH]
     )
