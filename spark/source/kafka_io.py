@@ -147,7 +147,7 @@ class EndOffsetReader:
                         "cluster for the partition's leader and again, for up to %.0f s",
                         partition.topic,
                         partition.partition,
-                        error.str(),
+                        error.str() if isinstance(error, KafkaError) else exc,
                         max(0.0, left),
                     )
                     warned = True
