@@ -147,9 +147,10 @@ def _number(
 
 @dataclass(frozen=True)
 class TopicNames:
-    """The topics, named from ``STARLING_TOPIC_PREFIX``: the two changelogs
-    (the tables ``tweets`` and ``follows``) and ``timelines`` (commands for
-    the fanout job, see fanout.model.events)."""
+    """The topics, named from ``STARLING_TOPIC_PREFIX``: the changelogs of
+    the tables ``tweets`` (posts and reposts), ``follows`` and
+    ``engagements`` (likes and reposts, by tweet), and ``timelines``
+    (commands for the fanout job, see fanout.model.events)."""
 
     prefix: str = ""
 
@@ -162,23 +163,27 @@ class TopicNames:
         return f"{self.prefix}follows"
 
     @property
+    def engagements(self) -> str:
+        return f"{self.prefix}engagements"
+
+    @property
     def timelines(self) -> str:
         return f"{self.prefix}timelines"
 
-    def tables(self) -> tuple[str, str]:
-        """The changelogs of the two tables (what a rebuild joins)."""
-        return (self.tweets, self.follows)
+    def tables(self) -> tuple[str, str, str]:
+        """The changelogs of the tables (what a rebuild reads)."""
+        return (self.tweets, self.follows, self.engagements)
 
-    def all(self) -> tuple[str, str, str]:
+    def all(self) -> tuple[str, str, str, str]:
         """Every topic the fanout job reads."""
-        return (self.tweets, self.follows, self.timelines)
+        return (self.tweets, self.follows, self.engagements, self.timelines)
 
     def physical(self, logical: str) -> str:
-        """``"tweets"``, ``"follows"`` or ``"timelines"`` → the topic's name."""
+        """A logical name (``"tweets"``, ``"timelines"``, ...) → the topic's name."""
         return f"{self.prefix}{logical}"
 
     def logical(self, physical: str) -> str:
-        """Map a physical topic name back to ``"tweets"``, ``"follows"`` or ``"timelines"``."""
+        """Map a physical topic name back to its logical name."""
         if physical in self.all():
             return physical[len(self.prefix) :]
         raise KeyError(physical)

@@ -28,7 +28,7 @@ def topic_configs(config: StarlingConfig) -> dict[str, dict[str, str]]:
     table = {"cleanup.policy": "compact", "delete.retention.ms": str(tombstones)}
     commands = {"cleanup.policy": "delete", "retention.ms": str(tombstones // 2)}
     t = config.topics
-    return {t.tweets: table, t.follows: table, t.timelines: commands}
+    return {t.tweets: table, t.follows: table, t.engagements: table, t.timelines: commands}
 
 
 #: librdkafka settings of the outbox producer (docs/decisions.md D7).
@@ -83,7 +83,7 @@ def changelog_retention_ms(config: StarlingConfig, *, timeout: float = 5.0) -> i
     them now (an operator may have altered a topic since it was made); None
     if the broker cannot tell within ``timeout`` seconds."""
     admin = admin_client(config)
-    topics = (config.topics.tweets, config.topics.follows)
+    topics = config.topics.tables()
     resources = [ConfigResource(ConfigResource.Type.TOPIC, t) for t in topics]
     try:
         found = [

@@ -10,6 +10,12 @@ Wire format (KTable style: the topics are tables):
   delete = tombstone (``None`` value).
 * topic ``follows``: key = ``"<follower_id>:<followee_id>"`` (the follow's
   natural key), value = the follow row as versioned JSON, unfollow = tombstone.
+  A repost is a row of the same table: its value adds ``repost_of``, the
+  original's id (a post's value has no such field), and its text is empty.
+* topic ``engagements``: key = ``"<kind>:<user_id>:<tweet_id>"`` (``kind`` is
+  ``like`` or ``repost``), value = the row as versioned JSON, undo = tombstone;
+  its join key is the (original) tweet: the job counts each tweet's likes and
+  reposts from it.
 * topic ``timelines``: commands for the fanout job that are not table
   rows: a :class:`TimelineReset` (key = the owner) carries the newest
   entries of one home timeline computed by the database, for the job to
@@ -44,6 +50,11 @@ SCHEMA_VERSION = 1
 TWEETS = "tweets"
 FOLLOWS = "follows"
 TIMELINES = "timelines"
+ENGAGEMENTS = "engagements"
+#: The kinds of engagement counted per original tweet.
+LIKE = "like"
+REPOST = "repost"
+KINDS = (LIKE, REPOST)
 HEADER_SEQ = "seq"
 HEADER_JOIN_KEY = "jk"
 HEADER_MARK = "mark"
@@ -56,10 +67,20 @@ class BadEvent(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class TweetPosted:
+    """A tweet row: a post, or (``repost_of`` set) a repost of the tweet
+    ``repost_of`` by ``author_id``, whose id is a timeline entry of its own."""
+
     tweet_id: int
     author_id: int
     author: str
     text: str
+    #: The original's id for a repost (its text is empty); 0 for a post.
+    repost_of: int = 0
+
+    @property
+    def original(self) -> int:
+        """The tweet this entry shows: itself, or the one it reposts."""
+        return self.repost_of or self.tweet_id
 
     @property
     def join_key(self) -> int:
@@ -116,7 +137,35 @@ class TimelineReset:
         return self.owner_id
 
 
-Event = TweetPosted | TweetDeleted | Followed | Unfollowed | TimelineReset
+@dataclass(frozen=True, slots=True)
+class Engaged:
+    """``user_id`` likes (or reposts: ``kind``) the original tweet ``tweet_id``."""
+
+    kind: str
+    user_id: int
+    tweet_id: int
+
+    @property
+    def join_key(self) -> int:
+        return self.tweet_id
+
+
+@dataclass(frozen=True, slots=True)
+class Disengaged:
+    """The like (or repost) of ``tweet_id`` by ``user_id`` is gone."""
+
+    kind: str
+    user_id: int
+    tweet_id: int
+
+    @property
+    def join_key(self) -> int:
+        return self.tweet_id
+
+
+Event = (
+    TweetPosted | TweetDeleted | Followed | Unfollowed | TimelineReset | Engaged | Disengaged
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,8 +207,31 @@ def tweet_fields(tweet_id: int, author: str, text: str) -> dict[str, Any]:
 
 
 def tweet_json(event: TweetPosted) -> bytes:
-    """The cached body of a posted tweet, served as-is by timeline reads."""
+    """The cached body of a timeline entry. A post's is its fields
+    (:func:`tweet_fields`); a repost's names the original instead of its text
+    (:func:`repost_json`): reads put the original's text, author and counts
+    in (fanout/store/lua/entries.lua), so a renamed or deleted original shows
+    as it is now."""
+    if event.repost_of:
+        return repost_json(event.tweet_id, event.author, event.repost_of)
     return orjson.dumps(tweet_fields(event.tweet_id, event.author, event.text))
+
+
+def repost_json(repost_id: int, author: str, original: int) -> bytes:
+    """A repost's cached body: ``{"id","author","created_at","repost_of"}``
+    with the original's id (:data:`REPOST_BODY`)."""
+    return orjson.dumps(
+        {
+            "id": repost_id,
+            "author": author,
+            "created_at": created_at_iso(repost_id),
+            "repost_of": original,
+        }
+    )
+
+
+def engagement_key(kind: str, user_id: int, tweet_id: int) -> bytes:
+    return f"{kind}:{user_id}:{tweet_id}".encode("ascii")
 
 
 def follow_key(follower_id: int, followee_id: int) -> bytes:
@@ -168,16 +240,32 @@ def follow_key(follower_id: int, followee_id: int) -> bytes:
 
 def encode(event: Event) -> Record:
     if isinstance(event, TweetPosted):
-        value = orjson.dumps(
-            {
-                "v": SCHEMA_VERSION,
-                "id": event.tweet_id,
-                "author_id": event.author_id,
-                "author": event.author,
-                "text": event.text,
-            }
-        )
+        row: dict[str, Any] = {
+            "v": SCHEMA_VERSION,
+            "id": event.tweet_id,
+            "author_id": event.author_id,
+            "author": event.author,
+            "text": event.text,
+        }
+        if event.repost_of:
+            row["repost_of"] = event.repost_of
+        value = orjson.dumps(row)
         return Record(TWEETS, str(event.tweet_id).encode("ascii"), value, event.author_id)
+    if isinstance(event, Engaged | Disengaged):
+        key = engagement_key(event.kind, event.user_id, event.tweet_id)
+        value = (
+            orjson.dumps(
+                {
+                    "v": SCHEMA_VERSION,
+                    "kind": event.kind,
+                    "user_id": event.user_id,
+                    "tweet_id": event.tweet_id,
+                }
+            )
+            if isinstance(event, Engaged)
+            else None
+        )
+        return Record(ENGAGEMENTS, key, value, event.tweet_id)
     if isinstance(event, TweetDeleted):
         return Record(TWEETS, str(event.tweet_id).encode("ascii"), None, event.author_id)
     if isinstance(event, Followed):
@@ -232,6 +320,9 @@ CANONICAL_TWEET_VALUE = (
 #: A tweet's body (:func:`tweet_json`) is these strings around its id, author,
 #: text and ``created_at`` (to the millisecond, without its ``Z``).
 TWEET_BODY = ('{"id":', ',"author":"', '","text":"', '","created_at":"', 'Z"}')
+#: A repost's body (:func:`repost_json`) is these strings around its id,
+#: author, ``created_at`` and the original's id.
+REPOST_BODY = ('{"id":', ',"author":"', '","created_at":"', '","repost_of":', "}")
 
 
 def mark_record(partition: int, seq: int) -> tuple[bytes, list[tuple[str, bytes]]]:
@@ -363,11 +454,32 @@ def decode_record(
             text, author = obj.get("text"), obj.get("author")
             if not isinstance(text, str) or not isinstance(author, str):
                 raise BadEvent("tweet needs string fields 'text' and 'author'")
+            repost_of = _id(obj, "repost_of") if "repost_of" in obj else 0
             event = TweetPosted(
-                tweet_id=_id(obj, "id"), author_id=_id(obj, "author_id"), author=author, text=text
+                tweet_id=_id(obj, "id"),
+                author_id=_id(obj, "author_id"),
+                author=author,
+                text=text,
+                repost_of=repost_of,
             )
             if event.tweet_id != tweet_id:
                 raise BadEvent(f"key {tweet_id} does not match tweet id {event.tweet_id}")
+            if repost_of and (repost_of >= tweet_id or text):
+                raise BadEvent("a repost needs an empty text and an older original")
+    elif topic == ENGAGEMENTS:
+        kind, _, rest = key.decode("ascii", "replace").partition(":")
+        user_raw, sep, tweet_raw = rest.partition(":")
+        if kind not in KINDS or not sep:
+            raise BadEvent(f"engagement key is not 'kind:user:tweet': {key[:40]!r}")
+        user_id = _int_field(user_raw, "user in key")
+        tweet_id = _int_field(tweet_raw, "tweet in key")
+        if value is None:
+            event = Disengaged(kind, user_id, tweet_id)
+        else:
+            obj = _load(value)
+            event = Engaged(kind, _id(obj, "user_id"), _id(obj, "tweet_id"))
+            if obj.get("kind") != kind or (event.user_id, event.tweet_id) != (user_id, tweet_id):
+                raise BadEvent("engagement key does not match its value")
     elif topic == TIMELINES:
         owner_id = _int_field(key, "timeline owner key")
         if value is None:

@@ -3,8 +3,11 @@
 | key | type | holds |
 | --- | --- | --- |
 | ``tl:<g>:<t><user>`` | string | a packed home timeline of generation ``g`` |
-| ``tw:<t><tweet>`` | string | a tweet's JSON body, shared by all generations |
+| ``tr:<g>:<t><user>`` | string | the timeline's reposts: (original, entry) pairs, packed |
+| ``tw:<t><tweet>`` | string | a timeline entry's JSON body, shared by all generations |
+| ``ct:<t><tweet>`` | string | a tweet's counts as JSON (likes, reposts, replies); none: all 0 |
 | ``al:<g>:<t><author>`` | string | a pulled author's newest tweets, packed like a timeline |
+| ``ar:<g>:<t><author>`` | string | that list's reposts, packed like a timeline's |
 | ``pl:<g>:<t><user>`` | set | the pulled authors the user follows (merged into each read) |
 | ``starling:generation`` | string | the active generation |
 | ``starling:generation<t>`` | string | the active generation, as a shard's reads see it (cluster) |
@@ -58,6 +61,9 @@ from dataclasses import dataclass
 
 TIMELINE_PREFIX = "tl:"
 TWEET_PREFIX = "tw:"
+REPOSTS_PREFIX = "tr:"
+LIST_REPOSTS_PREFIX = "ar:"
+COUNTS_PREFIX = "ct:"
 LIST_PREFIX = "al:"
 PULLS_PREFIX = "pl:"
 ACTIVE_GENERATION = "starling:generation"
@@ -191,6 +197,29 @@ def pulls(generation: int, user_id: int, tag: str = "") -> str:
 
 def tweet(tweet_id: int, tag: str = "") -> str:
     return f"{TWEET_PREFIX}{tag}{tweet_id}"
+
+
+def reposts_prefix(generation: int | str) -> str:
+    return f"{REPOSTS_PREFIX}{generation}:"
+
+
+def timeline_reposts(generation: int, user_id: int, tag: str = "") -> str:
+    """The (original, entry) pairs beside a timeline (fanout/store/ops.py)."""
+    return f"{reposts_prefix(generation)}{tag}{user_id}"
+
+
+def list_reposts_prefix(generation: int | str) -> str:
+    return f"{LIST_REPOSTS_PREFIX}{generation}:"
+
+
+def list_reposts(generation: int, author_id: int, tag: str = "") -> str:
+    """The (original, entry) pairs beside a pulled author's list."""
+    return f"{list_reposts_prefix(generation)}{tag}{author_id}"
+
+
+def counts(tweet_id: int, tag: str = "") -> str:
+    """A tweet's counts: a JSON object's text, written by the fanout job."""
+    return f"{COUNTS_PREFIX}{tag}{tweet_id}"
 
 
 def active_generation(tag: str = "") -> str:
