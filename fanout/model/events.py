@@ -121,7 +121,10 @@ class Unfollowed:
 class TimelineReset:
     """The newest entries of ``owner_id``'s home timeline as the database
     computed them: ``tweet_ids`` ascending, and ``horizon``, the oldest of them
-    when older ones were left out (0 when these are all). ``as_of``: every
+    when older ones were left out (0 when these are all). The horizon is set
+    by the newest entries of the view (one per original); ``tweet_ids`` holds
+    every entry at or above it, including those another entry of the same
+    original hides (a post with a newer repost, an older repost). ``as_of``: every
     write with a seq up to it was committed, and so seen, when they were read.
     ``pulled``: the authors left out, whose tweets the owner read from their
     lists then (see fanout.model.join); the reset applies only if they still are."""
@@ -131,6 +134,8 @@ class TimelineReset:
     horizon: int
     as_of: int
     pulled: tuple[int, ...] = ()
+    #: (entry, original) of the entries of ``tweet_ids`` that are reposts, by entry.
+    reposts: tuple[tuple[int, int], ...] = ()
 
     @property
     def join_key(self) -> int:
@@ -291,6 +296,7 @@ def encode(event: Event) -> Record:
                 "horizon": event.horizon,
                 "as_of": event.as_of,
                 "pulled": list(event.pulled),
+                "reposts": [list(pair) for pair in event.reposts],
             }
         )
         return Record(TIMELINES, str(event.owner_id).encode("ascii"), value, event.owner_id)
@@ -496,8 +502,18 @@ def decode_record(
         pulled = obj.get("pulled", [])
         if not isinstance(pulled, list) or not all(ids.is_valid(a) for a in pulled):
             raise BadEvent("field 'pulled' is not a list of user ids")
+        reposts = obj.get("reposts", [])
+        if not isinstance(reposts, list) or not all(
+            isinstance(p, list) and len(p) == 2 and all(ids.is_valid(i) for i in p) for p in reposts
+        ):
+            raise BadEvent("field 'reposts' is not a list of [entry, original] pairs")
         event = TimelineReset(
-            owner_id, tuple(sorted(set(tweet_ids))), horizon, as_of, tuple(sorted(set(pulled)))
+            owner_id,
+            tuple(sorted(set(tweet_ids))),
+            horizon,
+            as_of,
+            tuple(sorted(set(pulled))),
+            tuple(sorted({(p[0], p[1]) for p in reposts})),
         )
     elif topic == FOLLOWS:
         left, sep, right = key.partition(b":")

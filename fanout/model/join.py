@@ -100,6 +100,8 @@ class Mutation:
     #: PULL / UNPULL: the pulled author. RESET: the authors the database's read
     #: left out (those the owner read from their lists then).
     authors: tuple[int, ...] = ()
+    #: (entry, original) of the entries of ``tweets`` that are reposts, by entry.
+    reposts: tuple[tuple[int, int], ...] = ()
 
     @property
     def deliveries(self) -> int:
