@@ -1,8 +1,9 @@
 """An author's join state and how it is stored (pure: no I/O).
 
 The fanout job keeps one per join key in Spark's state store
-(spark/stream/operator.py): every follower and every live tweet of the author, as
-packed 8-byte ids behind a small header. A pulled author's follower ids
+(spark/stream/operator.py): every follower and every live entry of the author
+(its posts and its reposts), as packed 8-byte ids behind a small header, and
+for each repost its original (16 bytes). A pulled author's follower ids
 (docs/decisions.md D18) are stored apart, in a value of their own.
 """
 
@@ -12,8 +13,9 @@ import struct
 from array import array
 from collections.abc import Callable, Iterable
 
-_STATE_VERSION = 3
-_HEADER = struct.Struct("<BIIB")  # version, n_followers, n_tweets, flags
+_STATE_VERSION = 4
+_HEADER = struct.Struct("<BIIBI")  # version, n_followers, n_tweets, flags, n_reposts
+_HEADER_V3 = struct.Struct("<BIIB")  # version 3 had no reposts
 _HEADER_V2 = struct.Struct("<BII")  # version 2 had no flags (every author was pushed)
 _HEADER_V1 = struct.Struct("<BqII")  # version 1 also had a horizon (no longer kept)
 
@@ -22,7 +24,9 @@ _APART = 2  # flags: the follower ids are kept in a value of their own (encode_s
 
 
 class AuthorState:
-    """An author's join state: its followers and every live tweet.
+    """An author's join state: its followers and every live entry (``tweets``:
+    its posts and reposts, ascending), with the original of each repost
+    (``originals``: repost id → original id).
 
     The followers are decoded on first use and written back as they were
     read when unchanged; a pulled author's are stored apart
@@ -30,7 +34,7 @@ class AuthorState:
     tweets, and a million followers are 8 MB to move, decode and sort.
     """
 
-    __slots__ = ("_apart", "_count", "_followers", "_load", "pulled", "tweets")
+    __slots__ = ("_apart", "_count", "_followers", "_load", "originals", "pulled", "tweets")
 
     def __init__(
         self,
@@ -40,8 +44,11 @@ class AuthorState:
         *,
         load: Callable[[], bytes] | None = None,
         count: int = 0,
+        originals: dict[int, int] | None = None,
     ) -> None:
         self.tweets: list[int] = list(tweets)  # ascending
+        #: The reposts among ``tweets``: repost id → the original's id.
+        self.originals: dict[int, int] = originals or {}
         #: Followers read the author's list instead of receiving its tweets.
         self.pulled = pulled
         self._followers: set[int] | None = None if load is not None else set(followers)
@@ -71,21 +78,28 @@ class AuthorState:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, AuthorState):
             return NotImplemented
-        return (self.followers, self.tweets, self.pulled) == (
+        return (self.followers, self.tweets, self.pulled, self.originals) == (
             other.followers,
             other.tweets,
             other.pulled,
+            other.originals,
         )
 
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
         followers = sorted(self.followers) if self.followers_loaded else f"<{self._count} ids>"
-        return f"AuthorState(followers={followers}, tweets={self.tweets}, pulled={self.pulled})"
+        reposts = f", originals={self.originals}" if self.originals else ""
+        return (
+            f"AuthorState(followers={followers}, tweets={self.tweets}, pulled={self.pulled}"
+            f"{reposts})"
+        )
 
-    def replaced(self, tweets: Iterable[int], pulled: bool) -> AuthorState:
-        """The same followers (still undecoded if they were) with these tweets."""
-        out = AuthorState(tweets=tweets, pulled=pulled)
+    def replaced(
+        self, tweets: Iterable[int], pulled: bool, originals: dict[int, int] | None = None
+    ) -> AuthorState:
+        """The same followers (still undecoded if they were) with these entries."""
+        out = AuthorState(tweets=tweets, pulled=pulled, originals=originals)
         out._followers, out._load, out._count = self._followers, self._load, self._count
         out._apart = self._apart
         return out
@@ -101,16 +115,20 @@ class AuthorState:
         if not self.pulled:
             return self.encode(), None
         tweets = array("q", self.tweets)
-        header = _HEADER.pack(_STATE_VERSION, self.follower_count, len(tweets), _PULLED | _APART)
+        flags = _PULLED | _APART
+        header = _HEADER.pack(
+            _STATE_VERSION, self.follower_count, len(tweets), flags, len(self.originals)
+        )
         unchanged = self._apart and not self.followers_loaded
-        return header + tweets.tobytes(), None if unchanged else self._followers_packed()
+        packed = header + tweets.tobytes() + self._originals_packed()
+        return packed, None if unchanged else self._followers_packed()
 
     @staticmethod
     def apart(blob: bytes | None) -> bool:
         """Whether a value from :meth:`encode_split` left the follower ids out."""
-        if not blob or blob[0] != _STATE_VERSION:
+        if not blob or blob[0] not in (3, _STATE_VERSION):
             return False
-        return bool(blob[_HEADER.size - 1] & _APART)
+        return bool(blob[_HEADER_V3.size - 1] & _APART)
 
     def _followers_packed(self) -> bytes:
         """The follower ids, packed ascending (undecoded ones passed through)."""
@@ -119,10 +137,20 @@ class AuthorState:
             return self._load()
         return array("q", sorted(self._followers)).tobytes()
 
+    def _originals_packed(self) -> bytes:
+        """(repost, original) pairs by repost id."""
+        pairs = array("q")
+        for repost in sorted(self.originals):
+            pairs.append(repost)
+            pairs.append(self.originals[repost])
+        return pairs.tobytes()
+
     def _pack(self, followers: bytes, flags: int) -> bytes:
         tweets = array("q", self.tweets)
-        header = _HEADER.pack(_STATE_VERSION, len(followers) // 8, len(tweets), flags)
-        return header + followers + tweets.tobytes()
+        header = _HEADER.pack(
+            _STATE_VERSION, len(followers) // 8, len(tweets), flags, len(self.originals)
+        )
+        return header + followers + tweets.tobytes() + self._originals_packed()
 
     @classmethod
     def decode(
@@ -132,10 +160,13 @@ class AuthorState:
         ``followers`` gives them (packed) when they were stored apart."""
         if not blob:
             return cls()
-        version, flags = blob[0], 0
+        version, flags, n_reposts = blob[0], 0, 0
         if version == _STATE_VERSION:
-            _, n_followers, n_tweets, flags = _HEADER.unpack_from(blob)
+            _, n_followers, n_tweets, flags, n_reposts = _HEADER.unpack_from(blob)
             body = blob[_HEADER.size :]
+        elif version == 3:
+            _, n_followers, n_tweets, flags = _HEADER_V3.unpack_from(blob)
+            body = blob[_HEADER_V3.size :]
         elif version == 2:
             _, n_followers, n_tweets = _HEADER_V2.unpack_from(blob)
             body = blob[_HEADER_V2.size :]
@@ -145,15 +176,26 @@ class AuthorState:
         else:
             raise ValueError(f"unknown author-state version {version}")
         inline = 0 if flags & _APART else n_followers
-        if len(body) != 8 * (inline + n_tweets):
+        if len(body) != 8 * (inline + n_tweets + 2 * n_reposts):
             raise ValueError("author state is truncated")
         tweets = array("q")
-        tweets.frombytes(body[8 * inline :])
+        tweets.frombytes(body[8 * inline : 8 * (inline + n_tweets)])
+        originals: dict[int, int] = {}
+        if n_reposts:
+            pairs = array("q")
+            pairs.frombytes(body[8 * (inline + n_tweets) :])
+            originals = dict(zip(pairs[0::2], pairs[1::2], strict=True))
         if flags & _APART:
             if followers is None:
                 raise ValueError("the author state's followers are stored apart")
             load = followers
-            state = cls(tweets=tweets, pulled=True, load=lambda: load() or b"", count=n_followers)
+            state = cls(
+                tweets=tweets,
+                pulled=True,
+                load=lambda: load() or b"",
+                count=n_followers,
+                originals=originals,
+            )
             state._apart = True
             return state
         return cls(
@@ -161,4 +203,5 @@ class AuthorState:
             pulled=bool(flags & _PULLED),
             load=lambda: body[: 8 * n_followers],
             count=n_followers,
+            originals=originals,
         )

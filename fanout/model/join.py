@@ -9,6 +9,7 @@ rule:
 | event | effect |
 | --- | --- |
 | ``a`` posts ``t`` | add ``t`` to the timeline of every follower of ``a`` and to ``a``'s own |
+| ``a`` reposts ``o`` as ``r`` | the same for the entry ``r``, which names its original ``o`` |
 | ``t`` posted again | its body only is rewritten (a renamed author's name) |
 | ``t`` deleted | remove ``t`` from those timelines (its body goes first: see the store) |
 | ``f`` follows ``a`` | merge ``a``'s newest tweets into ``f``'s timeline |
@@ -25,8 +26,15 @@ the threshold moves every follower between the two layouts.
 ``u``'s timeline and merges ``u``'s own tweets into it; ``u`` is not its own
 follower and ``Unfollowed(u, u)`` changes nothing.
 
-**State** per author: the set of followers and *every* live tweet id of the
-author. An author's newest ``K = cap + slack`` tweets are then always known,
+**Entries.** A timeline holds entries: posts, and reposts (``Mutation.reposts``
+names each repost's original). Per original only its newest entry is in the
+view; the store keeps the others aside (fanout/store/ops.py), so that undoing
+a repost shows the next one. Mutations here are per author and know nothing
+of other authors' entries of the same original.
+
+**State** per author: the set of followers and *every* live entry id of the
+author, with each repost's original. An author's newest entries showing
+``K = cap + slack`` originals (:func:`newest_entries`) are then always known,
 whatever was deleted, which is what makes follows and unfollows exact.
 
 **Timelines** keep between ``cap`` and ``K`` entries (readers see the newest
@@ -40,9 +48,10 @@ it (a :class:`~fanout.model.events.TimelineReset` computed by the database,
 merged through this job), so once the job has caught up every timeline's
 newest ``cap`` entries equal the join's.
 
-Why an unfollow removes ``a``'s newest ``K``: a timeline holds at most ``K``
-entries, all the join's tweets above its horizon, so any tweet of ``a`` in
-it is among ``a``'s newest ``K`` live tweets.
+Why an unfollow removes ``a``'s newest entries showing ``K`` originals: a
+timeline shows at most ``K`` originals and holds every entry of the join
+above its horizon, so the entries of ``a`` it holds are a newest run of
+``a``'s with at most ``K`` originals.
 
 Events of one key are applied in ``seq`` (commit) order, whatever the order
 they arrived in: within a micro-batch the result does not depend on how the
@@ -58,7 +67,7 @@ author, or miss what fell below the horizon, and is redone.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 
@@ -117,6 +126,37 @@ def newest(tweets: Sequence[int], keep: int) -> tuple[tuple[int, ...], int]:
     return kept, kept[0]
 
 
+def newest_entries(
+    entries: Sequence[int], originals: Mapping[int, int], keep: int
+) -> tuple[tuple[int, ...], int, tuple[tuple[int, int], ...]]:
+    """The newest of ``entries`` (ascending) that show at most ``keep``
+    originals (``originals``: repost → original; a post shows itself), their
+    horizon (the oldest of them when older ones were left out, else 0), and
+    the (entry, original) pairs of the reposts among them.
+
+    One original can have two entries of one author (a post and its author's
+    repost of it), so a timeline of ``keep`` entries, one per original, can
+    hold up to ``2 * keep`` of an author's: the longest newest run with at
+    most ``keep`` originals is what a follow merges (it brings ``keep``
+    entries of the view above its horizon) and what an unfollow removes
+    (every entry of the author a timeline can hold)."""
+    if not originals:
+        kept, horizon = newest(entries, keep)
+        return kept, horizon, ()
+    seen: set[int] = set()
+    at = len(entries)
+    while at > 0:
+        original = originals.get(entries[at - 1], entries[at - 1])
+        if original not in seen:
+            if len(seen) == keep:
+                break
+            seen.add(original)
+        at -= 1
+    kept = tuple(entries[at:])
+    pairs = tuple((e, originals[e]) for e in kept if e in originals)
+    return kept, (kept[0] if at > 0 else 0), pairs
+
+
 @dataclass
 class JoinResult:
     state: AuthorState
@@ -159,7 +199,7 @@ def join_events(
     """
     keep = cap + slack
     # The followers are decoded only if needed: a pulled author's posts do not need them.
-    tweets, pulled = list(state.tweets), state.pulled
+    tweets, pulled, originals = list(state.tweets), state.pulled, dict(state.originals)
     bodies: dict[int, bytes] = {}
     out: list[Mutation] = []
     ignored = 0
@@ -186,12 +226,18 @@ def join_events(
         pulled, changed = now, True
         cached.clear()
         owners = tuple(sorted(state.followers))
-        merged, horizon = newest(tweets, keep)
+        merged, horizon, pairs = newest_entries(tweets, originals, keep)
         if pulled:
             listed = True
-            out.append(Mutation(Op.PULL, owners, merged, 0, seq, authors=(author_id,)))
+            out.append(
+                Mutation(Op.PULL, owners, merged, 0, seq, authors=(author_id,), reposts=pairs)
+            )
         else:
-            out.append(Mutation(Op.UNPULL, owners, merged, horizon, seq, authors=(author_id,)))
+            out.append(
+                Mutation(
+                    Op.UNPULL, owners, merged, horizon, seq, authors=(author_id,), reposts=pairs
+                )
+            )
 
     for envelope in sorted(envelopes, key=lambda e: e.seq):
         ev, seq = envelope.event, envelope.seq
@@ -209,7 +255,11 @@ def join_events(
             changed = True
             listed = listed or pulled
             bodies[ev.tweet_id] = events.tweet_json(ev)
-            out.append(Mutation(Op.ADD, audience(), (ev.tweet_id,), 0, seq))
+            pair: tuple[tuple[int, int], ...] = ()
+            if ev.repost_of:
+                originals[ev.tweet_id] = ev.repost_of
+                pair = ((ev.tweet_id, ev.repost_of),)
+            out.append(Mutation(Op.ADD, audience(), (ev.tweet_id,), 0, seq, reposts=pair))
         elif isinstance(ev, events.TweetDeleted):
             at = bisect.bisect_left(tweets, ev.tweet_id)
             if at < len(tweets) and tweets[at] == ev.tweet_id:
@@ -217,8 +267,10 @@ def join_events(
                 changed = True
             listed = listed or pulled
             bodies.pop(ev.tweet_id, None)
+            original = originals.pop(ev.tweet_id, 0)
+            pair = ((ev.tweet_id, original),) if original else ()
             out.append(Mutation(Op.DELETE_BODY, (), (ev.tweet_id,)))
-            out.append(Mutation(Op.REMOVE, audience(), (ev.tweet_id,)))
+            out.append(Mutation(Op.REMOVE, audience(), (ev.tweet_id,), reposts=pair))
         elif isinstance(ev, events.Followed):
             follower = ev.follower_id
             if follower != author_id and follower not in state.followers:
@@ -229,8 +281,8 @@ def join_events(
             if pulled and follower != author_id:
                 out.append(Mutation(Op.PULL, (follower,), (), 0, seq, authors=(author_id,)))
             else:
-                merged, horizon = newest(tweets, keep)
-                out.append(Mutation(Op.ADD, (follower,), merged, horizon, seq))
+                merged, horizon, pairs = newest_entries(tweets, originals, keep)
+                out.append(Mutation(Op.ADD, (follower,), merged, horizon, seq, reposts=pairs))
         elif isinstance(ev, events.Unfollowed):
             if ev.follower_id == author_id or ev.follower_id not in state.followers:
                 ignored += 1
@@ -241,21 +293,30 @@ def join_events(
             if pulled:  # nothing of the author is in the timeline: only the fence moves
                 out.append(Mutation(Op.UNPULL, (ev.follower_id,), (), 0, seq, authors=(author_id,)))
             else:
-                removed = newest(tweets, keep)[0]
-                out.append(Mutation(Op.REMOVE, (ev.follower_id,), removed, 0, seq))
+                removed, _, pairs = newest_entries(tweets, originals, keep)
+                out.append(Mutation(Op.REMOVE, (ev.follower_id,), removed, 0, seq, reposts=pairs))
         elif isinstance(ev, events.TimelineReset):
             out.append(
                 Mutation(
-                    Op.RESET, (ev.owner_id,), ev.tweet_ids, ev.horizon, seq, ev.as_of, ev.pulled
+                    Op.RESET,
+                    (ev.owner_id,),
+                    ev.tweet_ids,
+                    ev.horizon,
+                    seq,
+                    ev.as_of,
+                    ev.pulled,
+                    ev.reposts,
                 )
             )
             continue
+        else:  # an engagement: counted by fanout.model.engagements, not here
+            raise ValueError(f"event {ev!r} is not the join's")
         cross(seq)
     if listed:
-        merged, horizon = newest(tweets, keep)
-        out.insert(0, Mutation(Op.LIST, (author_id,), merged, horizon))
+        merged, horizon, pairs = newest_entries(tweets, originals, keep)
+        out.insert(0, Mutation(Op.LIST, (author_id,), merged, horizon, reposts=pairs))
     return JoinResult(
-        state=state.replaced(tweets, pulled),
+        state=state.replaced(tweets, pulled, originals),
         bodies=bodies,
         mutations=coalesce(out),
         changed=changed,
@@ -271,7 +332,8 @@ def coalesce(mutations: list[Mutation]) -> list[Mutation]:
     author posting k tweets in a batch used to cost k sorted merges), and the
     owners, one cached tuple per audience, compare by identity first."""
     out: list[Mutation] = []
-    runs: dict[int, tuple[set[int], int]] = {}  # index in out -> (ids, highest seq)
+    # index in out -> (ids, highest seq, repost pairs)
+    runs: dict[int, tuple[set[int], int, set[tuple[int, int]]]] = {}
     for m in mutations:
         prev = out[-1] if out else None
         if (
@@ -282,17 +344,31 @@ def coalesce(mutations: list[Mutation]) -> list[Mutation]:
             and (prev.owners is m.owners or prev.owners == m.owners)
         ):
             at = len(out) - 1
-            ids, seq = runs.get(at) or (set(prev.tweets), prev.seq)
+            ids, seq, pairs = runs.get(at) or (set(prev.tweets), prev.seq, set(prev.reposts))
             ids.update(m.tweets)
-            runs[at] = (ids, max(seq, m.seq))
+            pairs.update(m.reposts)
+            runs[at] = (ids, max(seq, m.seq), pairs)
         else:
             out.append(m)
-    for at, (ids, seq) in runs.items():
-        out[at] = Mutation(Op.ADD, out[at].owners, tuple(sorted(ids)), 0, seq)
+    for at, (ids, seq, pairs) in runs.items():
+        out[at] = Mutation(
+            Op.ADD, out[at].owners, tuple(sorted(ids)), 0, seq, reposts=tuple(sorted(pairs))
+        )
     return out
 
 
 # --- the same view computed in one pass (the rebuild) ----------------------------------
+
+
+def winners(entries: Iterable[int], originals: Mapping[int, int]) -> list[int]:
+    """The entries the view shows of ``entries``: per original (``originals``:
+    repost → original; a post is its own) the greatest; ascending."""
+    best: dict[int, int] = {}
+    for e in entries:
+        o = originals.get(e, e)
+        if e > best.get(o, 0):
+            best[o] = e
+    return sorted(best.values())
 
 
 def rebuilt_timeline(

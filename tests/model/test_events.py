@@ -19,6 +19,17 @@ EVENTS = st.one_of(
     st.builds(events.TweetDeleted, tweet_id=ID, author_id=ID),
     st.builds(events.Followed, follower_id=ID, followee_id=ID),
     st.builds(events.Unfollowed, follower_id=ID, followee_id=ID),
+    st.builds(
+        lambda original, gap, author_id, author: events.TweetPosted(
+            original + gap, author_id, author, "", original
+        ),
+        st.integers(min_value=1, max_value=ids.MAX_ID // 2),
+        st.integers(min_value=1, max_value=ids.MAX_ID // 2),
+        ID,
+        st.text(max_size=30),
+    ),
+    st.builds(events.Engaged, kind=st.sampled_from(events.KINDS), user_id=ID, tweet_id=ID),
+    st.builds(events.Disengaged, kind=st.sampled_from(events.KINDS), user_id=ID, tweet_id=ID),
 )
 
 
@@ -254,3 +265,39 @@ def test_the_canonical_patterns_describe_what_encode_writes() -> None:
     # A text orjson must escape is not in the plain form: the slow path decodes it.
     quoted = events.encode(events.TweetPosted(1234568, 89, "ann_1", 'say "hi"'))
     assert not re.fullmatch(events.CANONICAL_TWEET_VALUE, quoted.value.decode())  # type: ignore[union-attr]
+
+
+def test_a_repost_names_an_older_original_and_has_no_text() -> None:
+    topic, key, _, hdrs = wire(events.TweetPosted(50, 7, "b", "", 40))
+    for value in (
+        b'{"v":1,"id":50,"author_id":7,"author":"b","text":"","repost_of":60}',
+        b'{"v":1,"id":50,"author_id":7,"author":"b","text":"hi","repost_of":40}',
+        b'{"v":1,"id":50,"author_id":7,"author":"b","text":"","repost_of":"40"}',
+    ):
+        with pytest.raises(events.BadEvent):
+            events.decode(topic, key, value, hdrs)
+
+
+def test_an_engagement_is_routed_by_its_tweet_and_checked_against_its_key() -> None:
+    record = events.encode(events.Engaged(events.LIKE, 7, 40))
+    assert (record.topic, record.key, record.join_key) == (events.ENGAGEMENTS, b"like:7:40", 40)
+    hdrs = events.headers(3, 40)
+    for key in (b"like:7:41", b"boost:7:40", b"like:7"):
+        with pytest.raises(events.BadEvent):
+            events.decode(events.ENGAGEMENTS, key, record.value, hdrs)
+    gone = events.decode(events.ENGAGEMENTS, b"repost:7:40", None, hdrs)
+    assert gone.event == events.Disengaged(events.REPOST, 7, 40)
+
+
+def test_a_reposts_body_names_its_original() -> None:
+    body = orjson.loads(events.tweet_json(events.TweetPosted(50, 7, "b", "", 40)))
+    assert body == {
+        "id": 50,
+        "author": "b",
+        "created_at": events.created_at_iso(50),
+        "repost_of": 40,
+    }
+    head, author, created_at, original, tail = events.REPOST_BODY
+    assert events.repost_json(50, "b", 40) == (
+        f"{head}50{author}b{created_at}{events.created_at_iso(50)}{original}40{tail}".encode()
+    )

@@ -554,9 +554,11 @@ def test_idle_users_dropped_and_coming_back_equal_the_oracle(
         """A cold read: claim, then the database's read (as the service does)."""
         system.model.regenerating.add(user)
         as_of = max(0, written[-1].seq - rnd.randint(0, 3))
-        live, follows = tables_seen(rnd, written, user, as_of, system.applied)
-        joined = oracle(live, follows, world.users)[user]
-        env = world.log.reset(user, joined, cap + slack, as_of)
+        live, follows, originals = tables_seen(rnd, written, user, as_of, system.applied)
+        joined = oracle(live, follows, world.users, originals)
+        env = world.log.reset(
+            user, joined[user], cap + slack, as_of, raw=joined.raw[user], originals=originals
+        )
         written.append(env)
         queue.append(env)
 
@@ -566,7 +568,7 @@ def test_idle_users_dropped_and_coming_back_equal_the_oracle(
         if roll < 0.35:
             new = world.post(a)
         elif roll < 0.45 and world.live:
-            new = [world.delete(rnd.choice(sorted(world.live)))]
+            new = world.delete_post(rnd.choice(sorted(world.live)))
         elif roll < 0.6 and a != b and (a, b) not in world.follows:
             new = [world.follow(a, b)]
         elif roll < 0.7 and world.follows:

@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 
 from fanout.model import events
 from fanout.model.author_state import AuthorState
-from fanout.model.join import Mutation, join_events
-from tests.support.timeline_model import TimelineModel, oracle
+from fanout.model.engagements import Engagements, count_events
+from fanout.model.join import Mutation, join_events, winners
+from tests.support.timeline_model import TimelineModel, View, oracle
 
 
 @dataclass
@@ -28,11 +29,11 @@ class Log:
     minted: set[int] = field(default_factory=set)
     clock: int = 1000
 
-    def _tweet_id(self) -> int:
-        self.clock += 10
+    def _tweet_id(self, above: int = 0) -> int:
+        self.clock = max(self.clock, above) + 10
         while True:
             t = self.clock + self.rnd.randint(-self.jitter, self.jitter)
-            if t not in self.minted:
+            if t not in self.minted and t > above:
                 self.minted.add(t)
                 return t
 
@@ -45,11 +46,28 @@ class Log:
     def delete(self, author: int, t: int) -> events.Envelope:
         return events.Envelope(next(self.seq), events.TweetDeleted(t, author))
 
-    def repost(self, author: int, t: int) -> events.Envelope:
-        """Tweet ``t`` posted again (a reinstated author's, moderation.user_reinstate)."""
+    def repost(self, author: int, t: int, original: int = 0) -> events.Envelope:
+        """Entry ``t`` posted again (a reinstated author's, moderation.user_reinstate):
+        a post, or a repost of ``original``."""
+        text = "" if original else f"tweet {t}"
         return events.Envelope(
-            next(self.seq), events.TweetPosted(t, author, f"u{author}", f"tweet {t}")
+            next(self.seq), events.TweetPosted(t, author, f"u{author}", text, original)
         )
+
+    def share(self, author: int, original: int) -> tuple[int, list[events.Envelope]]:
+        """``author`` reposts ``original``: the entry (id above the original's)
+        and its engagement row, as services.repost_create writes them."""
+        r = self._tweet_id(above=original)
+        return r, [
+            events.Envelope(
+                next(self.seq), events.TweetPosted(r, author, f"u{author}", "", original)
+            ),
+            self.engage(events.REPOST, author, original),
+        ]
+
+    def engage(self, kind: str, user: int, t: int, on: bool = True) -> events.Envelope:
+        event: events.Event = (events.Engaged if on else events.Disengaged)(kind, user, t)
+        return events.Envelope(next(self.seq), event)
 
     def follow(self, follower: int, followee: int) -> events.Envelope:
         return events.Envelope(next(self.seq), events.Followed(follower, followee))
@@ -64,15 +82,29 @@ class Log:
         keep: int,
         as_of: int | None = None,
         pulled: tuple[int, ...] = (),
+        *,
+        raw: list[int] | None = None,
+        originals: dict[int, int] | None = None,
     ) -> events.Envelope:
-        """What services.timeline_reset appends: the database's newest ``keep``,
-        read when every seq up to ``as_of`` was committed (default: all before
-        it), leaving out the ``pulled`` authors (``joined`` already does)."""
+        """What services.timeline_reset appends: the database's newest ``keep``
+        of the view (``joined``: one entry per original, newest first), and
+        every entry of the owner's audience (``raw``, default ``joined``) at or
+        above their horizon, read when every seq up to ``as_of`` was committed
+        (default: all before it), leaving out the ``pulled`` authors
+        (``joined`` and ``raw`` already do)."""
         kept = joined[:keep]
         horizon = kept[-1] if len(joined) > keep else 0
+        entries = sorted(t for t in (joined if raw is None else raw) if t >= horizon)
+        originals = originals or {}
+        pairs = tuple((t, originals[t]) for t in entries if t in originals)
         seq = next(self.seq)
         reset = events.TimelineReset(
-            owner, tuple(sorted(kept)), horizon, seq - 1 if as_of is None else as_of, pulled
+            owner,
+            tuple(entries),
+            horizon,
+            seq - 1 if as_of is None else as_of,
+            pulled,
+            pairs,
         )
         return events.Envelope(seq, reset)
 
@@ -93,14 +125,28 @@ class System:
     #: Every seq written so far, and the ones applied: the contiguous watermark.
     written: set[int] = field(default_factory=set)
     applied: set[int] = field(default_factory=set)
+    #: Per tweet: who likes and reposts it (the job's counter state), and the
+    #: counts as the store holds them.
+    engagements: dict[int, Engagements] = field(default_factory=dict)
+    counts: dict[int, tuple[int, int]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.model = TimelineModel(cap=self.cap, slack=self.slack)
 
     def batch(self, envs: list[events.Envelope]) -> None:
         by_key: dict[int, list[events.Envelope]] = {}
+        by_tweet: dict[int, list[events.Envelope]] = {}
         for env in envs:
-            by_key.setdefault(env.event.join_key, []).append(env)
+            engagement = isinstance(env.event, events.Engaged | events.Disengaged)
+            (by_tweet if engagement else by_key).setdefault(env.event.join_key, []).append(env)
+        for tweet, group in by_tweet.items():
+            stored = self.engagements.get(tweet)
+            counted = count_events(tweet, Engagements.decode(stored and stored.encode()), group)
+            self.engagements[tweet] = counted.state
+            if counted.changed:
+                self.counts[tweet] = counted.state.counts
+                if counted.state.counts == (0, 0):
+                    del self.counts[tweet]
         bodies: dict[int, bytes] = {}
         mutations: list[Mutation] = []
         for key, group in by_key.items():
@@ -137,8 +183,9 @@ class System:
 
     def settle(self, log: Log, joined: dict[int, list[int]], rounds: int = 20) -> int:
         """What the refill task does until no timeline is short: a reset per
-        short timeline, computed from the database (``joined``) without the
-        authors the timeline pulls (read from the store). Returns resets."""
+        short timeline, computed from the database (``joined``, a
+        :class:`View` when there are reposts) without the authors the
+        timeline pulls (read from the store). Returns resets."""
         done = 0
         for _ in range(rounds):
             short = sorted(self.model.refill)
@@ -149,6 +196,20 @@ class System:
             resets = []
             for u in short:
                 pulled = self.model.pulls.get(u, set())
+                if isinstance(joined, View):
+                    raw = [t for t in joined.raw.get(u, []) if self.author_of.get(t) not in pulled]
+                    ids = winners(raw, joined.originals)[::-1]
+                    resets.append(
+                        log.reset(
+                            u,
+                            ids,
+                            keep,
+                            pulled=tuple(sorted(pulled)),
+                            raw=raw,
+                            originals=dict(joined.originals),
+                        )
+                    )
+                    continue
                 ids = [t for t in joined.get(u, []) if self.author_of.get(t) not in pulled]
                 resets.append(log.reset(u, ids, keep, pulled=tuple(sorted(pulled))))
             self.run([resets])
@@ -175,18 +236,58 @@ def view(model: TimelineModel, user: int) -> list[int]:
 
 @dataclass
 class World:
-    """A workload and the database beside it: live tweets and follows, and the
-    tweets of suspended users (in the database, out of every view)."""
+    """A workload and the database beside it: the tweet rows (posts and
+    reposts), follows, likes, and the suspended users, whose entries (and the
+    reposts of their tweets) stay in the database but out of every view."""
 
     log: Log
-    live: dict[int, int] = field(default_factory=dict)  # tweet -> author
+    #: Every tweet row: id -> (author, original or 0 for a post).
+    rows: dict[int, tuple[int, int]] = field(default_factory=dict)
     follows: set[tuple[int, int]] = field(default_factory=set)
     users: set[int] = field(default_factory=set)
     suspended: set[int] = field(default_factory=set)
-    hidden: dict[int, int] = field(default_factory=dict)  # a suspended author's tweets
+    likes: set[tuple[int, int]] = field(default_factory=set)  # (user, original)
 
-    def joined(self) -> dict[int, list[int]]:
-        return oracle(self.live, self.follows, self.users)
+    def visible(self, t: int) -> bool:
+        author, original = self.rows[t]
+        if author in self.suspended:
+            return False
+        return not original or (original in self.rows and self.visible(original))
+
+    @property
+    def live(self) -> dict[int, int]:
+        """The entries of the view: entry -> actor."""
+        return {t: a for t, (a, _) in self.rows.items() if self.visible(t)}
+
+    @property
+    def originals(self) -> dict[int, int]:
+        """repost -> original, of the visible reposts."""
+        return {t: o for t, (_, o) in self.rows.items() if o and self.visible(t)}
+
+    def joined(self) -> View:
+        return oracle(self.live, self.follows, self.users, self.originals)
+
+    def counts(self) -> dict[int, tuple[int, int]]:
+        """Each visible tweet's (likes, reposts) by active users, where not (0, 0)."""
+        active = self.users - self.suspended
+        out: dict[int, tuple[int, int]] = {}
+        for user, t in self.likes:
+            if user in active and t in self.rows:
+                likes, reposts = out.get(t, (0, 0))
+                out[t] = (likes + 1, reposts)
+        for t, (author, original) in self.rows.items():
+            if original and author in active:
+                likes, reposts = out.get(original, (0, 0))
+                out[original] = (likes, reposts + 1)
+        return out
+
+    def _changes(self, before: dict[int, int]) -> list[events.Envelope]:
+        """Tombstones and posts for the entries that left or joined the view."""
+        after = self.live
+        out = [self.log.delete(before[t], t) for t in sorted(set(before) - set(after))]
+        for t in sorted(set(after) - set(before)):
+            out.append(self.log.repost(after[t], t, self.rows[t][1]))
+        return out
 
     def register(self, *users: int) -> list[events.Envelope]:
         self.users |= set(users)
@@ -196,12 +297,42 @@ class World:
         out = []
         for _ in range(n):
             t, env = self.log.post(author)
-            self.live[t] = author
+            self.rows[t] = (author, 0)
             out.append(env)
         return out
 
+    def repost(self, user: int, t: int) -> list[events.Envelope]:
+        """services.repost_create: a repost of ``t``'s original, once per user."""
+        original = self.rows[t][1] or t
+        if any(row == (user, original) for row in self.rows.values()):
+            return []
+        r, out = self.log.share(user, original)
+        self.rows[r] = (user, original)
+        return out
+
+    def unrepost(self, r: int) -> list[events.Envelope]:
+        author, original = self.rows.pop(r)
+        return [self.log.delete(author, r), self.log.engage(events.REPOST, author, original, False)]
+
+    def like(self, user: int, t: int, on: bool = True) -> events.Envelope:
+        original = self.rows[t][1] or t
+        (self.likes.add if on else self.likes.discard)((user, original))
+        return self.log.engage(events.LIKE, user, original, on)
+
     def delete(self, t: int) -> events.Envelope:
-        return self.log.delete(self.live.pop(t), t)
+        """Delete entry ``t`` (for a post, see :meth:`delete_post`)."""
+        return self.log.delete(self.rows.pop(t)[0], t)
+
+    def delete_post(self, t: int) -> list[events.Envelope]:
+        """services.tweet_delete of a post: its reposts and likes go with it."""
+        out = []
+        for r in sorted(r for r, (_, o) in self.rows.items() if o == t):
+            out += self.unrepost(r)
+        for user, liked in sorted(self.likes):
+            if liked == t:
+                out.append(self.like(user, t, False))
+        out.append(self.delete(t))
+        return out
 
     def follow(self, follower: int, followee: int) -> events.Envelope:
         self.follows.add((follower, followee))
@@ -211,27 +342,34 @@ class World:
         self.follows.discard((follower, followee))
         return self.log.unfollow(follower, followee)
 
+    def _engagements_of(self, user: int, on: bool) -> list[events.Envelope]:
+        """The user's likes and reposts as engagement rows (tombstones: ``on`` False)."""
+        out = [self.log.engage(events.LIKE, u, t, on) for u, t in sorted(self.likes) if u == user]
+        for _, (author, original) in sorted(self.rows.items()):
+            if original and author == user:
+                out.append(self.log.engage(events.REPOST, user, original, on))
+        return out
+
     def suspend(self, user: int) -> list[events.Envelope]:
-        """moderation.user_suspend: a tombstone for each of the user's tweets."""
+        """moderation.user_suspend: a tombstone for each entry that leaves the
+        view (the user's, and reposts of the user's tweets), and for the user's
+        likes and reposts as engagements."""
+        before = self.live
         self.suspended.add(user)
-        mine = sorted(t for t, a in self.live.items() if a == user)
-        for t in mine:
-            self.hidden[t] = self.live.pop(t)
-        return [self.log.delete(user, t) for t in mine]
+        return self._changes(before) + self._engagements_of(user, False)
 
     def reinstate(self, user: int) -> list[events.Envelope]:
-        """moderation.user_reinstate: each of the user's tweets posted again."""
+        """moderation.user_reinstate: each of those posted again."""
+        before = self.live
         self.suspended.discard(user)
-        mine = sorted(t for t, a in self.hidden.items() if a == user)
-        for t in mine:
-            self.live[t] = self.hidden.pop(t)
-        return [self.log.repost(user, t) for t in mine]
+        return self._changes(before) + self._engagements_of(user, True)
 
 
 def exact(system: System, world: World) -> None:
     joined = world.joined()
     for user in world.users:
         assert system.view(user) == joined[user][: system.cap], f"user {user}"
+    assert system.counts == world.counts()
 
 
 def tables_seen(
@@ -240,14 +378,16 @@ def tables_seen(
     owner: int,
     as_of: int,
     applied: set[int] | frozenset[int] = frozenset(),
-) -> tuple[dict[int, int], set[tuple[int, int]]]:
-    """The tables as a reset's read of ``owner``'s timeline saw them: every
+) -> tuple[dict[int, int], set[tuple[int, int]], dict[int, int]]:
+    """The tables as a reset's read of ``owner``'s timeline saw them (entry ->
+    actor, follows, repost -> original): every
     write up to ``as_of`` (committed), and some of the later ones (the others
     still in flight: on PostgreSQL a lower seq can commit after a higher one),
     but every one in ``applied``: the job applied it, so it was committed
     before the read. The owner's unfollows are always seen: they lock the
     owner's row, as the reset does (services.timeline_reset)."""
     live: dict[int, int] = {}
+    originals: dict[int, int] = {}
     follows: set[tuple[int, int]] = set()
     for env in envs:
         ev = env.event
@@ -256,13 +396,19 @@ def tables_seen(
             continue
         if isinstance(ev, events.TweetPosted):
             live[ev.tweet_id] = ev.author_id
+            if ev.repost_of:
+                originals[ev.tweet_id] = ev.repost_of
         elif isinstance(ev, events.TweetDeleted):
             live.pop(ev.tweet_id, None)
+            originals.pop(ev.tweet_id, None)
         elif isinstance(ev, events.Followed) and ev.follower_id != ev.followee_id:
             follows.add((ev.follower_id, ev.followee_id))
         elif isinstance(ev, events.Unfollowed):
             follows.discard((ev.follower_id, ev.followee_id))
-    return live, follows
+    # A repost whose original the read did not see (deleted, or not yet
+    # committed) is not in the view.
+    live = {t: a for t, a in live.items() if t not in originals or originals[t] in live}
+    return live, follows, {t: o for t, o in originals.items() if t in live}
 
 
 def random_workload(
@@ -274,9 +420,11 @@ def random_workload(
     resets: float = 0.0,
     pull_threshold: int = 0,
     suspensions: float = 0.02,
+    engagements: float = 0.0,
 ) -> tuple[World, list[events.Envelope]]:
     """A workload over ``users``, where that share of ``suspensions`` of steps
-    suspends or reinstates a user; with ``resets``, that share of steps also asks
+    suspends or reinstates a user, and that share of ``engagements`` reposts,
+    undoes a repost, likes or unlikes; with ``resets``, that share of steps also asks
     the database for a reset of a random timeline (see :func:`tables_seen`),
     leaving out the followees it guesses are pulled (those with
     ``pull_threshold`` followers: right or wrong, as a read of the store racing
@@ -286,12 +434,16 @@ def random_workload(
     for _ in range(steps):
         roll = rnd.random()
         a, b = rnd.randint(1, users), rnd.randint(1, users)
+        live = world.live
         if suspensions and rnd.random() < suspensions:
             envs += world.reinstate(a) if a in world.suspended else world.suspend(a)
+        elif engagements and rnd.random() < engagements:
+            envs += _engage(rnd, world, a)
         elif roll < 0.45 and a not in world.suspended:  # a suspended user cannot post
             envs += world.post(a)
-        elif roll < 0.6 and world.live:
-            envs.append(world.delete(rnd.choice(sorted(world.live))))
+        elif roll < 0.6 and live:
+            t = rnd.choice(sorted(live))
+            envs += world.delete_post(t) if not world.rows[t][1] else world.unrepost(t)
         elif roll < 0.85 and a != b and (a, b) not in world.follows:
             if b not in world.suspended:  # a suspended account cannot be followed
                 envs.append(world.follow(a, b))
@@ -300,15 +452,40 @@ def random_workload(
         if rnd.random() < resets:
             owner = rnd.randint(1, users)
             as_of = max(0, envs[-1].seq - rnd.randint(0, 4))
-            live, follows = tables_seen(rnd, envs, owner, as_of)
+            seen, follows, originals = tables_seen(rnd, envs, owner, as_of)
             audience = Counter(followee for _, followee in follows)
             pulled = {b for a, b in follows if a == owner and 0 < pull_threshold <= audience[b]}
-            live = {t: a for t, a in live.items() if a not in pulled}
-            joined = oracle(live, follows, world.users)[owner]
+            seen = {t: a for t, a in seen.items() if a not in pulled}
+            joined = oracle(seen, follows, world.users, originals)
             envs.append(
-                world.log.reset(owner, joined, rnd.randint(2, 12), as_of, tuple(sorted(pulled)))
+                world.log.reset(
+                    owner,
+                    joined[owner],
+                    rnd.randint(2, 12),
+                    as_of,
+                    tuple(sorted(pulled)),
+                    raw=joined.raw[owner],
+                    originals=originals,
+                )
             )
     return world, envs
+
+
+def _engage(rnd: random.Random, world: World, user: int) -> list[events.Envelope]:
+    """A random repost, undone repost, like or unlike by ``user``."""
+    if user in world.suspended:
+        return []
+    live = world.live
+    mine = sorted(t for t, (a, o) in world.rows.items() if a == user and o)
+    roll = rnd.random()
+    if roll < 0.45 and live:
+        return world.repost(user, rnd.choice(sorted(live)))
+    if roll < 0.6 and mine:
+        return world.unrepost(rnd.choice(mine))
+    if roll < 0.9 and live:
+        return [world.like(user, rnd.choice(sorted(live)))]
+    liked = sorted(t for u, t in world.likes if u == user)
+    return [world.like(user, rnd.choice(liked), False)] if liked else []
 
 
 def interleave(rnd: random.Random, envs: list[events.Envelope]) -> list[list[events.Envelope]]:
@@ -318,6 +495,7 @@ def interleave(rnd: random.Random, envs: list[events.Envelope]) -> list[list[eve
         [e for e in envs if isinstance(e.event, events.TweetPosted | events.TweetDeleted)],
         [e for e in envs if isinstance(e.event, events.Followed | events.Unfollowed)],
         [e for e in envs if isinstance(e.event, events.TimelineReset)],
+        [e for e in envs if isinstance(e.event, events.Engaged | events.Disengaged)],
     ]
     batches = []
     while any(streams):

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from fanout.model.join import Mutation, Op
+from fanout.model.join import Mutation, Op, winners
 from fanout.store.ops import group_by_timeline
 
 
@@ -223,20 +223,38 @@ class TimelineModel:
         return self.timelines[owner].version + sum(s.version for s in lists)
 
 
-def oracle(
-    tweets: Mapping[int, int], follows: Iterable[tuple[int, int]], users: Iterable[int]
-) -> dict[int, list[int]]:
-    """Each user's timeline by the join: own tweets plus followees', newest first.
+class View(dict[int, list[int]]):
+    """Each user's view, newest first: one entry per original, the newest.
+    ``raw[u]``: every entry of u's audience, newest first (what a reset
+    carries at or above its horizon); ``originals``: repost → original."""
 
-    ``tweets`` maps live tweet id → author; ``follows`` are (follower, followee).
+    raw: dict[int, list[int]]
+    originals: Mapping[int, int]
+
+
+def oracle(
+    tweets: Mapping[int, int],
+    follows: Iterable[tuple[int, int]],
+    users: Iterable[int],
+    originals: Mapping[int, int] | None = None,
+) -> View:
+    """Each user's timeline by the join (docs/design.md's SQL): the entries of
+    the user and their followees, one per original (the newest), newest first.
+
+    ``tweets`` maps live entry id → actor (author or reposter); ``follows``
+    are (follower, followee); ``originals`` maps each repost to its original.
     """
+    originals = originals or {}
     followees: dict[int, set[int]] = {u: {u} for u in users}
     for follower, followee in follows:
         followees.setdefault(follower, {follower}).add(followee)
     by_author: dict[int, list[int]] = {}
     for tweet_id, author in tweets.items():
         by_author.setdefault(author, []).append(tweet_id)
-    return {
-        u: sorted((t for a in fs for t in by_author.get(a, ())), reverse=True)
-        for u, fs in followees.items()
-    }
+    out = View()
+    out.raw, out.originals = {}, originals
+    for u, fs in followees.items():
+        raw = [t for a in fs for t in by_author.get(a, ())]
+        out.raw[u] = sorted(raw, reverse=True)
+        out[u] = winners(raw, originals)[::-1]
+    return out
