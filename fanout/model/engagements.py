@@ -88,9 +88,7 @@ def count_events(
     ignored = 0
     changed = False
     for kind, current in sets.items():
-        add = np.array(
-            sorted(u for (k, u), on in last.items() if k == kind and on), dtype=np.int64
-        )
+        add = np.array(sorted(u for (k, u), on in last.items() if k == kind and on), dtype=np.int64)
         drop = np.array(
             sorted(u for (k, u), on in last.items() if k == kind and not on), dtype=np.int64
         )

@@ -168,9 +168,7 @@ class Disengaged:
         return self.tweet_id
 
 
-Event = (
-    TweetPosted | TweetDeleted | Followed | Unfollowed | TimelineReset | Engaged | Disengaged
-)
+Event = TweetPosted | TweetDeleted | Followed | Unfollowed | TimelineReset | Engaged | Disengaged
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,16 @@ from hypothesis import strategies as st
 
 from fanout.model import events
 from fanout.model.author_state import AuthorState
-from fanout.model.join import Mutation, Op, coalesce, join_events, newest, pulled_at
+from fanout.model.join import (
+    Mutation,
+    Op,
+    coalesce,
+    join_events,
+    newest,
+    newest_entries,
+    pulled_at,
+    winners,
+)
 from fanout.store.ops import group_by_timeline
 from tests.support.join_sim import (
     Log,
@@ -32,6 +41,7 @@ from tests.support.join_sim import (
 from tests.support.timeline_model import oracle
 
 A, F, G = 1, 2, 3  # an author and two followers
+R = 4  # a reposter
 
 
 # --- the four rules -----------------------------------------------------------------
@@ -592,3 +602,33 @@ def test_idle_users_dropped_and_coming_back_equal_the_oracle(
                 come_back(u)
     exact(system, world)
     assert not system.model.regenerating
+
+
+def test_a_repost_is_an_entry_of_the_reposter_that_names_its_original() -> None:
+    state = AuthorState(followers={5, 6})
+    posted = events.Envelope(1, events.TweetPosted(50, R, "r", "", 40))
+    result = join_events(R, state, [posted], cap=10)
+    (add,) = result.mutations
+    assert (add.op, add.owners, add.tweets, add.reposts) == (Op.ADD, (R, 5, 6), (50,), ((50, 40),))
+    assert result.state.originals == {50: 40}
+    assert orjson.loads(result.bodies[50])["repost_of"] == 40
+    gone = join_events(R, result.state, [events.Envelope(2, events.TweetDeleted(50, R))], cap=10)
+    assert [m.reposts for m in gone.mutations if m.op is Op.REMOVE] == [((50, 40),)]
+    assert gone.state.originals == {}
+    assert AuthorState.decode(result.state.encode()) == result.state
+
+
+def test_a_follow_merges_the_entries_showing_cap_plus_slack_originals() -> None:
+    """An author who reposted their own posts has two entries for those
+    originals: a follow brings enough of them to show cap + slack originals."""
+    posts = list(range(10, 70, 10))  # 6 posts
+    own = {p + 1: p for p in posts[-3:]}  # the newest 3 reposted by their author
+    state = AuthorState(tweets=sorted(posts + list(own)), originals=own)
+    kept, horizon, pairs = newest_entries(state.tweets, state.originals, 4)
+    assert kept == (30, 40, 41, 50, 51, 60, 61)  # originals 30..60: four
+    assert horizon == 30
+    assert pairs == ((41, 40), (51, 50), (61, 60))
+    follow = join_events(R, state, [events.Envelope(1, events.Followed(5, R))], cap=3, slack=1)
+    (add,) = follow.mutations
+    assert (add.tweets, add.horizon, add.reposts) == (kept, horizon, pairs)
+    assert winners(add.tweets, dict(add.reposts)) == [30, 41, 51, 61]

@@ -275,7 +275,7 @@ class World:
             if user in active and t in self.rows:
                 likes, reposts = out.get(t, (0, 0))
                 out[t] = (likes + 1, reposts)
-        for t, (author, original) in self.rows.items():
+        for author, original in self.rows.values():
             if original and author in active:
                 likes, reposts = out.get(original, (0, 0))
                 out[original] = (likes, reposts + 1)
