@@ -256,7 +256,7 @@ def encode(event: Event) -> Record:
         return Record(TWEETS, str(event.tweet_id).encode("ascii"), value, event.author_id)
     if isinstance(event, Engaged | Disengaged):
         key = engagement_key(event.kind, event.user_id, event.tweet_id)
-        value = (
+        row_value = (
             orjson.dumps(
                 {
                     "v": SCHEMA_VERSION,
@@ -268,7 +268,7 @@ def encode(event: Event) -> Record:
             if isinstance(event, Engaged)
             else None
         )
-        return Record(ENGAGEMENTS, key, value, event.tweet_id)
+        return Record(ENGAGEMENTS, key, row_value, event.tweet_id)
     if isinstance(event, TweetDeleted):
         return Record(TWEETS, str(event.tweet_id).encode("ascii"), None, event.author_id)
     if isinstance(event, Followed):
@@ -472,8 +472,8 @@ def decode_record(
                 raise BadEvent("a repost needs an empty text and an older original")
     elif topic == ENGAGEMENTS:
         kind, _, rest = key.decode("ascii", "replace").partition(":")
-        user_raw, sep, tweet_raw = rest.partition(":")
-        if kind not in KINDS or not sep:
+        user_raw, colon, tweet_raw = rest.partition(":")
+        if kind not in KINDS or not colon:
             raise BadEvent(f"engagement key is not 'kind:user:tweet': {key[:40]!r}")
         user_id = _int_field(user_raw, "user in key")
         tweet_id = _int_field(tweet_raw, "tweet in key")
