@@ -72,6 +72,7 @@ from spark.rebuild.join import (
 from spark.rebuild.read import BAD_KEPT, NewestRecordSource, Row, largest_partition
 from spark.rebuild.report import Progress, Summary
 from spark.rebuild.tasks import (
+    AUTHOR_STATE,
     COUNT,
     DIFF,
     WRITTEN,
@@ -272,7 +273,9 @@ class Rebuild:
         # Recorded first, so that deleting the generation deletes a half-written state too.
         self.store.set_generation_meta(generation, state_path=str(path))
         self._go_on()
-        states.select("join_key", "blob").write.mode("overwrite").parquet(str(path))
+        states.select("join_key", "blob", F.lit(AUTHOR_STATE).alias("kind")).write.mode(
+            "overwrite"
+        ).parquet(str(path))
         self.progress.done(
             f"{self.summary.timelines:,} timelines ({self.summary.dropped:,} idle users' kept "
             f"dropped), {self.summary.entries:,} entries, {lists or 0:,} pulled authors' lists, "

@@ -24,6 +24,11 @@ from fanout.store.timelines import store_for
 from spark.runtime import arrow
 from spark.runtime.worker_heap import spark_task
 
+#: The ``kind`` of a row of the state a rebuild hands over (the fanout job's
+#: initial state, spark.stream.operator): an author's join state, or a tweet's
+#: engagements (fanout.model.engagements).
+AUTHOR_STATE = "author"
+ENGAGEMENTS_STATE = "engagements"
 #: The authors' states (read by :mod:`spark.rebuild.read`): an author's join
 #: state, and what of it timelines are made from.
 STATE = "join_key long, blob binary, kept array<long>, horizon long, pulled boolean"

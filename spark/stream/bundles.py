@@ -4,8 +4,9 @@ The operator (spark.stream.operator) emits, per state bucket and micro-batch, th
 bucket's output as *bundles*, each a JSON object in one binary column:
 
 * one **first** bundle: the tweet bodies to put, the bodies to delete, the
-  pulled authors' lists, the dead letters, the relay marks and the batch's
-  highest ``seq`` and newest timestamp. The sink writes these in the
+  pulled authors' lists, the tweets' counts (fanout.model.engagements), the
+  dead letters, the relay marks and the batch's highest ``seq`` and newest
+  timestamp. The sink writes these in the
   operator's own stage, before any timeline write that refers to them (in
   a large micro-batch, before any timeline write at all): a reader never
   finds an id without its body, nor a follower told to read a list that is
@@ -49,6 +50,8 @@ class Bundle:
     dead_letters: list[dict[str, Any]] = field(default_factory=list)
     #: The relay marks among its records, per ``topic/partition`` (fanout.model.watermark).
     marks: dict[str, int] = field(default_factory=dict)
+    #: Tweets' (likes, reposts) that changed: written as they are (both 0: deleted).
+    counts: dict[int, tuple[int, int]] = field(default_factory=dict)
 
 
 def encode_bundle(b: Bundle) -> bytes:
@@ -59,11 +62,12 @@ def encode_bundle(b: Bundle) -> bytes:
             "i": b.ignored,
             "b": [[k, v.decode()] for k, v in b.bodies.items()],
             "m": [
-                [int(m.op), m.owners, m.tweets, m.horizon, m.seq, m.as_of, m.authors]
+                [int(m.op), m.owners, m.tweets, m.horizon, m.seq, m.as_of, m.authors, m.reposts]
                 for m in b.mutations
             ],
             "d": b.dead_letters,
             "k": b.marks,
+            "c": [[t, likes, reposts] for t, (likes, reposts) in b.counts.items()],
         }
     )
 
@@ -76,11 +80,12 @@ def decode_bundle(raw: bytes) -> Bundle:
         ignored=obj["i"],
         bodies={k: v.encode() for k, v in obj["b"]},
         mutations=[
-            Mutation(Op(op), tuple(o), tuple(t), h, s, a, tuple(w))
-            for op, o, t, h, s, a, w in obj["m"]
+            Mutation(Op(op), tuple(o), tuple(t), h, s, a, tuple(w), tuple(map(tuple, r)))
+            for op, o, t, h, s, a, w, r in obj["m"]
         ],
         dead_letters=obj["d"],
         marks=obj.get("k", {}),
+        counts={t: (likes, reposts) for t, likes, reposts in obj.get("c", [])},
     )
 
 

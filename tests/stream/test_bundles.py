@@ -15,9 +15,14 @@ def test_bundles_round_trip() -> None:
         ts=9,
         ignored=1,
         bodies={5: b'{"id":5}'},
-        mutations=[Mutation(Op.REMOVE, (1, 2), (5,), 0, 4), Mutation(Op.ADD, (3,), (), 7)],
+        mutations=[
+            Mutation(Op.REMOVE, (1, 2), (5,), 0, 4),
+            Mutation(Op.ADD, (3,), (), 7),
+            Mutation(Op.ADD, (3,), (6, 9), 6, reposts=((9, 5),)),
+        ],
         dead_letters=[{"topic": "t", "partition": 0, "offset": 1, "error": "x"}],
         marks={"p.tweets/0": 12},
+        counts={5: (3, 1), 6: (0, 0)},
     )
     assert decode_bundle(encode_bundle(bundle)) == bundle
 

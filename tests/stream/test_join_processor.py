@@ -5,12 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 from pyspark.sql import Row
 
 from fanout.config import TopicNames
 from fanout.model import events
 from fanout.model.author_state import AuthorState
+from fanout.model.engagements import Engagements
 from fanout.model.join import Mutation, Op
+from spark.rebuild.tasks import ENGAGEMENTS_STATE
 from spark.stream.bundles import FIRST, Bundle, decode_bundle
 from spark.stream.changelog import MARKS, ChangelogRecord, pack_record
 from spark.stream.operator import JoinProcessor
@@ -46,7 +49,7 @@ def packed(bucket: int, **fields: Any) -> Row:
 
 def row(event: events.Event, seq: int, offset: int = 0) -> Row:
     record = events.encode(event)
-    topic = TOPICS.tweets if record.topic == events.TWEETS else TOPICS.follows
+    topic = TOPICS.physical(record.topic)
     return packed(
         BUCKET,
         topic=topic,
@@ -117,7 +120,7 @@ def test_the_authors_of_a_bucket_keep_states_of_their_own_and_share_one_bundle()
     processor.init(handle)
     # A rebuild's states arrive first (spark.rebuild.stages): author 7 is followed by 8.
     processor.handleInitialState(
-        (BUCKET,), Row(join_key=7, blob=AuthorState({8}, [50]).encode()), None
+        (BUCKET,), Row(join_key=7, blob=AuthorState({8}, [50]).encode(), kind="author"), None
     )
     bundle = run(
         processor,
@@ -256,3 +259,32 @@ def test_a_timeline_reset_becomes_a_reset_of_its_owner() -> None:
         ],
     )
     assert bundle.mutations == [Mutation(Op.RESET, (8,), (100, 200), 100, 12, 11)]
+
+
+def test_a_tweets_likes_and_reposts_are_counted_once_per_batch_beside_the_authors() -> None:
+    processor = JoinProcessor(TOPICS, cap=2, slack=1)
+    handle = FakeHandle()
+    processor.init(handle)
+    liked = Engagements(np.array([8], dtype=np.int64), np.zeros(0, dtype=np.int64))
+    processor.handleInitialState(
+        (BUCKET,), Row(join_key=50, blob=liked.encode(), kind=ENGAGEMENTS_STATE), None
+    )
+    bundle = run(
+        processor,
+        BUCKET,
+        [
+            row(events.Engaged(events.LIKE, 9, 50), 2),
+            row(events.Engaged(events.LIKE, 8, 50), 3),  # a re-sent like
+            row(events.Engaged(events.REPOST, 9, 50), 4),
+            row(events.TweetPosted(60, 9, "bob", "", 50), 5),
+            row(events.Engaged(events.LIKE, 9, 313), 6),
+            row(events.Disengaged(events.LIKE, 9, 313), 7),  # undone in the same batch
+        ],
+    )
+    assert bundle.counts == {50: (2, 1)}
+    assert bundle.ignored == 2  # the re-sent like, and the like of 313 undone
+    assert Engagements.decode(handle.maps["engagements"][(50,)][0]).counts == (2, 1)
+    assert (313,) not in handle.maps["engagements"]
+    assert [m.reposts for m in bundle.mutations if m.op is Op.ADD] == [((60, 50),)]
+    gone = run(processor, BUCKET, [row(events.Disengaged(events.LIKE, 8, 50), 8)])
+    assert gone.counts == {50: (1, 1)}
