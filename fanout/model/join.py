@@ -388,6 +388,22 @@ def rebuilt_timeline(
     )
 
 
+def rebuilt_view(
+    entries: Iterable[tuple[int, int]], *, cap: int, slack: int = SLACK, floor: int = 0
+) -> tuple[int, list[int], list[tuple[int, int]]]:
+    """:func:`rebuilt_timeline` of entries that may be reposts: ``entries``
+    are (entry, original) pairs (a post is its own original) of each followed
+    author's newest entries, ``floor`` the highest of their horizons. Returns
+    the horizon, the view's entries (the newest of each original) ascending,
+    and the entries it hides at or above the horizon, as the store keeps them
+    beside the timeline: (original, entry), sorted (fanout/store/ops.py)."""
+    raw = {e: o for e, o in entries if e >= floor}
+    horizon, kept = rebuilt_timeline(winners(raw, raw), cap=cap, slack=slack, floor=floor)
+    shown = set(kept)
+    aside = sorted((o, e) for e, o in raw.items() if e >= horizon and (e != o or e not in shown))
+    return horizon, kept, aside
+
+
 def distinct_timeline(
     ids: Sequence[int], *, cap: int, slack: int = SLACK, floor: int = 0
 ) -> tuple[int, list[int]]:
@@ -398,14 +414,21 @@ def distinct_timeline(
 
 
 def rebuilt_author_state(
-    author_id: int, followers: Iterable[int], live_tweets: Iterable[int], *, pull_threshold: int = 0
+    author_id: int,
+    followers: Iterable[int],
+    live_tweets: Iterable[int],
+    *,
+    pull_threshold: int = 0,
+    originals: Mapping[int, int] | None = None,
 ) -> AuthorState:
     """An author's join state computed from the current tables: what
     :func:`join_events` holds after replaying the author's history (pulled
-    from ``pull_threshold`` followers on: a rebuild forgets the hysteresis)."""
+    from ``pull_threshold`` followers on: a rebuild forgets the hysteresis).
+    ``originals``: the original of each of ``live_tweets`` that is a repost."""
     audience = {f for f in followers if f != author_id}
     return AuthorState(
         followers=audience,
         tweets=sorted(set(live_tweets)),
         pulled=pulled_at(len(audience), pull_threshold, False),
+        originals=dict(originals or {}),
     )

@@ -33,7 +33,8 @@ from spark.source.offsets import OffsetRange
 #: each key, decoded where it is read (``a`` = the partition and ``b`` = the
 #: seq of a relay mark). See :func:`decode_records`.
 DECODED = (
-    "kind string, a long, b long, seq long, topic string, partition int, offset long, error string"
+    "kind string, a long, b long, c long, seq long, topic string, partition int, offset long, "
+    "error string"
 )
 
 #: The relay's own form (fanout.model.events, the wire format's one home); the
@@ -44,23 +45,26 @@ _TIME_SHIFT = ids.SEQUENCE_BITS + ids.NODE_BITS
 
 def _decode(
     topic: str, partition: int, key: bytes | None, value: bytes | None, headers: Any
-) -> tuple[str, Any, Any, Any, int | None, str | None]:
-    """(kind, a, b, body, seq, error) of one record, in Python."""
+) -> tuple[str, Any, Any, Any, Any, int | None, str | None]:
+    """(kind, a, b, c, body, seq, error) of one record, in Python."""
     seq, jk, mark = events.header_numbers(headers)
     if mark is not None:
-        return "mark", partition, mark, None, seq, None
+        return "mark", partition, mark, None, None, seq, None
     try:
         envelope = events.decode_record(topic, key, value, seq, jk)
     except events.BadEvent as exc:
-        return "bad", None, None, None, seq, str(exc)
+        return "bad", None, None, None, None, seq, str(exc)
     ev = envelope.event
     if isinstance(ev, events.TweetPosted):
-        return "tweet", ev.author_id, ev.tweet_id, events.tweet_json(ev), seq, None
+        body = events.tweet_json(ev)
+        return "tweet", ev.author_id, ev.tweet_id, ev.repost_of or None, body, seq, None
     if isinstance(ev, events.Followed):
-        return "follow", ev.followee_id, ev.follower_id, None, seq, None
+        return "follow", ev.followee_id, ev.follower_id, None, None, seq, None
+    if isinstance(ev, events.Engaged):
+        return ev.kind, ev.tweet_id, ev.user_id, None, None, seq, None
     if isinstance(ev, events.TimelineReset):
-        return "command", None, None, None, seq, None
-    return "gone", None, None, None, seq, None
+        return "command", None, None, None, None, seq, None
+    return "gone", None, None, None, None, seq, None
 
 
 def _text(raw: list[Any]) -> pa.Array | None:
@@ -174,10 +178,13 @@ def decode_records(
     topics: TopicNames,
 ) -> tuple[pa.RecordBatch, list[tuple[int, bytes]]]:
     """Records of ``part`` decoded: rows of :data:`DECODED`, and the tweets'
-    (id, body). A row is a ``tweet`` (a=author, b=tweet id), a ``follow``
-    (a=followee, b=follower), ``gone`` (a tombstone), a ``mark`` (a=partition,
-    b=the mark's seq), a ``command`` (a timeline reset, which a rebuild has
-    no use for) or ``bad`` (with the error).
+    (id, body). A row is a ``tweet`` (a=author, b=tweet id, c=the original
+    of a repost), a ``follow`` (a=followee, b=follower), a ``like`` or a
+    ``repost`` engagement (a=tweet, b=user), ``gone`` (a tombstone), a
+    ``mark`` (a=partition, b=the mark's seq), a ``command`` (a timeline
+    reset, which a rebuild has no use for) or ``bad`` (with the error).
+    Reposts and engagements take the Python path (:func:`_recognise` knows
+    posts and follows).
 
     Decoding where the records are read, from the consumer's own Python
     objects, spares the rebuild a round trip of every record through Spark
@@ -191,6 +198,7 @@ def decode_records(
     kind_name = "tweet" if topic == events.TWEETS else "follow"
     kind = pc.if_else(fast.live, kind_name, pc.if_else(fast.gone, "gone", None))
     a, b, seq = fast.a, fast.b, fast.seq
+    c = pa.nulls(n, pa.int64())
     error = pa.nulls(n, pa.string())
     bodies: list[tuple[int, bytes]] = []
     if fast.tweets is not None:
@@ -199,10 +207,11 @@ def decode_records(
     rest = pc.indices_nonzero(others).to_pylist()
     if rest:
         slow = [_decode(topic, part.partition, keys[i], values[i], headers[i]) for i in rest]
-        kinds, slow_a, slow_b, slow_bodies, seqs, errors = zip(*slow, strict=True)
+        kinds, slow_a, slow_b, slow_c, slow_bodies, seqs, errors = zip(*slow, strict=True)
         kind = pc.replace_with_mask(kind, others, pa.array(kinds, pa.string()))
         a = pc.replace_with_mask(a, others, pa.array(slow_a, pa.int64()))
         b = pc.replace_with_mask(b, others, pa.array(slow_b, pa.int64()))
+        c = pc.replace_with_mask(c, others, pa.array(slow_c, pa.int64()))
         seq = pc.replace_with_mask(seq, others, pa.array(seqs, pa.int64()))
         error = pc.replace_with_mask(error, others, pa.array(errors, pa.string()))
         bodies += [(i, body) for i, body in zip(slow_b, slow_bodies, strict=True) if body]
@@ -210,6 +219,7 @@ def decode_records(
         "kind": kind,
         "a": a,
         "b": b,
+        "c": c,
         "seq": seq,
         "topic": pa.array([part.topic] * n, pa.string()),
         "partition": pa.array([part.partition] * n, pa.int32()),

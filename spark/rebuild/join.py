@@ -25,12 +25,19 @@ def states_and_edges(read: DataFrame) -> tuple[DataFrame, DataFrame]:
     """The authors' states (rows of ``rebuild_tasks.STATE``) and the timelines'
     edges (owner, author) among the read's rows (``rebuild_read.READ``)."""
     states = read.where(F.col("kind") == int(Row.STATE)).select(
-        F.col("a").alias("join_key"), "blob", "kept", "horizon", "pulled"
+        F.col("a").alias("join_key"), "blob", "kept", "origins", "horizon", "pulled"
     )
     edges = read.where(F.col("kind") == int(Row.EDGE)).select(
         F.col("a").alias("owner"), F.col("b").alias("author")
     )
     return states, edges
+
+
+def engagement_states(read: DataFrame) -> DataFrame:
+    """The tweets' engagements (``join_key``, ``blob``) among the read's rows."""
+    return read.where(F.col("kind") == int(Row.ENGAGEMENTS)).select(
+        F.col("a").alias("join_key"), "blob"
+    )
 
 
 @dataclass
@@ -70,19 +77,20 @@ def timeline_inputs(
         # row in NumPy instead of being shuffled and sorted in the JVM once per
         # follower (measured: the write 11-12 -> 8 s at 100,000 users and
         # 2,000,000 follows).
-        table = states.select("join_key", "kept", "horizon", "pulled").toArrow()
+        table = states.select("join_key", "kept", "origins", "horizon", "pulled").toArrow()
         return TimelineInputs(
             edges.repartition("owner").sortWithinPartitions("owner"),
             spark.sparkContext.broadcast(KeptIds.of(table)),
         )
     pull = F.coalesce("pulled", F.lit(False)) & (F.col("owner") != F.col("author"))
-    kept = states.select(F.col("join_key").alias("author"), "kept", "horizon", "pulled")
+    kept = states.select(F.col("join_key").alias("author"), "kept", "origins", "horizon", "pulled")
     rows = (
         edges.join(kept, "author", "left")
         .select(
             "owner",
             "author",
             "kept",
+            "origins",
             F.coalesce("horizon", F.lit(0)).alias("horizon"),
             pull.alias("pull"),
         )

@@ -38,7 +38,9 @@ import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 
 from fanout.config import StarlingConfig, TopicNames
-from fanout.model.join import newest, rebuilt_author_state
+from fanout.model import events
+from fanout.model.engagements import Engagements
+from fanout.model.join import newest_entries, rebuilt_author_state
 from fanout.model.partitioning import partitions_of
 from fanout.store.timelines import store_for
 from spark.rebuild.decode import decode_records
@@ -67,8 +69,9 @@ class Row(enum.IntEnum):
     """What a row of :data:`READ` is (its ``kind``)."""
 
     #: An author's join state: ``a`` the author, ``blob`` the fanout job's
-    #: state, ``kept`` the newest tweets a follow of the author merges (or its
-    #: list holds, if ``pulled``), ``horizon`` theirs.
+    #: state, ``kept`` the newest entries a follow of the author merges (or its
+    #: list holds, if ``pulled``), ``origins`` their originals (a post's is
+    #: itself), ``horizon`` theirs.
     STATE = 0
     #: A timeline's input: ``a`` the owner, ``b`` an author they follow, or
     #: themselves if they tweeted.
@@ -85,12 +88,16 @@ class Row(enum.IntEnum):
     #: ``authors``, ``kept`` ids, ``edges``, ``misplaced`` records) in ``a``;
     #: ``name`` ``seq``: the largest seq read, in ``a``.
     TALLY = 5
+    #: A tweet's likes and reposts: ``a`` the tweet, ``blob`` the fanout
+    #: job's state of them (fanout.model.engagements).
+    ENGAGEMENTS = 6
 
 
 #: The read's rows (``starling-changelog-newest``), by :class:`Row`.
 READ = (
-    "kind tinyint, a long, b long, blob binary, kept array<long>, horizon long, "
-    "pulled boolean, name string, partition int, offset long, seq long, error string"
+    "kind tinyint, a long, b long, blob binary, kept array<long>, origins array<long>, "
+    "horizon long, pulled boolean, name string, partition int, offset long, seq long, "
+    "error string"
 )
 
 
@@ -151,9 +158,9 @@ class _Pairs:
     others: list[np.ndarray] = field(default_factory=list)
     offsets: list[np.ndarray] = field(default_factory=list)
 
-    def add(self, batch: pa.RecordBatch, live: pa.Array) -> None:
-        self.keys.append(pc.filter(batch.column("a"), live).to_numpy())
-        self.others.append(pc.filter(batch.column("b"), live).to_numpy())
+    def add(self, batch: pa.RecordBatch, live: pa.Array, key: str = "a", other: str = "b") -> None:
+        self.keys.append(pc.filter(batch.column(key), live).to_numpy())
+        self.others.append(pc.filter(batch.column(other), live).to_numpy())
         self.offsets.append(pc.filter(batch.column("offset"), live).to_numpy())
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -161,6 +168,9 @@ class _Pairs:
             return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
 
         return whole(self.keys), whole(self.others), whole(self.offsets)
+
+
+_NONE = np.empty(0, dtype=np.int64)
 
 
 def _groups(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, dict[int, np.ndarray]]:
@@ -189,10 +199,15 @@ class PartitionJoin:
     pull_threshold: int
     tweets: _Pairs = field(default_factory=_Pairs)  # (author, tweet id)
     follows: _Pairs = field(default_factory=_Pairs)  # (followee, follower)
+    reposts: _Pairs = field(default_factory=_Pairs)  # (original, repost id) of the tweets
+    likers: _Pairs = field(default_factory=_Pairs)  # (tweet, user) of the engagements
+    reposters: _Pairs = field(default_factory=_Pairs)  # (tweet, user) of the engagements
     tally: Counter[str] = field(default_factory=Counter)
     other: list[dict[str, Any]] = field(default_factory=list)  # marks, bad records
     seq: int = 0
     bad_kept: int = 0
+    #: The engaged tweets' (likes, reposts), once :meth:`rows` has read them.
+    counts: dict[int, tuple[int, int]] = field(default_factory=dict)
 
     def add(self, batch: pa.RecordBatch) -> None:
         """Take in a chunk of one topic's decoded records."""
@@ -201,8 +216,12 @@ class PartitionJoin:
         for count in pc.value_counts(kind).to_pylist():
             self.tally[count["values"]] += count["counts"]
         self.seq = max(self.seq, pc.max(batch.column("seq")).as_py() or 0)
-        self.tweets.add(batch, pc.equal(kind, "tweet").fill_null(False))
+        tweets = pc.equal(kind, "tweet").fill_null(False)
+        self.tweets.add(batch, tweets)
+        self.reposts.add(batch, pc.and_(tweets, batch.column("c").is_valid()), key="c", other="b")
         self.follows.add(batch, pc.equal(kind, "follow").fill_null(False))
+        self.likers.add(batch, pc.equal(kind, events.LIKE).fill_null(False))
+        self.reposters.add(batch, pc.equal(kind, events.REPOST).fill_null(False))
         for row in batch.filter(pc.is_in(kind, pa.array(["mark", "bad"]))).to_pylist():
             if row["kind"] == "mark":
                 self.other.append(
@@ -215,12 +234,16 @@ class PartitionJoin:
     def rows(self, topics: TopicNames) -> Iterator[pa.RecordBatch]:
         authors, tweet_ids, tweet_offsets = self.tweets.arrays()
         followees, followers, follow_offsets = self.follows.arrays()
-        self.tweets = self.follows = _Pairs()  # the task's memory: one copy
+        originals, reposts, _ = self.reposts.arrays()
+        self.tweets = self.follows = self.reposts = _Pairs()  # the task's memory: one copy
         tweeted, tweets = _groups(authors, tweet_ids)
         followed_authors, audiences = _groups(followees, followers)
         yield from self._misplaced(topics.tweets, authors, tweet_offsets, tweeted)
         yield from self._misplaced(topics.follows, followees, follow_offsets, followed_authors)
-        yield from self._states(tweets, audiences)
+        yield from self._engagements(topics)
+        yield from self._states(
+            tweets, audiences, dict(zip(reposts.tolist(), originals.tolist(), strict=True))
+        )
         # Each author who tweeted has their own tweets in their timeline.
         owners, followed = (
             np.concatenate((followers, tweeted)),
@@ -266,22 +289,60 @@ class PartitionJoin:
             ]
         )
 
+    def _engagements(self, topics: TopicNames) -> Iterator[pa.RecordBatch]:
+        """Every liked or reposted tweet's engagements (rows of ``ENGAGEMENTS``),
+        and their counts in ``self.counts``."""
+        liked, likers, like_offsets = self.likers.arrays()
+        shared, reposters, repost_offsets = self.reposters.arrays()
+        self.likers = self.reposters = _Pairs()
+        tweets = np.concatenate((liked, shared))
+        offsets = np.concatenate((like_offsets, repost_offsets))
+        yield from self._misplaced(topics.engagements, tweets, offsets, np.unique(tweets))
+        like_sets, repost_sets = _groups(liked, likers)[1], _groups(shared, reposters)[1]
+        out: dict[str, list[Any]] = {"a": [], "blob": []}
+        for tweet in sorted(like_sets.keys() | repost_sets.keys()):
+            state = Engagements(
+                np.unique(like_sets.get(tweet, _NONE)), np.unique(repost_sets.get(tweet, _NONE))
+            )
+            self.counts[tweet] = state.counts
+            out["a"].append(tweet)
+            out["blob"].append(state.encode())
+            if len(out["a"]) == OUT_CHUNK:
+                yield _batch({"kind": np.full(OUT_CHUNK, Row.ENGAGEMENTS, np.int8), **out})
+                out = {k: [] for k in out}
+        if self.counts:
+            self.tally["engaged"] = len(self.counts)
+        if out["a"]:
+            yield _batch({"kind": np.full(len(out["a"]), Row.ENGAGEMENTS, np.int8), **out})
+
     def _states(
-        self, tweets: Mapping[int, np.ndarray], followers: Mapping[int, np.ndarray]
+        self,
+        tweets: Mapping[int, np.ndarray],
+        followers: Mapping[int, np.ndarray],
+        originals: Mapping[int, int],
     ) -> Iterator[pa.RecordBatch]:
-        """Every author's state (one with tweets or followers), in batches."""
-        out: dict[str, list[Any]] = {k: [] for k in ("a", "blob", "kept", "horizon", "pulled")}
+        """Every author's state (one with tweets or followers), in batches;
+        ``originals``: each repost's original."""
+        out: dict[str, list[Any]] = {
+            k: [] for k in ("a", "blob", "kept", "origins", "horizon", "pulled")
+        }
         for author in sorted(tweets.keys() | followers.keys()):
+            entries = tweets[author].tolist() if author in tweets else []
             state = rebuilt_author_state(
                 author,
                 followers[author].tolist() if author in followers else (),
-                tweets[author].tolist() if author in tweets else (),
+                entries,
                 pull_threshold=self.pull_threshold,
+                originals={e: originals[e] for e in entries if e in originals}
+                if originals
+                else None,
             )
-            kept, horizon = newest(state.tweets, self.cap + self.slack)  # what a follow merges
+            # What a follow merges:
+            kept, horizon, _ = newest_entries(state.tweets, state.originals, self.cap + self.slack)
             out["a"].append(author)
             out["blob"].append(state.encode())
             out["kept"].append(kept)
+            out["origins"].append([state.originals.get(e, e) for e in kept])
             out["horizon"].append(horizon)
             out["pulled"].append(state.pulled)
             self.tally["authors"] += 1

@@ -66,6 +66,7 @@ from spark.rebuild.finish import Conclusion, Oracle, RebuildFailed, Settled, dro
 from spark.rebuild.join import (
     BROADCAST_KEPT_IDS,
     TimelineInputs,
+    engagement_states,
     states_and_edges,
     timeline_inputs,
 )
@@ -75,6 +76,7 @@ from spark.rebuild.tasks import (
     AUTHOR_STATE,
     COUNT,
     DIFF,
+    ENGAGEMENTS_STATE,
     WRITTEN,
     diff_partition,
     write_lists_partition,
@@ -131,6 +133,8 @@ class Rebuild:
     cancelled: str = ""
     #: More of the new generation's metadata (who builds it).
     generation_meta: dict[str, str] = field(default_factory=dict)
+    #: The tweets' engagements (:meth:`join`), handed over with the authors' states.
+    engaged: DataFrame | None = None
 
     # --- stages
 
@@ -179,7 +183,8 @@ class Rebuild:
     def _tally(self, decoded: DataFrame) -> None:
         """The read's figures: its tasks' counts, the snapshot's seq and marks;
         bad records dead-lettered; misplaced records fail the rebuild."""
-        rows = decoded.where(~F.col("kind").isin(int(Row.STATE), int(Row.EDGE))).collect()
+        bulk = (int(Row.STATE), int(Row.EDGE), int(Row.ENGAGEMENTS))
+        rows = decoded.where(~F.col("kind").isin(*bulk)).collect()
         counts: Counter[str] = Counter()
         seq = 0
         for r in rows:
@@ -244,6 +249,7 @@ class Rebuild:
         """(author states, the timelines' input)."""
         self.progress.stage("joining tweets and follows")
         states, edges = states_and_edges(decoded)
+        self.engaged = engagement_states(decoded)
         inputs = timeline_inputs(self.spark, edges, states, self.kept_ids, self.broadcast_ids)
         self.progress.done(
             f"{self.summary.authors:,} authors with state, {self.kept_ids:,} kept tweet ids "
@@ -273,9 +279,13 @@ class Rebuild:
         # Recorded first, so that deleting the generation deletes a half-written state too.
         self.store.set_generation_meta(generation, state_path=str(path))
         self._go_on()
-        states.select("join_key", "blob", F.lit(AUTHOR_STATE).alias("kind")).write.mode(
-            "overwrite"
-        ).parquet(str(path))
+        handed = states.select("join_key", "blob", F.lit(AUTHOR_STATE).alias("kind"))
+        if self.engaged is not None:
+            engaged = self.engaged.select(
+                "join_key", "blob", F.lit(ENGAGEMENTS_STATE).alias("kind")
+            )
+            handed = handed.unionByName(engaged)
+        handed.write.mode("overwrite").parquet(str(path))
         self.progress.done(
             f"{self.summary.timelines:,} timelines ({self.summary.dropped:,} idle users' kept "
             f"dropped), {self.summary.entries:,} entries, {lists or 0:,} pulled authors' lists, "

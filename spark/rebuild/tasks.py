@@ -31,11 +31,15 @@ AUTHOR_STATE = "author"
 ENGAGEMENTS_STATE = "engagements"
 #: The authors' states (read by :mod:`spark.rebuild.read`): an author's join
 #: state, and what of it timelines are made from.
-STATE = "join_key long, blob binary, kept array<long>, horizon long, pulled boolean"
+STATE = (
+    "join_key long, blob binary, kept array<long>, origins array<long>, horizon long, "
+    "pulled boolean"
+)
 #: The timelines' input: one row per owner and author they follow (the self
-#: edge included), with the author's kept tweets and horizon, and whether the
-#: author is pulled; each owner's rows consecutive (:func:`owner_inputs`).
-EDGES = "owner long, author long, kept array<long>, horizon long, pull boolean"
+#: edge included), with the author's kept entries, their originals and their
+#: horizon, and whether the author is pulled; each owner's rows consecutive
+#: (:func:`owner_inputs`).
+EDGES = "owner long, author long, kept array<long>, origins array<long>, horizon long, pull boolean"
 #: write_timelines_partition: each timeline written, and its length.
 WRITTEN = "owner long, entries int"
 #: diff_partition: how a rebuilt timeline differs from the live one.
@@ -73,22 +77,26 @@ class KeptIds:
 
     authors: np.ndarray
     values: np.ndarray
+    origins: np.ndarray  # each value's original (a post's is itself)
     offsets: np.ndarray
     horizons: np.ndarray
     pulled: np.ndarray
 
     @classmethod
     def of(cls, table: pa.Table) -> KeptIds:
-        """From ``join_key, kept, horizon, pulled`` columns, one row per author."""
+        """From ``join_key, kept, origins, horizon, pulled`` columns, one row per author."""
         table = table.sort_by("join_key").combine_chunks()
-        kept = pa.concat_arrays(table.column("kept").chunks or [pa.array([], pa.list_(pa.int64()))])
-        if kept.null_count or kept.values.null_count:
+        empty = [pa.array([], pa.list_(pa.int64()))]
+        kept = pa.concat_arrays(table.column("kept").chunks or empty)
+        origins = pa.concat_arrays(table.column("origins").chunks or empty)
+        if kept.null_count or kept.values.null_count or origins.values.null_count:
             raise ValueError("an author's kept tweets hold a null")
         flat = kept.flatten()  # from the first list's first id, whatever the array's offset
         lengths = pc.list_value_length(kept).to_numpy(zero_copy_only=False)
         return cls(
             authors=table.column("join_key").to_numpy(),
             values=flat.to_numpy(),
+            origins=origins.flatten().to_numpy(),
             offsets=np.concatenate(([0], np.cumsum(lengths, dtype=np.int64))),
             horizons=table.column("horizon").to_numpy(),
             pulled=table.column("pulled").to_numpy(zero_copy_only=False),
@@ -119,6 +127,7 @@ class KeptIds:
             batch.column("owner"),
             batch.column("author"),
             pa.LargeListArray.from_arrays(offsets, self.values[gather]),
+            pa.LargeListArray.from_arrays(offsets, self.origins[gather]),
             pa.array(horizons),
             pa.array(pull & (owners != authors)),
         ]
@@ -138,41 +147,84 @@ def joined(
 
 @dataclass
 class OwnerInput:
-    """What one owner's timeline is made from: the kept tweets of the authors
+    """What one owner's timeline is made from: the kept entries of the authors
     they follow (and their own), as arrays of ids in any order, duplicates
-    allowed."""
+    allowed, each beside an array of their originals."""
 
     owner: int
-    #: The pushed authors' kept tweets, and the highest of their horizons.
+    #: The pushed authors' kept entries, their originals, and the highest of their horizons.
     ids: list[np.ndarray] = field(default_factory=list)
     floor: int = 0
-    #: The pulled authors followed (their tweets are merged at read time).
+    #: The pulled authors followed (their entries are merged at read time).
     pulls: list[int] = field(default_factory=list)
-    #: Every followed author's kept tweets, pulled ones included (what readers
+    #: Every followed author's kept entries, pulled ones included (what readers
     #: see), and the highest horizon among them.
     seen: list[np.ndarray] = field(default_factory=list)
     seen_floor: int = 0
+    origins: list[np.ndarray] = field(default_factory=list)
+    seen_origins: list[np.ndarray] = field(default_factory=list)
 
     def merge(self, other: OwnerInput) -> None:
         """Add ``other``, more rows of the same owner."""
         self.ids += other.ids
+        self.origins += other.origins
         self.floor = max(self.floor, other.floor)
         self.pulls += other.pulls
         self.seen += other.seen
+        self.seen_origins += other.seen_origins
         self.seen_floor = max(self.seen_floor, other.seen_floor)
 
-    def timeline(self, cap: int, slack: int, *, seen: bool = False) -> tuple[int, list[int]]:
-        """(horizon, ids ascending) of the rebuilt timeline
-        (:func:`fanout.model.join.rebuilt_timeline`); with ``seen``, of what readers
-        see, the pulled authors' lists merged in."""
+    def timeline(
+        self, cap: int, slack: int, *, seen: bool = False
+    ) -> tuple[int, list[int], list[tuple[int, int]]]:
+        """(horizon, ids ascending, aside) of the rebuilt timeline: one entry per
+        original, the newest (:func:`fanout.model.join.rebuilt_timeline` on the
+        view's entries), and the entries it hides at or above its horizon as
+        the store keeps them (fanout.store.ops: (original, entry), sorted);
+        with ``seen``, of what readers see, the pulled authors' lists merged in."""
         parts, floor = (self.seen, self.seen_floor) if seen else (self.ids, self.floor)
-        ids = parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else _NO_IDS
-        return distinct_timeline(
-            newest_distinct(ids, floor, cap + slack + 1), cap=cap, slack=slack, floor=floor
-        )
+        origin_parts = self.seen_origins if seen else self.origins
+        ids, origins = _joined(parts), _joined(origin_parts)
+        if not np.any(ids != origins):  # no repost: every entry is its own original
+            horizon, kept = distinct_timeline(
+                newest_distinct(ids, floor, cap + slack + 1), cap=cap, slack=slack, floor=floor
+            )
+            return horizon, kept, []
+        return view_of(ids, origins, floor, cap, slack)
 
 
 _NO_IDS = np.empty(0, dtype=np.int64)
+
+
+def _joined(parts: list[np.ndarray]) -> np.ndarray:
+    return parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else _NO_IDS
+
+
+def view_of(
+    ids: np.ndarray, origins: np.ndarray, floor: int, cap: int, slack: int
+) -> tuple[int, list[int], list[tuple[int, int]]]:
+    """:meth:`OwnerInput.timeline` of entries with reposts among them, in NumPy:
+    the newest entry of each original (at or above ``floor``), the newest
+    ``cap + slack`` of those (:func:`fanout.model.join.distinct_timeline`),
+    and every other entry at or above their horizon, as (original, entry)."""
+    keep = ids >= floor
+    entries, first = np.unique(ids[keep], return_index=True)
+    originals = origins[keep][first]
+    order = np.lexsort((entries, originals))  # by original, then entry
+    by_original, by_entry = originals[order], entries[order]
+    last = np.append(by_original[1:] != by_original[:-1], len(by_original) > 0)[: len(by_original)]
+    winners = np.sort(by_entry[last])
+    horizon, kept = distinct_timeline(
+        winners[-(cap + slack + 1) :].tolist(), cap=cap, slack=slack, floor=floor
+    )
+    shown = np.zeros(len(by_entry), dtype=bool)
+    shown[last] = True
+    hidden = (by_entry >= horizon) & ((by_entry != by_original) | ~shown)
+    return (
+        horizon,
+        kept,
+        list(zip(by_original[hidden].tolist(), by_entry[hidden].tolist(), strict=True)),
+    )
 
 
 def owner_inputs(batches: Iterable[pa.RecordBatch]) -> Iterator[OwnerInput]:
@@ -196,17 +248,23 @@ def owner_inputs(batches: Iterable[pa.RecordBatch]) -> Iterator[OwnerInput]:
         yield current
 
 
+def _lists(column: pa.Array) -> pa.Array:
+    """A list column with an author without state (null: no entries) made empty."""
+    if column.null_count:
+        column = pa.array([ids or [] for ids in column.to_pylist()], pa.list_(pa.int64()))
+    if column.values.null_count:
+        raise ValueError("a timeline's input holds a null tweet id")
+    return column
+
+
 def _batch_inputs(batch: pa.RecordBatch) -> Iterator[OwnerInput]:
     """Each run of one owner's rows in ``batch``, as an :class:`OwnerInput`."""
     owners = batch.column("owner").to_numpy()
     horizons = batch.column("horizon").to_numpy()
     pulled = batch.column("pull").to_numpy(zero_copy_only=False)
-    kept = batch.column("kept")
-    if kept.null_count:  # an author without state: no tweets
-        kept = pa.array([ids or [] for ids in kept.to_pylist()], pa.list_(pa.int64()))
-    if kept.values.null_count:
-        raise ValueError("a timeline's input holds a null tweet id")
+    kept, kept_origins = _lists(batch.column("kept")), _lists(batch.column("origins"))
     values = kept.values.to_numpy()
+    origin_values = kept_origins.values.to_numpy()
     offsets = kept.offsets.to_numpy()
     starts = np.flatnonzero(np.concatenate(([True], owners[1:] != owners[:-1])))
     ends = np.append(starts[1:], len(owners))
@@ -216,13 +274,22 @@ def _batch_inputs(batch: pa.RecordBatch) -> Iterator[OwnerInput]:
     authors = batch.column("author").to_numpy()
     for run, (a, b) in enumerate(zip(starts.tolist(), ends.tolist(), strict=True)):
         seen = values[offsets[a] : offsets[b]]
-        ids, pulls = [seen], []
+        seen_origins = origin_values[offsets[a] : offsets[b]]
+        ids, origins, pulls = [seen], [seen_origins], []
         if any_pulled[run]:  # the pulled authors' ids left out, in NumPy (most owners)
             rows = pulled[a:b]
-            ids = [seen[np.repeat(~rows, offsets[a + 1 : b + 1] - offsets[a:b])]]
+            pushed = np.repeat(~rows, offsets[a + 1 : b + 1] - offsets[a:b])
+            ids, origins = [seen[pushed]], [seen_origins[pushed]]
             pulls = authors[a:b][rows].tolist()
         yield OwnerInput(
-            int(owners[a]), ids, int(floors[run]), pulls, [seen], int(seen_floors[run])
+            int(owners[a]),
+            ids,
+            int(floors[run]),
+            pulls,
+            [seen],
+            int(seen_floors[run]),
+            origins,
+            [seen_origins],
         )
 
 
@@ -264,12 +331,12 @@ def write_timelines_partition(
         rows = [(i.owner, *i.timeline(cap, slack)) for i in chunk]
         idle = store.dropped(live, owners) if live is not None and live != generation else set()
         store.write_timelines(
-            generation, ((o, pack_timeline(h, ids)) for o, h, ids in rows if o not in idle)
+            generation, ((o, pack_timeline(h, ids)) for o, h, ids, _ in rows if o not in idle)
         )
         store.write_dropped(generation, idle)
         store.write_pulls(generation, ((i.owner, i.pulls) for i in chunk if i.pulls))
         yield arrow.batch(
-            {"owner": owners, "entries": [-1 if o in idle else len(ids) for o, _, ids in rows]},
+            {"owner": owners, "entries": [-1 if o in idle else len(ids) for o, _, ids, _ in rows]},
             WRITTEN,
         )
 
@@ -291,7 +358,7 @@ def diff_partition(
         views = store.timelines(live, [i.owner for i in chunk])
         out: dict[str, list[Any]] = arrow.columns(DIFF)
         for owner_input, view in zip(chunk, views, strict=True):
-            _, ids = owner_input.timeline(cap, config.timeline_slack, seen=True)
+            _, ids, _ = owner_input.timeline(cap, config.timeline_slack, seen=True)
             want = set(visible(ids, cap))
             have = {i for i in view.ids if i <= newest_tweet} if view else set()
             out["owner"].append(owner_input.owner)

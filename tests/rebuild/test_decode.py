@@ -175,8 +175,8 @@ def one_by_one(topic: str, records: list[tuple]) -> tuple[list[tuple], list[tupl
     """What decode_records must give: each record through events.decode_record."""
     rows, bodies = [], []
     for key, value, headers in records:
-        kind, a, b, body, seq, error = _decode(topic, 1, key, value, headers)
-        rows.append((kind, a, b, seq, error))
+        kind, a, b, c, body, seq, error = _decode(topic, 1, key, value, headers)
+        rows.append((kind, a, b, c, seq, error))
         if body is not None:
             bodies.append((b, body))
     return rows, bodies
@@ -185,7 +185,7 @@ def one_by_one(topic: str, records: list[tuple]) -> tuple[list[tuple], list[tupl
 def assert_same_as_one_by_one(topic: str, records: list[tuple]) -> None:
     got, bodies = decode_all(f"p.{topic}", records)
     want_rows, want_bodies = one_by_one(topic, records)
-    assert [(r["kind"], r["a"], r["b"], r["seq"], r["error"]) for r in got] == want_rows
+    assert [(r["kind"], r["a"], r["b"], r["c"], r["seq"], r["error"]) for r in got] == want_rows
     assert sorted(bodies) == sorted(want_bodies)
 
 

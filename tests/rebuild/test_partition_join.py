@@ -8,6 +8,8 @@ import pyarrow as pa
 
 from fanout.config import TopicNames
 from fanout.model import events
+from fanout.model.author_state import AuthorState
+from fanout.model.engagements import Engagements
 from fanout.model.join import newest, rebuilt_author_state
 from fanout.model.partitioning import partition_for
 from spark.rebuild.decode import decode_records
@@ -148,3 +150,31 @@ def test_a_record_outside_its_join_keys_partition_is_named() -> None:
     )
     assert named == [("p.follows", 21, stray, 1), ("p.follows", 22, stray, 1)]
     assert {r["name"]: r["a"] for r in rows if r["kind"] == Row.TALLY}["misplaced"] == 2
+
+
+def test_reposts_keep_their_originals_and_engagements_become_states_and_counts() -> None:
+    ann, bob = in_partition(0, 2)
+    liked = next(t for t in range(3000, 3100) if partition_for(t, PARTITIONS) == 0)
+    join = PartitionJoin(0, PARTITIONS, cap=2, slack=1, pull_threshold=0)
+    posts = [events.TweetPosted(liked, ann, "ann", "hi")]
+    posts += [events.TweetPosted(liked + 10, bob, "bob", "", liked)]  # bob reposts it
+    posts += [events.TweetPosted(liked + 20, ann, "ann", "", liked)]  # and so does ann
+    join.add(decoded("p.tweets", posts))
+    engaged = [
+        events.Engaged(events.LIKE, bob, liked),
+        events.Engaged(events.LIKE, ann, liked),
+        events.Engaged(events.REPOST, bob, liked),
+        events.Engaged(events.REPOST, ann, liked),
+    ]
+    join.add(decoded("p.engagements", engaged, first_offset=10))
+    rows = rows_of(join)
+    states = {r["a"]: r for r in rows if r["kind"] == Row.STATE}
+    assert states[ann]["kept"] == [liked, liked + 20]
+    assert states[ann]["origins"] == [liked, liked]
+    assert states[bob]["origins"] == [liked]
+    assert AuthorState.decode(states[ann]["blob"]).originals == {liked + 20: liked}
+    (counted,) = [r for r in rows if r["kind"] == Row.ENGAGEMENTS]
+    assert counted["a"] == liked
+    assert Engagements.decode(counted["blob"]).counts == (2, 2)
+    assert join.counts == {liked: (2, 2)}
+    assert not [r for r in rows if r["kind"] == Row.MISPLACED]

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from fanout.model import events
 from fanout.model.author_state import AuthorState
-from fanout.model.join import join_events, rebuilt_author_state, rebuilt_timeline
+from fanout.model.join import join_events, rebuilt_author_state, rebuilt_timeline, rebuilt_view
 from spark.rebuild.tasks import EDGES, OWNED, KeptIds, owner_inputs
 from spark.runtime import arrow
 
@@ -139,6 +139,11 @@ def test_a_pulled_state_written_whole_moves_its_followers_apart_at_its_next_writ
     assert AuthorState.decode(main, lambda: apart) == AuthorState({5, 6}, [10, 20], True)
 
 
+def origin(entry: int) -> int:
+    """The original of an entry of these tests: every third one reposts an older one."""
+    return entry if entry % 3 or entry < 10 else entry - 7
+
+
 _EDGE = st.tuples(
     st.integers(1, 4),  # owner
     st.integers(1, 6),  # author
@@ -162,16 +167,20 @@ def test_timelines_merged_per_owner_in_numpy_equal_the_rule_on_whole_lists(
     for owner in sorted({e[0] for e in edges}):
         mine = [e for e in edges if e[0] == owner]
         pushed = [e for e in mine if not e[4]]
-        ids = [i for e in pushed for i in e[2] or ()]
+        ids = [(i, origin(i)) for e in pushed for i in e[2] or ()]
         floor = max((e[3] for e in pushed), default=0)
-        seen = [i for e in mine for i in e[2] or ()]
+        seen = [(i, origin(i)) for e in mine for i in e[2] or ()]
         expected[owner] = (
-            rebuilt_timeline(ids, cap=CAP, slack=SLACK, floor=floor),
+            rebuilt_view(ids, cap=CAP, slack=SLACK, floor=floor),
             [e[1] for e in mine if e[4]],
-            rebuilt_timeline(seen, cap=CAP, slack=SLACK, floor=max(e[3] for e in mine)),
+            rebuilt_view(seen, cap=CAP, slack=SLACK, floor=max(e[3] for e in mine)),
         )
+    names = ("owner", "author", "kept", "horizon", "pull")
     table = pa.Table.from_pylist(
-        [dict(zip(("owner", "author", "kept", "horizon", "pull"), e, strict=True)) for e in edges],
+        [
+            {**dict(zip(names, e, strict=True)), "origins": e[2] and [origin(i) for i in e[2]]}
+            for e in edges
+        ],
         schema=arrow.schema(EDGES),
     )
     bounds = sorted({0, len(edges), *(c for c in cuts if c < len(edges))})
@@ -211,12 +220,13 @@ def test_edges_joined_with_the_broadcast_kept_ids_equal_the_left_join(
     # (an author without state: no tweets, horizon 0, not pulled; an author is
     # never pulled from its own timeline).
     rows = [
-        {"join_key": a, "kept": k, "horizon": h, "pulled": p} for a, (k, h, p) in states.items()
+        {"join_key": a, "kept": k, "origins": [origin(i) for i in k], "horizon": h, "pulled": p}
+        for a, (k, h, p) in states.items()
     ]
     half = len(rows) // 2  # in two chunks, in no order
     schema = pa.schema(
-        [("join_key", pa.int64()), ("kept", pa.list_(pa.int64())), ("horizon", pa.int64()),
-         ("pulled", pa.bool_())]
+        [("join_key", pa.int64()), ("kept", pa.list_(pa.int64())),
+         ("origins", pa.list_(pa.int64())), ("horizon", pa.int64()), ("pulled", pa.bool_())]
     )  # fmt: skip
     table = pa.concat_tables(
         [pa.Table.from_pylist(rows[half:], schema), pa.Table.from_pylist(rows[:half], schema)]
@@ -225,7 +235,9 @@ def test_edges_joined_with_the_broadcast_kept_ids_equal_the_left_join(
     expected = []
     for owner, author in edges:
         ids, horizon, pulled = states.get(author, ([], 0, False))
-        expected.append((owner, author, ids, horizon, pulled and owner != author))
+        expected.append(
+            (owner, author, ids, [origin(i) for i in ids], horizon, pulled and owner != author)
+        )
     owned = pa.Table.from_pylist([{"owner": o, "author": a} for o, a in edges], arrow.schema(OWNED))
     bounds = sorted({0, len(edges), *(c for c in cuts if c < len(edges))})
     got = []
@@ -234,6 +246,7 @@ def test_edges_joined_with_the_broadcast_kept_ids_equal_the_left_join(
         out = kept.join(batch[0] if batch else pa.RecordBatch.from_pylist([], arrow.schema(OWNED)))
         assert out.schema.names == arrow.names(EDGES)
         got += [
-            (r["owner"], r["author"], r["kept"], r["horizon"], r["pull"]) for r in out.to_pylist()
+            (r["owner"], r["author"], r["kept"], r["origins"], r["horizon"], r["pull"])
+            for r in out.to_pylist()
         ]
     assert got == expected
