@@ -21,11 +21,13 @@ pytestmark = pytest.mark.spark
 
 
 def test_random_workload_matches_the_sql_join(stack: Stack) -> None:
-    """Tweets, deletes, follows and unfollows at random, past the cap; the most
-    followed authors are pulled at read time, some crossing the threshold both
-    ways; a fifth of the users go idle half-way (their timelines dropped: no
-    fan-out), and half of those come back while the writes go on."""
-    work = Workload(stack, random.Random(2026), prefix="w", suspensions=0.01)
+    """Tweets, deletes, follows and unfollows at random, past the cap, with
+    reposts (of tweets and of reposts), undone reposts, likes and unlikes;
+    the most followed authors are pulled at read time, some crossing the
+    threshold both ways; a fifth of the users go idle half-way (their
+    timelines dropped: no fan-out), and half of those come back while the
+    writes go on. Every timeline and every tweet's counts equal the SQL."""
+    work = Workload(stack, random.Random(2026), prefix="w", suspensions=0.01, engagements=0.25)
     work.register(200)
     work.run(1500)
     stack.wait_for_seq(work.max_seq)
@@ -40,7 +42,9 @@ def test_random_workload_matches_the_sql_join(stack: Stack) -> None:
                 read_while_dropped(stack, name, work.users[name])
 
     work.run(1500, on_write=reads)
-    assert sum(work.counts.values()) >= 2900 and min(work.counts.values()) > 100
+    assert sum(work.counts.values()) >= 2900
+    assert min(work.counts[k] for k in ("tweet", "delete", "follow", "unfollow")) > 100
+    assert min(work.counts[k] for k in ("repost", "unrepost", "like", "unlike")) > 30
     # Suspensions and reinstatements too: the view is of the visible rows.
     assert work.moderated.get("suspend", 0) > 3 and work.moderated.get("reinstate", 0) > 3
     pushed_back = push_back(stack, work)
@@ -49,6 +53,7 @@ def test_random_workload_matches_the_sql_join(stack: Stack) -> None:
     stats = check_against_oracle(stack, active)
     assert stats["timelines"] == len(active) and stats["entries"] > 2000
     assert stats["with_horizon"] > 0 and stats["at_the_cap"] > 0  # the cap was reached
+    assert stats["counted"] > 100
     store, ids = stack.store, dict(stack.sql("SELECT username, id FROM feed_user"))
     generation = store.active_generation()
     assert generation is not None

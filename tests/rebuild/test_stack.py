@@ -42,7 +42,7 @@ class Reader(threading.Thread):
 
 def test_rebuild_repairs_corrupted_timelines_while_reads_and_writes_go_on(stack: Stack) -> None:
     # With suspensions: the rebuild reads their tombstones and reposts too.
-    work = Workload(stack, random.Random(11), prefix="rb", suspensions=0.03)
+    work = Workload(stack, random.Random(11), prefix="rb", suspensions=0.03, engagements=0.2)
     work.register(40)
     work.run(500)
     # The reader's user: three tweets of its own, nobody else writes to its timeline.
@@ -113,7 +113,7 @@ def dry_run(stack: Stack, *args: str) -> dict:
 
 
 def test_after_flushall_one_rebuild_brings_every_timeline_back(stack: Stack) -> None:
-    work = Workload(stack, random.Random(12), prefix="fl")
+    work = Workload(stack, random.Random(12), prefix="fl", engagements=0.2)
     work.register(30)
     work.run(300)
     stack.wait_for_seq(work.max_seq)

@@ -22,15 +22,34 @@ from spark.source.kafka_io import EndOffsetReader
 from spark.source.offsets import ranges
 from tests.support.stack import Stack
 
-#: The join (docs/design.md) plus each user's own tweets, of the visible rows: a
-#: suspended (inactive) author's tweets are in no view. The view being maintained.
+#: The view being maintained, as docs/design.md writes it: the entries (posts
+#: and reposts of visible tweets by active users) of each user's followees and
+#: their own, one per original (the newest). Rows (owner, entry).
 ORACLE_SQL = """
-    SELECT f.follower_id, t.id FROM feed_tweet t
-    JOIN feed_follow f ON f.followee_id = t.author_id
-    JOIN feed_user a ON a.id = t.author_id WHERE a.is_active
-    UNION ALL
-    SELECT t.author_id, t.id FROM feed_tweet t
-    JOIN feed_user a ON a.id = t.author_id WHERE a.is_active
+    WITH entries AS (
+      SELECT t.id AS entry_id, t.author_id AS actor_id,
+             COALESCE(t.repost_of_id, t.id) AS original_id
+      FROM feed_tweet t
+      JOIN feed_user a ON a.id = t.author_id AND a.is_active
+      LEFT JOIN feed_tweet o ON o.id = t.repost_of_id
+      LEFT JOIN feed_user oa ON oa.id = o.author_id
+      WHERE t.repost_of_id IS NULL OR oa.is_active
+    ), audience AS (
+      SELECT follower_id AS owner_id, followee_id AS actor_id FROM feed_follow
+      UNION ALL SELECT id, id FROM feed_user
+    )
+    SELECT au.owner_id, MAX(e.entry_id) AS entry_id
+    FROM entries e JOIN audience au ON au.actor_id = e.actor_id
+    GROUP BY au.owner_id, e.original_id
+"""
+#: Every tweet's counts (docs/design.md): its likes and reposts by active users.
+COUNTS_SQL = """
+    SELECT o.id,
+           (SELECT COUNT(*) FROM feed_like l JOIN feed_user u ON u.id = l.user_id
+            WHERE l.tweet_id = o.id AND u.is_active),
+           (SELECT COUNT(*) FROM feed_tweet r JOIN feed_user u ON u.id = r.author_id
+            WHERE r.repost_of_id = o.id AND u.is_active)
+    FROM feed_tweet o WHERE o.repost_of_id IS NULL
 """
 PASSWORD = "pw-" + "x" * 12
 
@@ -38,8 +57,9 @@ PASSWORD = "pw-" + "x" * 12
 @dataclass
 class Workload:
     """Registers users, then mixes tweets, deletes, follows and unfollows at
-    random, and (that share of ``suspensions`` of the writes) a moderator
-    suspends or reinstates one of them."""
+    random, (that share of ``engagements`` of the writes) reposts, undone
+    reposts, likes and unlikes, and (that share of ``suspensions``) a
+    moderator suspends or reinstates one of them."""
 
     stack: Stack
     rnd: random.Random
@@ -55,6 +75,9 @@ class Workload:
     moderated: dict[str, int] = field(default_factory=dict)  # suspend / reinstate -> how many
     #: Users the moderator leaves alone (a test reads as them later).
     protected: set[str] = field(default_factory=set)
+    engagements: float = 0.0
+    reposts: dict[int, tuple[str, int]] = field(default_factory=dict)  # id -> (user, original)
+    likes: set[tuple[str, int]] = field(default_factory=set)
 
     def call(
         self, method: str, path: str, user: str | None = None, body: dict | None = None
@@ -120,6 +143,11 @@ class Workload:
             roll = self.rnd.random()
             a = self.rnd.choice(active)[0]
             b = self.rnd.choices([n for n, _ in active], [w for _, w in active])[0]
+            if self.engagements and self.rnd.random() < self.engagements:
+                kind = self.engage(a)
+                if kind:
+                    self.counts[kind] = self.counts.get(kind, 0) + 1
+                continue
             if roll < 0.45:
                 text = " ".join(
                     self.rnd.choice(["hello", "world", "é", "🐦", "starling"]) for _ in range(5)
@@ -131,6 +159,9 @@ class Workload:
                 if self.live[tweet_id] in self.suspended:
                     continue
                 self.call("DELETE", f"/tweets/{tweet_id}", self.live.pop(tweet_id))
+                # Its reposts and likes go with it.
+                self.reposts = {r: v for r, v in self.reposts.items() if v[1] != tweet_id}
+                self.likes = {(u, t) for u, t in self.likes if t != tweet_id}
                 kind = "delete"
             elif roll < 0.85 and a != b:
                 self.call("POST", f"/users/{b}/follow", a)
@@ -147,6 +178,40 @@ class Workload:
                 continue
             self.counts[kind] = self.counts.get(kind, 0) + 1
 
+    def engage(self, user: str) -> str | None:
+        """``user`` reposts a tweet (or a repost of it), undoes a repost, likes
+        or unlikes; the kind of write made, None if none was."""
+        roll = self.rnd.random()
+        visible = sorted(t for t, a in self.live.items() if a not in self.suspended)
+        mine = sorted(r for r, (u, _) in self.reposts.items() if u == user)
+        if roll < 0.4 and visible:
+            target = self.rnd.choice(visible + sorted(self.reposts))
+            original = self.reposts[target][1] if target in self.reposts else target
+            if original not in self.live or self.live[original] in self.suspended:
+                return None
+            made = self.call("POST", f"/tweets/{target}/repost", user)
+            self.reposts[made["id"]] = (user, original)
+            return "repost"
+        if roll < 0.55 and mine:
+            r = self.rnd.choice(mine)
+            # By the repost's id or the original's: both undo it.
+            which = r if self.rnd.random() < 0.5 else self.reposts[r][1]
+            self.call("DELETE", f"/tweets/{which}/repost", user)
+            del self.reposts[r]
+            return "unrepost"
+        if roll < 0.9 and visible:
+            t = self.rnd.choice(visible)
+            self.call("POST", f"/tweets/{t}/like", user)
+            self.likes.add((user, t))
+            return "like"
+        liked = sorted(t for u, t in self.likes if u == user)
+        if liked:
+            t = self.rnd.choice(liked)
+            self.call("DELETE", f"/tweets/{t}/like", user)
+            self.likes.discard((user, t))
+            return "unlike"
+        return None
+
 
 def check_against_oracle(stack: Stack, usernames: list[str]) -> dict[str, int]:
     """Once the job has caught up (every write and refill applied), every
@@ -161,9 +226,9 @@ def check_against_oracle(stack: Stack, usernames: list[str]) -> dict[str, int]:
         if owner in oracle:
             oracle[owner].append(tweet_id)
     bodies = {
-        tid: (author, text)
-        for tid, author, text in stack.sql(
-            "SELECT t.id, u.username, t.text"
+        tid: (author, text, original)
+        for tid, author, text, original in stack.sql(
+            "SELECT t.id, u.username, t.text, t.repost_of_id"
             " FROM feed_tweet t JOIN feed_user u ON u.id = t.author_id"
         )
     }
@@ -185,8 +250,26 @@ def check_against_oracle(stack: Stack, usernames: list[str]) -> dict[str, int]:
         stats["with_horizon"] += found.horizon > 0
         stats["at_the_cap"] += len(full) > cap
         for tweet_id, body in zip(shown[:5], store.bodies(shown[:5]), strict=True):
-            assert body is not None and json.loads(body)["text"] == bodies[tweet_id][1]
+            assert body is not None
+            _, text, original = bodies[tweet_id]
+            cached = json.loads(body)
+            assert cached.get("text", "") == text and cached.get("repost_of") == original
+    stats["counted"] = check_counts(stack)
     return stats
+
+
+def check_counts(stack: Stack) -> int:
+    """Every tweet's counts in Redis are those of the tables (none where both
+    are 0); returns how many tweets have some."""
+    want = {t: (likes, reposts) for t, likes, reposts in stack.sql(COUNTS_SQL) if likes or reposts}
+    every = [t for (t,) in stack.sql("SELECT id FROM feed_tweet WHERE repost_of_id IS NULL")]
+    got = {}
+    for t, raw in zip(every, stack.store.counts(every), strict=True):
+        if raw is not None:
+            counts = json.loads(raw)
+            got[t] = (counts["likes"], counts["reposts"])
+    assert got == want, "counts differ from the tables"
+    return len(want)
 
 
 def go_idle(stack: Stack, names: list[str]) -> None:
