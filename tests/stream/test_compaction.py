@@ -141,7 +141,7 @@ def test_compaction_under_the_running_job_and_a_replay_of_the_compacted_log(
 
     # More of the same keys after the compaction; the job goes on, exact.
     more = [world.follow(1, 2) if (1, 2) not in world.follows else world.unfollow(1, 2)]
-    more += world.post(3, 5)
+    more += world.post(min(world.users - world.suspended), 5)
     more.append(world.delete(sorted(world.live)[0]))
     last = job.writer.send([e.event for e in more])
     job.wait_for(last)

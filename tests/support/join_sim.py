@@ -294,6 +294,7 @@ class World:
         return [self.log.follow(u, u) for u in users]
 
     def post(self, author: int, n: int = 1) -> list[events.Envelope]:
+        assert author not in self.suspended, "a suspended user cannot post"
         out = []
         for _ in range(n):
             t, env = self.log.post(author)
