@@ -33,6 +33,7 @@ MODERATION = (
     "delete_tweet",
     "view_follow",
     "delete_follow",
+    "view_like",
     "view_moderationaction",
 )
 
