@@ -67,7 +67,7 @@ class CountsOut(serializers.Serializer):
 
 
 class TweetOut(serializers.Serializer):
-    """A tweet wherever it appears (selectors.tweet_object): for a repost,
+    """A tweet wherever it appears: for a repost,
     ``id``, ``author`` and ``created_at`` are the repost's, ``text`` is the
     original's and ``repost_of`` names the original; ``counts`` are the
     original's."""

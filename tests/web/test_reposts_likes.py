@@ -257,6 +257,19 @@ def test_every_tweet_object_has_one_shape_with_the_original_s_counts(
     assert page["tweets"] == [got]
 
 
+def test_counts_are_read_from_their_shard_s_keys(settings, starling, redis_client) -> None:
+    settings.STARLING = config = replace(starling, redis_shards=8)
+    ann = UserFactory(username="ann")
+    tweets = [post(ann, f"t{i}") for i in range(6)]
+    for n, t in enumerate(tweets[:3]):
+        value = f'{{"likes":{n + 1},"reposts":{n},"replies":0}}'
+        redis_client.set(keys.counts(t, config.shards.tag_of(t)), value)
+    assert len({config.shards.tag_of(t) for t in tweets}) > 1
+    got = selectors.tweet_counts(tweets)
+    assert [got[t]["likes"] for t in tweets] == [1, 2, 3, 0, 0, 0]
+    assert [got[t]["reposts"] for t in tweets] == [0, 1, 2, 0, 0, 0]
+
+
 def test_counts_come_from_the_database_when_redis_is_down(settings, starling) -> None:
     ann, bob, cat = (UserFactory(username=n) for n in ("ann", "bob", "cat"))
     original = post(ann)
