@@ -302,6 +302,25 @@ def test_a_user_s_tweets_show_a_repost_of_their_own_post_once() -> None:
     assert client_for().get(f"/api/v1/tweets/{other}").status_code == 404
 
 
+def test_a_timeline_from_the_database_shows_each_original_once() -> None:
+    ann, bob, cat = (UserFactory(username=n) for n in ("ann", "bob", "cat"))
+    for followee in (ann, cat):
+        services.follow_create(follower=bob, followee=followee)
+    first = post(ann, "first")
+    second = post(ann, "second")
+    cats = services.repost_create(user=cat, tweet_id=first).repost_id
+    # No timeline in Redis: the database answers (the fallback), by the view's rule.
+    response = client_for(bob).get("/api/v1/timeline")
+    assert response["X-Starling-Source"] == "fallback"
+    tweets = response.json()["tweets"]
+    assert [t["id"] for t in tweets] == [cats, second]
+    assert tweets[0]["text"] == "first" and tweets[0]["repost_of"]["author"] == "ann"
+    # Undone, the original shows again in its own place.
+    services.repost_delete(user=cat, tweet_id=cats)
+    tweets = client_for(bob).get("/api/v1/timeline").json()["tweets"]
+    assert [t["id"] for t in tweets] == [second, first]
+
+
 def _query(**kw: Any) -> Any:
     from feed.timeline import TimelineQuery
 
