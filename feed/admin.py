@@ -9,6 +9,7 @@ without tombstones), and the outbox is read-only.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from django.contrib import admin
@@ -21,7 +22,16 @@ from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 
 from feed import moderation, services
-from feed.models import Follow, ModerationAction, OutboxEvent, TimelineRebuild, Tweet, User
+from feed.errors import NotFound
+from feed.models import (
+    Follow,
+    Like,
+    ModerationAction,
+    OutboxEvent,
+    TimelineRebuild,
+    Tweet,
+    User,
+)
 from feed.outbox import DjangoOutboxStore
 from feed.validation import InvalidInput, validate_username
 
@@ -173,16 +183,69 @@ class _DeleteThroughServiceAdmin(_ReadOnlyAdmin):
             self.delete_row(request, obj)
 
 
+class TweetKindFilter(admin.SimpleListFilter):
+    title = "kind"
+    parameter_name = "kind"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("post", "Posts"), ("repost", "Reposts")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        if self.value() == "post":
+            return queryset.filter(repost_of__isnull=True)
+        if self.value() == "repost":
+            return queryset.filter(repost_of__isnull=False)
+        return queryset
+
+
 @admin.register(Tweet)
 class TweetAdmin(_DeleteThroughServiceAdmin):
-    list_display = ("id", "author", "text", "created_at")
-    list_select_related = ("author",)
+    """Posts and reposts (a repost shows its original); deleting an original
+    deletes its reposts and likes (the use-case's cascade, with tombstones),
+    deleting a repost undoes it."""
+
+    list_display = ("id", "author", "kind", "shown_text", "repost_of", "created_at")
+    list_select_related = ("author", "repost_of", "repost_of__author")
+    list_filter = (TweetKindFilter,)
     search_fields = ("text", "author__username")
     ordering = ("-id",)
     show_full_result_count = False
+    raw_id_fields = ("repost_of",)
+
+    @admin.display(description="kind")
+    def kind(self, obj: Tweet) -> str:
+        return "repost" if obj.repost_of_id else "post"
+
+    @admin.display(description="text")
+    def shown_text(self, obj: Tweet) -> str:
+        if obj.repost_of is not None:
+            return f"(repost of {obj.repost_of.author.username}) {obj.repost_of.text}"
+        return obj.text
+
+    def get_deleted_objects(self, objs: Any, request: HttpRequest) -> Any:
+        """An original's reposts and likes are not in the way: the use-case
+        deletes them with it (Django would list them as protected, and likes
+        as needing a permission no one has: they are read-only here)."""
+        deleted, counts, perms_needed, protected = super().get_deleted_objects(objs, request)
+        perms_needed = perms_needed - {Like._meta.verbose_name}
+        return [*deleted, *protected], counts, perms_needed, []
 
     def delete_row(self, request: HttpRequest, obj: Tweet) -> None:
-        services.tweet_delete(tweet_id=obj.id, actor=request.user)  # type: ignore[arg-type]
+        # NotFound: a repost deleted with its original, selected with it.
+        with contextlib.suppress(NotFound):
+            services.tweet_delete(tweet_id=obj.id, actor=request.user)  # type: ignore[arg-type]
+
+
+@admin.register(Like)
+class LikeAdmin(_ReadOnlyAdmin):
+    """Who likes what (read-only: likes change through the API's use-cases)."""
+
+    list_display = ("id", "user", "tweet", "created_at")
+    list_select_related = ("user", "tweet", "tweet__author")
+    search_fields = ("user__username",)
+    raw_id_fields = ("user", "tweet")
+    ordering = ("-id",)
+    show_full_result_count = False
 
 
 @admin.register(Follow)

@@ -20,12 +20,12 @@ from rest_framework.response import Response
 from rest_framework.throttling import BaseThrottle
 from rest_framework.views import APIView
 
-from fanout.model import events, ids
+from fanout.model import ids
 from feed import selectors, services
 from feed.auth import InvalidToken, bearer_token
 from feed.errors import NotFound
 from feed.health import cached_check_all, public
-from feed.models import Tweet, User
+from feed.models import User
 from feed.schema import BearerTokenScheme  # noqa: F401  (registers the auth scheme)
 from feed.validation import InvalidInput, whole_number
 
@@ -54,11 +54,30 @@ class ErrorSerializer(serializers.Serializer):
     )
 
 
-class TweetOut(serializers.Serializer):
+class OriginalRef(serializers.Serializer):
     id = serializers.IntegerField()
+    author = serializers.CharField()
+    created_at = serializers.CharField()
+
+
+class CountsOut(serializers.Serializer):
+    likes = serializers.IntegerField()
+    reposts = serializers.IntegerField()
+    replies = serializers.IntegerField(help_text="0 until replies exist.")
+
+
+class TweetOut(serializers.Serializer):
+    """A tweet wherever it appears: for a repost,
+    ``id``, ``author`` and ``created_at`` are the repost's, ``text`` is the
+    original's and ``repost_of`` names the original; ``counts`` are the
+    original's."""
+
+    id = serializers.IntegerField(help_text="The entry's id (a timeline cursor).")
     author = serializers.CharField()
     text = serializers.CharField()
     created_at = serializers.CharField()
+    repost_of = OriginalRef(allow_null=True, help_text="The original, for a repost; else null.")
+    counts = CountsOut()
 
 
 class SeqOut(serializers.Serializer):
@@ -68,10 +87,6 @@ class SeqOut(serializers.Serializer):
 class UserRef(serializers.Serializer):
     id = serializers.IntegerField()
     username = serializers.CharField()
-
-
-def tweet_out(tweet: Tweet) -> dict[str, Any]:
-    return events.tweet_fields(tweet.id, tweet.author.username, tweet.text)
 
 
 class View(APIView):
@@ -150,9 +165,9 @@ class TweetCreateApi(View):
         written = services.tweet_create(
             author=current_user(request), text=data.validated_data["text"]
         )
-        return Response(
-            {**tweet_out(written.tweet), "seq": written.seq}, status=status.HTTP_201_CREATED
-        )
+        tweet = written.tweet
+        body = selectors.tweet_object(tweet.id, tweet.author.username, tweet.text)
+        return Response({**body, "seq": written.seq}, status=status.HTTP_201_CREATED)
 
 
 class TweetDetailApi(View):
@@ -161,21 +176,76 @@ class TweetDetailApi(View):
 
     @extend_schema(responses={200: TweetOut, **error_responses(404)})
     def get(self, request: Request, tweet_id: int) -> Response:
-        tweet = (
-            Tweet.objects.select_related("author")
-            .filter(id=tweet_id, author__is_active=True)  # a suspended author's: gone
-            .first()
-            if ids.is_valid(tweet_id)
-            else None
-        )
+        tweet = selectors.tweet_detail(tweet_id)  # a suspended author's: gone
         if tweet is None:
             raise NotFound(f"no tweet with id {tweet_id}")
-        return Response(tweet_out(tweet))
+        return Response(tweet)
 
-    @extend_schema(responses={204: None, **error_responses(401, 403, 404)})
+    @extend_schema(
+        description="Delete a tweet (with its reposts and likes), or undo a repost "
+        "given its id. Header X-Starling-Seq: the write's seq.",
+        responses={204: None, **error_responses(401, 403, 404)},
+    )
     def delete(self, request: Request, tweet_id: int) -> Response:
         seq = services.tweet_delete(tweet_id=tweet_id, actor=current_user(request))
         return Response(status=status.HTTP_204_NO_CONTENT, headers={"X-Starling-Seq": str(seq)})
+
+
+class RepostApi(View):
+    permission_classes = [IsAuthenticated]
+
+    class OutputSerializer(serializers.Serializer):
+        id = serializers.IntegerField(help_text="The repost's id (its timeline entry).")
+        seq = serializers.IntegerField(help_text="Outbox sequence number of this write.")
+
+    @extend_schema(
+        request=None,
+        description="Repost a tweet (a repost's id reposts its original); 200 with the "
+        "same id if already reposted.",
+        responses={201: OutputSerializer, 200: OutputSerializer, **error_responses(401, 403, 404)},
+    )
+    def post(self, request: Request, tweet_id: int) -> Response:
+        written = services.repost_create(user=current_user(request), tweet_id=tweet_id)
+        return Response(
+            {"id": written.repost_id, "seq": written.seq},
+            status=status.HTTP_201_CREATED if written.created else status.HTTP_200_OK,
+        )
+
+    @extend_schema(
+        request=None,
+        description="Undo your repost of a tweet (the original's id or the repost's); idempotent.",
+        responses={200: SeqOut, **error_responses(401)},
+    )
+    def delete(self, request: Request, tweet_id: int) -> Response:
+        return Response(
+            {"seq": services.repost_delete(user=current_user(request), tweet_id=tweet_id)}
+        )
+
+
+class LikeApi(View):
+    permission_classes = [IsAuthenticated]
+
+    @extend_schema(
+        request=None,
+        description="Like a tweet (a repost's id likes its original); 200 if already liked.",
+        responses={201: SeqOut, 200: SeqOut, **error_responses(401, 403, 404)},
+    )
+    def post(self, request: Request, tweet_id: int) -> Response:
+        written = services.like_create(user=current_user(request), tweet_id=tweet_id)
+        return Response(
+            {"seq": written.seq},
+            status=status.HTTP_201_CREATED if written.created else status.HTTP_200_OK,
+        )
+
+    @extend_schema(
+        request=None,
+        description="Undo your like of a tweet (or of a repost's original); idempotent.",
+        responses={200: SeqOut, **error_responses(401)},
+    )
+    def delete(self, request: Request, tweet_id: int) -> Response:
+        return Response(
+            {"seq": services.like_delete(user=current_user(request), tweet_id=tweet_id)}
+        )
 
 
 # --- users and follows --------------------------------------------------------
@@ -248,13 +318,41 @@ class UserTweetsApi(View):
         parameters=[QuerySerializer], responses={200: OutputSerializer, **error_responses(400, 404)}
     )
     def get(self, request: Request, username: str) -> Response:
+        """The user's posts and reposts, newest first (per original only the
+        newest: their repost of their own post hides the post)."""
         query = _query(self.QuerySerializer, request)
         user = services.user_by_username(username)
-        tweets = selectors.user_tweets(
+        entries = selectors.user_tweets(
             user, count=query["count"], max_id=query.get("max_id"), since_id=query.get("since_id")
         )
-        next_max_id = tweets[-1].id - 1 if len(tweets) == query["count"] else None
-        return Response({"tweets": [tweet_out(t) for t in tweets], "next_max_id": next_max_id})
+        next_max_id = entries[-1] - 1 if len(entries) == query["count"] else None
+        return Response({"tweets": selectors.tweet_objects(entries), "next_max_id": next_max_id})
+
+
+class UserLikesApi(View):
+    permission_classes = [AllowAny]
+
+    class QuerySerializer(serializers.Serializer):
+        count = WholeNumberParam(min_value=1, max_value=200, default=20)
+        cursor = WholeNumberParam(
+            min_value=1, required=False, help_text="next_cursor of the previous page."
+        )
+
+    class OutputSerializer(serializers.Serializer):
+        tweets = TweetOut(many=True)
+        next_cursor = serializers.IntegerField(allow_null=True)
+
+    @extend_schema(
+        parameters=[QuerySerializer], responses={200: OutputSerializer, **error_responses(400, 404)}
+    )
+    def get(self, request: Request, username: str) -> Response:
+        """The tweets the user liked, newest like first."""
+        query = _query(self.QuerySerializer, request)
+        user = services.user_by_username(username)
+        tweets, next_cursor = selectors.user_likes(
+            user, count=query["count"], cursor=query.get("cursor")
+        )
+        return Response({"tweets": tweets, "next_cursor": next_cursor})
 
 
 class _FollowListApi(View):

@@ -59,17 +59,78 @@ class User(AbstractUser):
 
 
 class Tweet(models.Model):
+    """A post, or a repost (``repost_of`` set): a timeline entry of its own,
+    with its own id, showing the original's text. A repost's text is empty;
+    its id is greater than the original's; a user reposts a tweet at most
+    once, and a repost of a repost is one of its original (feed.services)."""
+
     #: 53-bit time-ordered id (:mod:`fanout.model.ids`); also the pagination cursor.
     id = models.BigIntegerField(primary_key=True)
     author = models.ForeignKey(User, on_delete=models.PROTECT, related_name="tweets")
-    text = models.CharField(max_length=280)
+    text = models.CharField(max_length=280, blank=True)
     created_at = models.DateTimeField()
+    #: The original, for a repost (deleting the original deletes its reposts
+    #: first, each with its tombstone: feed.services.tweet_delete).
+    repost_of = models.ForeignKey(
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="reposts",
+        db_index=False,  # the partial index below serves "the reposts of o"
+    )
 
     class Meta:
-        indexes = [models.Index(fields=["author", "-id"], name="tweet_author_id_idx")]
+        indexes = [
+            models.Index(fields=["author", "-id"], name="tweet_author_id_idx"),
+            # The reposts of an original, by id: its cascade on delete, its
+            # counts, and the view's "is there a newer entry of this original".
+            models.Index(
+                fields=["repost_of", "id"],
+                name="tweet_repost_of_id_idx",
+                condition=Q(repost_of__isnull=False),
+            ),
+        ]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["author", "repost_of"],
+                condition=Q(repost_of__isnull=False),
+                name="tweet_repost_once",
+            ),
+            models.CheckConstraint(
+                condition=Q(repost_of__isnull=True) | (Q(text="") & Q(repost_of__lt=F("id"))),
+                name="tweet_repost_empty_and_newer",
+            ),
+        ]
 
     def __str__(self) -> str:
+        if self.repost_of_id:
+            return f"{self.id} by {self.author_id}: repost of {self.repost_of_id}"
         return f"{self.id} by {self.author_id}: {self.text[:40]}"
+
+    @property
+    def original_id(self) -> int:
+        """The tweet this entry shows: itself, or the one it reposts."""
+        return self.repost_of_id or self.id
+
+
+class Like(models.Model):
+    """``user`` likes ``tweet`` (an original: a like of a repost is one of its
+    original). Newest like first is id descending."""
+
+    user = models.ForeignKey(User, on_delete=models.PROTECT, related_name="likes")
+    #: Deleting the tweet deletes its likes first, each with its tombstone.
+    tweet = models.ForeignKey(Tweet, on_delete=models.PROTECT, related_name="likes")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["user", "tweet"], name="like_once"),
+        ]
+        indexes = [models.Index(fields=["user", "-id"], name="like_user_id_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.user_id} likes {self.tweet_id}"
 
 
 class Follow(models.Model):

@@ -9,13 +9,13 @@ from datetime import timedelta
 
 from django.contrib.auth.models import Group, Permission
 from django.db import transaction
-from django.db.models import F
+from django.db.models import F, Q
 from django.utils import timezone
 
 from fanout.model import events
 from feed import outbox
 from feed.errors import ApplicationError
-from feed.models import Follow, ModerationAction, Tweet, User
+from feed.models import Follow, Like, ModerationAction, Tweet, User
 from feed.services import (
     Written,
     check_moderator,
@@ -33,6 +33,7 @@ MODERATION = (
     "delete_tweet",
     "view_follow",
     "delete_follow",
+    "view_like",
     "view_moderationaction",
 )
 
@@ -59,11 +60,16 @@ def moderator_create(*, username: str, password: str) -> User:
 
 @transaction.atomic
 def user_suspend(*, user: User, moderator: User, reason: str) -> Written:
-    """Suspend ``user``: no sign-in and no token any more, and every tweet of
-    theirs leaves every view as a delete would (a tombstone each, through the
-    outbox and the job); their follows stop counting on the other side.
-    The rows stay, for :func:`user_reinstate`. Returns whether it changed
-    anything (suspending a suspended user does not) and the seq to wait for."""
+    """Suspend ``user``: no sign-in and no token any more, and everything of
+    theirs leaves every view as a delete would (tombstones through the outbox
+    and the job): each of their tweets and reposts, each of their likes and
+    reposts as engagements (counts leave them out), and every repost of their
+    tweets by others (entries of an invisible original). Their follows stop
+    counting on the other side. The rows stay, for :func:`user_reinstate`.
+    Returns whether it changed anything (suspending a suspended user does
+    not) and the seq to wait for. A like or repost in flight share locks the
+    user's row: it commits before the update below (and is seen) or waits
+    and is refused."""
     check_moderator(moderator, "suspend_user")
     if user.pk == moderator.pk:
         raise ApplicationError("you cannot suspend yourself", field="username")
@@ -73,29 +79,93 @@ def user_suspend(*, user: User, moderator: User, reason: str) -> Written:
     # Tokens are timestamped to the second: one issued in this very second goes too.
     tokens_revoke(user=user, at=timezone.now() + timedelta(seconds=1))
     record_moderation(moderator, ModerationAction.Kind.SUSPEND, user.pk, reason=reason)
-    tweets = Tweet.objects.filter(author_id=user.pk).values_list("id", flat=True)
-    gone = [events.TweetDeleted(tweet_id=t, author_id=user.pk) for t in tweets.iterator()]
+    gone: list[events.Event] = []
+    own = Tweet.objects.filter(author_id=user.pk).order_by("id")
+    for t, original in own.values_list("id", "repost_of_id").iterator():
+        gone.append(events.TweetDeleted(tweet_id=t, author_id=user.pk))
+        if original is not None:
+            gone.append(events.Disengaged(events.REPOST, user.pk, original))
+    likes = Like.objects.filter(user_id=user.pk).order_by("id")
+    gone.extend(
+        events.Disengaged(events.LIKE, user.pk, t)
+        for t in likes.values_list("tweet_id", flat=True).iterator()
+    )
+    # Reposts of their tweets by others: out of the view (their engagements
+    # stay: counts of an invisible tweet are not shown).
+    theirs = Tweet.objects.filter(repost_of__author_id=user.pk).exclude(author_id=user.pk)
+    gone.extend(
+        events.TweetDeleted(tweet_id=r, author_id=a)
+        for r, a in theirs.order_by("id").values_list("id", "author_id").iterator()
+    )
     return Written(True, outbox.append_many(gone) if gone else outbox.high_water_seq())
 
 
 @transaction.atomic
 def user_reinstate(*, user: User, moderator: User, reason: str = "") -> Written:
-    """Undo :func:`user_suspend`: the user may sign in again, and every tweet
-    of theirs still in the database comes back to every view (each posted
-    again through the outbox, under the user's current name). Returns whether
-    it changed anything (reinstating an active user does not) and the seq."""
+    """Undo :func:`user_suspend`: the user may sign in again, and everything
+    of theirs still in the database comes back to every view, each posted
+    again through the outbox (under the user's current name): their tweets,
+    their reposts (entries of those whose original's author is active;
+    engagements of all), their likes, and the reposts of their tweets by
+    active users. Returns whether it changed anything (reinstating an active
+    user does not) and the seq.
+
+    The rows posted again are locked first (tweets, then likes, then the
+    user's row, the order every write locks them in): a delete in flight of
+    one of them (an unrepost, an unlike, an original deleted with its
+    reposts) commits before they are read, or waits, so no tombstone is
+    followed by a stale upsert."""
     check_moderator(moderator, "suspend_user")
+    if User.objects.filter(pk=user.pk, is_active=True).exists():
+        return Written(False, outbox.high_water_seq())
+    rows = list(
+        Tweet.objects.select_for_update(of=("self",))
+        .filter(Q(author_id=user.pk) | Q(repost_of__author_id=user.pk))
+        .order_by("id")
+        .values_list(
+            "id", "author_id", "author__is_active", "text", "repost_of_id", "repost_of__author_id"
+        )
+    )
+    liked = list(
+        Like.objects.select_for_update()
+        .filter(user_id=user.pk)
+        .order_by("id")
+        .values_list("tweet_id", flat=True)
+    )
     if not User.objects.filter(pk=user.pk, is_active=False).update(is_active=True):
         return Written(False, outbox.high_water_seq())
     _suspension_counts(user.pk, +1)
     record_moderation(moderator, ModerationAction.Kind.REINSTATE, user.pk, reason=reason)
-    name = User.objects.values_list("username", flat=True).get(pk=user.pk)
-    rows = Tweet.objects.filter(author_id=user.pk).values_list("id", "text")
-    back = [
-        events.TweetPosted(tweet_id=t, author_id=user.pk, author=name, text=text)
-        for t, text in rows.iterator()
-    ]
+    active_authors = _active(
+        {o_author for _, _, _, _, o, o_author in rows if o is not None} - {user.pk}
+    )
+    active_authors.add(user.pk)
+    names = dict(
+        User.objects.filter(pk__in={a for _, a, *_ in rows} | {user.pk}).values_list(
+            "pk", "username"
+        )
+    )
+    back: list[events.Event] = []
+    for t, author, author_active, text, original, original_author in rows:
+        if author == user.pk:
+            if original is None or original_author in active_authors:
+                back.append(_posted(t, author, names[author], text, original))
+            if original is not None:
+                back.append(events.Engaged(events.REPOST, author, original))
+        elif author_active:  # another's repost of the user's tweet
+            back.append(_posted(t, author, names[author], text, original))
+    back.extend(events.Engaged(events.LIKE, user.pk, t) for t in liked)
     return Written(True, outbox.append_many(back) if back else outbox.high_water_seq())
+
+
+def _posted(t: int, author: int, name: str, text: str, original: int | None) -> events.Event:
+    return events.TweetPosted(
+        tweet_id=t, author_id=author, author=name, text=text, repost_of=original or 0
+    )
+
+
+def _active(user_ids: set[int]) -> set[int]:
+    return set(User.objects.filter(pk__in=user_ids, is_active=True).values_list("pk", flat=True))
 
 
 def _suspension_counts(user_id: int, delta: int) -> None:

@@ -1,21 +1,29 @@
-"""Read queries against the database (profiles, user tweets, follow lists)."""
+"""Read queries against the database (profiles, user tweets and likes, follow
+lists, the home timeline's view) and the one shape of a tweet clients see."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import orjson
+import redis
+from django.conf import settings
 from django.db import connection
-from django.db.models import Q, QuerySet
+from django.db.models import Count, Exists, OuterRef, Q, QuerySet
+from redis.cluster import RedisCluster
 
 from fanout.model import events, ids
-from feed.models import Follow, OutboxEvent, Tweet, User
+from fanout.store import keys
+from feed.models import Follow, Like, OutboxEvent, Tweet, User
 
 if TYPE_CHECKING:
     from feed.timeline import TimelineQuery
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -36,16 +44,183 @@ def profile(user: User) -> Profile:
     )
 
 
+def visible_entries(tweets: QuerySet[Tweet]) -> QuerySet[Tweet]:
+    """The rows of ``tweets`` that are entries of the view as far as their
+    original goes: posts, and reposts whose original's author is active (the
+    caller filters the rows' own authors)."""
+    return tweets.filter(Q(repost_of__isnull=True) | Q(repost_of__author__is_active=True))
+
+
 def user_tweets(
     user: User, *, count: int, max_id: int | None = None, since_id: int | None = None
-) -> list[Tweet]:
-    """A user's tweets, newest first. ``max_id`` is inclusive, ``since_id`` exclusive."""
-    qs: QuerySet[Tweet] = Tweet.objects.filter(author=user)
+) -> list[int]:
+    """A user's entries (posts and reposts), newest first, by the view's rule:
+    per original only the greatest entry (their repost of their own post
+    hides the post); a repost of a suspended author's tweet is none.
+    ``max_id`` is inclusive, ``since_id`` exclusive. The caller checks that
+    ``user`` is active."""
+    qs = visible_entries(Tweet.objects.filter(author=user))
+    own_repost = Tweet.objects.filter(author_id=user.pk, repost_of_id=OuterRef("pk"))
+    qs = qs.filter(~Exists(own_repost))
     if max_id is not None:
         qs = qs.filter(id__lte=max_id)
     if since_id is not None:
         qs = qs.filter(id__gt=since_id)
-    return list(qs.select_related("author").order_by("-id")[:count])
+    return list(qs.order_by("-id").values_list("id", flat=True)[:count])
+
+
+def user_likes(
+    user: User, *, count: int, cursor: int | None = None
+) -> tuple[list[dict[str, Any]], int | None]:
+    """One page of the tweets ``user`` liked, newest like first (those of
+    active authors), and the cursor of the next page (the like's id; None on
+    the last page)."""
+    qs = Like.objects.filter(user=user, tweet__author__is_active=True)
+    if cursor is not None:
+        qs = qs.filter(id__lt=cursor)
+    rows = list(qs.order_by("-id").values_list("id", "tweet_id")[: count + 1])
+    page = rows[:count]
+    tweets = tweet_objects([t for _, t in page])
+    return tweets, (page[-1][0] if len(rows) > count else None)
+
+
+def tweet_detail(tweet_id: int) -> dict[str, Any] | None:
+    """The tweet object of a visible entry (a post of an active author, or a
+    repost by an active user of one), or None."""
+    if not ids.is_valid(tweet_id):
+        return None
+    visible = visible_entries(Tweet.objects.filter(id=tweet_id, author__is_active=True))
+    if not visible.exists():
+        return None
+    found = tweet_objects([tweet_id])
+    return found[0] if found else None
+
+
+# --- tweet objects ----------------------------------------------------------------
+
+#: The counts of a tweet nobody liked or reposted.
+ZERO_COUNTS: dict[str, int] = {"likes": 0, "reposts": 0, "replies": 0}
+
+
+def tweet_object(
+    entry_id: int,
+    author: str,
+    text: str,
+    *,
+    original: tuple[int, str] | None = None,
+    counts: dict[str, int] | None = None,
+) -> dict[str, Any]:
+    """A tweet as clients see it, wherever it appears (the API's pages, the
+    database's timeline pages; the Redis read builds the same shape in Lua):
+    ``{id, author, text, created_at, repost_of, counts}``. For a repost,
+    ``id``, ``author`` and ``created_at`` are the repost's, ``text`` is the
+    original's and ``original`` (its id and author) gives ``repost_of``;
+    ``counts`` are the original's."""
+    return {
+        "id": entry_id,
+        "author": author,
+        "text": text,
+        "created_at": events.created_at_iso(entry_id),
+        "repost_of": None
+        if original is None
+        else {
+            "id": original[0],
+            "author": original[1],
+            "created_at": events.created_at_iso(original[0]),
+        },
+        "counts": dict(counts or ZERO_COUNTS),
+    }
+
+
+def tweet_objects(entry_ids: Sequence[int]) -> list[dict[str, Any]]:
+    """The tweet objects of these entries, in their order (one query for the
+    rows and their originals, one Redis call for the counts); an entry gone
+    meanwhile is left out. Visibility is the caller's."""
+    if not entry_ids:
+        return []
+    rows = Tweet.objects.filter(id__in=list(entry_ids)).values_list(
+        "id",
+        "author__username",
+        "text",
+        "repost_of_id",
+        "repost_of__author__username",
+        "repost_of__text",
+    )
+    by_id = {row[0]: row for row in rows}
+    present = [by_id[i] for i in entry_ids if i in by_id]
+    counts = tweet_counts(list(dict.fromkeys(row[3] or row[0] for row in present)))
+    out = []
+    for entry_id, author, text, original, original_author, original_text in present:
+        if original is None:
+            out.append(tweet_object(entry_id, author, text, counts=counts.get(entry_id)))
+        else:
+            out.append(
+                tweet_object(
+                    entry_id,
+                    author,
+                    original_text,
+                    original=(original, original_author),
+                    counts=counts.get(original),
+                )
+            )
+    return out
+
+
+def tweet_counts(tweet_ids: Sequence[int]) -> dict[int, dict[str, int]]:
+    """The counts of these (original) tweets: from Redis, where the fanout job
+    keeps them (``ct:`` keys, :func:`fanout.store.keys.counts`); from the
+    database when Redis is unreachable (a COUNT per kind for the page's
+    tweets, of live likes and reposts by active users)."""
+    if not tweet_ids:
+        return {}
+    try:
+        stored = _stored_counts(tweet_ids)
+    except redis.RedisError:
+        log.warning("counts: Redis unavailable, counting in the database", exc_info=True)
+        return _database_counts(tweet_ids)
+    out: dict[int, dict[str, int]] = {}
+    for tweet_id, raw in zip(tweet_ids, stored, strict=True):
+        counts = dict(ZERO_COUNTS)
+        if raw:
+            counts.update({k: int(v) for k, v in orjson.loads(raw).items() if k in counts})
+        out[tweet_id] = counts
+    return out
+
+
+def _stored_counts(tweet_ids: Sequence[int]) -> list[bytes | None]:
+    """The ``ct:`` values of these tweets (None: all zero), by
+    ``TimelineStore.counts`` once the store has it, else an MGET of the keys."""
+    from fanout.store.timelines import store_for
+
+    store = store_for(settings.STARLING)
+    reader = getattr(store, "counts", None)
+    if reader is not None:
+        return list(reader(tweet_ids))
+    names = [keys.counts(i, store.shards.tag_of(i)) for i in tweet_ids]
+    client = store.redis
+    if isinstance(client, RedisCluster):  # one MGET per slot, no long retries on a read
+        values = client.mget_nonatomic(names)
+    else:
+        values = client.mget(names)
+    return [v.encode() if isinstance(v, str) else v for v in values]
+
+
+def _database_counts(tweet_ids: Sequence[int]) -> dict[int, dict[str, int]]:
+    likes = dict(
+        Like.objects.filter(tweet_id__in=tweet_ids, user__is_active=True)
+        .values_list("tweet_id")
+        .annotate(n=Count("id"))
+        .values_list("tweet_id", "n")
+    )
+    reposts = dict(
+        Tweet.objects.filter(repost_of_id__in=tweet_ids, author__is_active=True)
+        .values_list("repost_of_id")
+        .annotate(n=Count("id"))
+        .values_list("repost_of_id", "n")
+    )
+    return {
+        t: {"likes": likes.get(t, 0), "reposts": reposts.get(t, 0), "replies": 0} for t in tweet_ids
+    }
 
 
 def follow_page(
@@ -69,44 +244,75 @@ def follow_page(
     return page, (page[-1][0] if len(rows) > count else None)
 
 
-def _join_sql(vendor: str, excluded: int = 0) -> str:
-    """One user's home timeline by the database, newest first: the ids of the
-    user's own tweets and their followees', below a bound, at most a limit,
-    leaving out ``excluded`` authors (given after the user) and suspended
-    (inactive) ones.
-
-    On PostgreSQL each author's newest rows come through the (author, -id)
-    index (a LATERAL top-N per author, merged): the cost is bounded by the
-    number of authors followed, not by how old the page is. SQLite (the
-    embedded default) has no LATERAL and scans the tweets by id instead.
-    Parameters: user, user, the excluded authors, max_id, since_id, limit
-    (then, on PostgreSQL, the limit again: per author, then of the whole).
-    """
+def _audience_sql(excluded: int) -> str:
+    """The CTE ``aud`` of the actors whose entries one user's home timeline
+    shows: the user and their followees (active ones), leaving out
+    ``excluded`` followees. Parameters: user, user, the excluded."""
     # Only placeholders are spliced in: the ids are parameters.
     leave_out = f"AND followee_id NOT IN ({', '.join(['%s'] * excluded)})" if excluded else ""
-    if vendor == "postgresql":
-        sql = """
-            SELECT t.id FROM (
-                SELECT %s AS author_id
+    return f"""
+        aud AS (
+            SELECT a.author_id FROM (
+                SELECT CAST(%s AS bigint) AS author_id
                 UNION SELECT followee_id FROM feed_follow WHERE follower_id = %s {leave_out}
             ) AS a JOIN feed_user u ON u.id = a.author_id AND u.is_active
-            CROSS JOIN LATERAL (
-                SELECT id FROM feed_tweet
-                WHERE author_id = a.author_id AND id <= %s AND id > %s
-                ORDER BY id DESC LIMIT %s
+        )"""  # noqa: S608 (placeholders only)
+
+
+#: An entry ``e`` whose original is visible (a post, or a repost of a tweet
+#: of an active author: reposts of deleted tweets are deleted with them).
+_VISIBLE_ORIGINAL = """
+    LEFT JOIN feed_tweet o ON o.id = e.repost_of_id
+    LEFT JOIN feed_user oa ON oa.id = o.author_id
+"""
+_VISIBLE_WHERE = "(e.repost_of_id IS NULL OR oa.is_active)"
+#: ... and the greatest entry of its original in the view (no newer one by
+#: an actor of the audience, whatever the page's bounds). Only a repost can
+#: be newer than an entry of the same original (reposts' ids are greater
+#: than their original's): served by the (repost_of, id) index, or by the
+#: (author, repost_of) unique index probed per actor.
+_NEWEST_OF_ITS_ORIGINAL = """
+    NOT EXISTS (
+        SELECT 1 FROM feed_tweet n JOIN aud na ON na.author_id = n.author_id
+        WHERE n.repost_of_id = COALESCE(e.repost_of_id, e.id) AND n.id > e.id
+    )
+"""
+
+
+def _join_sql(vendor: str, excluded: int = 0) -> str:
+    """One user's home timeline by the database, newest first: the entry ids
+    of the view (docs/design.md, "The view": the entries of the user and their
+    followees, per original only the greatest), below a bound, at most a
+    limit, leaving out ``excluded`` followees (given after the user) and
+    suspended (inactive) actors and originals.
+
+    On PostgreSQL each actor's newest entries come through the (author, -id)
+    index (a LATERAL top-N per actor, merged), the rule applied inside it:
+    the cost is bounded by the number of actors followed (and the entries
+    hidden by newer ones), not by how old the page is. SQLite (the embedded
+    default) has no LATERAL and scans the tweets by id instead.
+    Parameters: user, user, the excluded authors, max_id, since_id, limit
+    (then, on PostgreSQL, the limit again: per actor, then of the whole).
+    """
+    audience = _audience_sql(excluded)
+    if vendor == "postgresql":
+        return f"""
+            WITH {audience}
+            SELECT t.id FROM aud CROSS JOIN LATERAL (
+                SELECT e.id FROM feed_tweet e {_VISIBLE_ORIGINAL}
+                WHERE e.author_id = aud.author_id AND e.id <= %s AND e.id > %s
+                  AND {_VISIBLE_WHERE} AND {_NEWEST_OF_ITS_ORIGINAL}
+                ORDER BY e.id DESC LIMIT %s
             ) AS t
             ORDER BY t.id DESC LIMIT %s
-        """
-    else:
-        sql = """
-        SELECT id FROM feed_tweet
-        WHERE (author_id = %s OR author_id IN (
-            SELECT followee_id FROM feed_follow WHERE follower_id = %s {leave_out}))
-          AND author_id IN (SELECT id FROM feed_user WHERE is_active)
-          AND id <= %s AND id > %s
-        ORDER BY id DESC LIMIT %s
-        """
-    return sql.replace("{leave_out}", leave_out)
+        """  # noqa: S608 (constants and placeholders only)
+    return f"""
+        WITH {audience}
+        SELECT e.id FROM feed_tweet e {_VISIBLE_ORIGINAL}
+        WHERE e.author_id IN (SELECT author_id FROM aud) AND e.id <= %s AND e.id > %s
+          AND {_VISIBLE_WHERE} AND {_NEWEST_OF_ITS_ORIGINAL}
+        ORDER BY e.id DESC LIMIT %s
+    """  # noqa: S608 (constants and placeholders only)
 
 
 def home_timeline_ids(
@@ -118,8 +324,9 @@ def home_timeline_ids(
     excluded: Sequence[int] = (),
 ) -> list[int]:
     """The view for one user as the database computes it: the newest ``limit``
-    ids of the user's and their followees' tweets (``max_id`` inclusive,
-    ``since_id`` exclusive), newest first; followees in ``excluded`` left out."""
+    entry ids (``max_id`` inclusive, ``since_id`` exclusive), newest first,
+    each the greatest entry of its original in the whole view; followees in
+    ``excluded`` left out."""
     high = ids.MAX_ID if max_id is None else max_id
     low = 0 if since_id is None else since_id
     params = [user_id, user_id, *excluded, high, low, limit]
@@ -130,6 +337,25 @@ def home_timeline_ids(
         return [row[0] for row in cursor.fetchall()]
 
 
+def home_timeline_entries(
+    user_id: int, *, low: int, excluded: Sequence[int] = ()
+) -> list[tuple[int, int]]:
+    """Every raw entry of one user's home timeline at or above ``low``, the
+    greatest of its original or not: ``(entry, original)`` pairs, ascending
+    (what a refill carries above its horizon; see
+    :class:`fanout.model.events.TimelineReset`)."""
+    sql = f"""
+        WITH {_audience_sql(len(excluded))}
+        SELECT e.id, COALESCE(e.repost_of_id, e.id)
+        FROM aud JOIN feed_tweet e ON e.author_id = aud.author_id {_VISIBLE_ORIGINAL}
+        WHERE e.id >= %s AND {_VISIBLE_WHERE}
+        ORDER BY e.id
+    """  # noqa: S608 (constants and placeholders only)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [user_id, user_id, *excluded, low])
+        return [(int(e), int(o)) for e, o in cursor.fetchall()]
+
+
 def home_timeline_page(user_id: int, query: TimelineQuery) -> dict[str, Any]:
     """A home-timeline page from the database: ``{"tweets", "next_max_id"}``,
     ``next_max_id`` null on the last page. Bounded: ``count + 1`` rows."""
@@ -138,14 +364,10 @@ def home_timeline_page(user_id: int, query: TimelineQuery) -> dict[str, Any]:
         user_id, limit=count + 1, max_id=query.max_id, since_id=query.since_id
     )
     page = found[:count]
-    rows = dict(
-        (i, (author, text))
-        for i, author, text in Tweet.objects.filter(id__in=page).values_list(
-            "id", "author__username", "text"
-        )
-    )
-    tweets = [events.tweet_fields(i, *rows[i]) for i in page if i in rows]
-    return {"tweets": tweets, "next_max_id": page[-1] - 1 if len(found) > count else None}
+    return {
+        "tweets": tweet_objects(page),
+        "next_max_id": page[-1] - 1 if len(found) > count else None,
+    }
 
 
 def home_timeline_fallback(user_id: int, issued_at: float, query: TimelineQuery) -> bytes | None:
@@ -161,16 +383,28 @@ def home_timeline_fallback(user_id: int, issued_at: float, query: TimelineQuery)
 
 
 def home_timeline_oracle(user_ids: Sequence[int], cap: int) -> dict[int, list[int]]:
-    """The view the timelines maintain, computed by the database (the join plus
-    the user's own tweets) with the ORM, independently of
-    :func:`home_timeline_ids`: each user's newest ``cap`` tweet ids, newest
-    first. What a rebuild verifies its sample against."""
+    """The view the timelines maintain, computed by the database with the ORM,
+    independently of :func:`home_timeline_ids`: each user's newest ``cap``
+    entries (of the user and their followees, active, of visible originals),
+    per original only the greatest, newest first. What a rebuild verifies its
+    sample against."""
     out: dict[int, list[int]] = {}
     for user_id in user_ids:
         followees = Follow.objects.filter(follower_id=user_id).values("followee_id")
-        authors = Q(author_id=user_id) | Q(author_id__in=followees)
-        visible = Tweet.objects.filter(authors, author__is_active=True)
-        out[user_id] = list(visible.order_by("-id").values_list("id", flat=True)[:cap])
+        actors = Q(author_id=user_id) | Q(author_id__in=followees)
+        rows = visible_entries(Tweet.objects.filter(actors, author__is_active=True))
+        seen: set[int] = set()
+        newest: list[int] = []
+        # Newest first: the first entry of an original is its greatest.
+        for entry, original in rows.order_by("-id").values_list("id", "repost_of_id").iterator():
+            key = original or entry
+            if key in seen:
+                continue
+            seen.add(key)
+            newest.append(entry)
+            if len(newest) == cap:
+                break
+        out[user_id] = newest
     return out
 
 

@@ -23,7 +23,7 @@ from fanout.model import events, ids
 from feed import outbox, selectors
 from feed.errors import ApplicationError, Conflict, Forbidden, NotFound, ServiceUnavailable
 from feed.idgen import next_tweet_id
-from feed.models import Follow, ModerationAction, Tweet, User
+from feed.models import Follow, Like, ModerationAction, Tweet, User
 from feed.validation import InvalidInput, normalize_tweet_text, validate_username
 
 log = logging.getLogger(__name__)
@@ -116,6 +116,16 @@ def user_rename(*, user: User, username: str) -> int:
     taken = User.objects.filter(username__lower=username.lower()).exclude(pk=user.pk)
     if taken.exists():
         raise Conflict(f"username {username!r} is already taken", field="username")
+    # The rows re-posted below, locked first (tweets before users, as every
+    # write locks them): a delete of one in flight (an unrepost, an original
+    # deleted with its reposts) commits before they are read, or waits.
+    rows = list(
+        selectors.visible_entries(
+            Tweet.objects.select_for_update(of=("self",)).filter(author_id=user.pk)
+        )
+        .order_by("id")
+        .values_list("id", "text", "repost_of_id")
+    )
     active = _lock_users(user.pk)
     try:
         with transaction.atomic():
@@ -125,10 +135,13 @@ def user_rename(*, user: User, username: str) -> int:
     user.username = username
     if not active.get(user.pk):
         return outbox.high_water_seq()  # suspended: the reinstatement posts the new name
-    rows = Tweet.objects.filter(author_id=user.pk).values_list("id", "text")
+    # Its posts, and its reposts whose original is visible (a repost's body
+    # names the reposter; reposts of its tweets by others name the original).
     again = [
-        events.TweetPosted(tweet_id=t, author_id=user.pk, author=username, text=text)
-        for t, text in rows.iterator()
+        events.TweetPosted(
+            tweet_id=t, author_id=user.pk, author=username, text=text, repost_of=o or 0
+        )
+        for t, text, o in rows
     ]
     return outbox.append_many(again) if again else outbox.high_water_seq()
 
@@ -163,7 +176,13 @@ def tweet_create(*, author: User, text: str) -> TweetWrite:
 
 @transaction.atomic
 def tweet_delete(*, tweet_id: int, actor: User) -> int:
-    """Delete a tweet as its author or as staff (moderation); return the seq."""
+    """Delete a tweet as its author or as staff (moderation); return the seq.
+
+    A repost's id undoes the repost (:func:`repost_delete`'s events). An
+    original goes with its reposts and its likes, in this transaction, each
+    with its tombstones: the original's first (its body goes, so every entry
+    showing it is skipped at once), then each repost's entry and engagement,
+    then each like."""
     tweet = (
         Tweet.objects.select_for_update().filter(id=tweet_id).first()
         if ids.is_valid(tweet_id)
@@ -177,9 +196,230 @@ def tweet_delete(*, tweet_id: int, actor: User) -> int:
             actor, ModerationAction.Kind.DELETE_TWEET, tweet.author_id, tweet_id=tweet_id
         )
     author_id = tweet.author_id
+    if tweet.repost_of_id is not None:
+        return _unrepost(tweet)
+    # Locked (a like or repost of this tweet key-share locks it: none is in
+    # flight now, and none comes after this commits).
+    reposts = list(
+        Tweet.objects.select_for_update()
+        .filter(repost_of_id=tweet_id)
+        .order_by("id")
+        .values_list("id", "author_id")
+    )
+    likers = list(
+        Like.objects.select_for_update()
+        .filter(tweet_id=tweet_id)
+        .order_by("id")
+        .values_list("user_id", flat=True)
+    )
+    Like.objects.filter(tweet_id=tweet_id).delete()
+    Tweet.objects.filter(repost_of_id=tweet_id).delete()
     tweet.delete()
     _count(author_id, "tweets_count", -1)
-    return outbox.append(events.TweetDeleted(tweet_id=tweet_id, author_id=author_id))
+    gone: list[events.Event] = [events.TweetDeleted(tweet_id=tweet_id, author_id=author_id)]
+    for repost_id, reposter in reposts:
+        gone.append(events.TweetDeleted(tweet_id=repost_id, author_id=reposter))
+        gone.append(events.Disengaged(events.REPOST, reposter, tweet_id))
+    gone.extend(events.Disengaged(events.LIKE, liker, tweet_id) for liker in likers)
+    return outbox.append_many(gone)
+
+
+# --- reposts and likes -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Reposted:
+    """A repost (new, or the one already there) and the seq to wait for."""
+
+    created: bool
+    repost_id: int
+    seq: int
+
+
+def _original_of(tweet_id: int) -> tuple[int, int] | None:
+    """(id, author) of the original a tweet id shows (a repost resolves to its
+    original), or None for an unknown id."""
+    if not ids.is_valid(tweet_id):
+        return None
+    row = (
+        Tweet.objects.filter(id=tweet_id)
+        .values_list("id", "author_id", "repost_of_id", "repost_of__author_id")
+        .first()
+    )
+    if row is None:
+        return None
+    own_id, author_id, repost_of, original_author = row
+    return (repost_of, original_author) if repost_of else (own_id, author_id)
+
+
+def _engageable(user: User, tweet_id: int) -> tuple[int, int]:
+    """(id, author) of the visible original that ``tweet_id`` shows, for
+    ``user`` to like or repost, its row key-share locked (a delete of it waits
+    for this transaction; likes of one tweet do not wait for each other) and
+    both authors' rows share locked (a suspension of either waits, then sees
+    what this wrote). NotFound for an unknown, deleted or invisible tweet (a
+    repost by a suspended user too); Forbidden for a suspended ``user``."""
+    resolved = _original_of(tweet_id)
+    if resolved is not None and resolved[0] != tweet_id:
+        # A repost: visible only while its author is active.
+        reposter = Tweet.objects.filter(id=tweet_id).values_list("author__is_active", flat=True)
+        if not reposter.first():
+            resolved = None
+    if resolved is None or not _lock_tweet_shared(resolved[0]):
+        raise NotFound(f"no tweet with id {tweet_id}")
+    original, author_id = resolved
+    active = _lock_users_shared(user.pk, author_id)
+    if not active.get(author_id):
+        raise NotFound(f"no tweet with id {tweet_id}")  # a suspended author's
+    if not active.get(user.pk):
+        raise Forbidden("this account is suspended")
+    return original, author_id
+
+
+def _lock_tweet_shared(tweet_id: int) -> bool:
+    """Key-share lock a tweet's row (PostgreSQL); whether it exists."""
+    table = connection.ops.quote_name(Tweet._meta.db_table)
+    lock = " FOR KEY SHARE" if connection.vendor == "postgresql" else ""
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT 1 FROM {table} WHERE id = %s{lock}", [tweet_id])  # noqa: S608 (the model's table)
+        return cursor.fetchone() is not None
+
+
+def _lock_users_shared(*user_ids: int) -> dict[int, bool]:
+    """:func:`_lock_users` with a shared lock: writes of many users engaging
+    with one author's tweets do not wait for each other, and a suspension
+    (an update of the row) waits for them all."""
+    if connection.vendor != "postgresql":
+        return dict(User.objects.filter(pk__in=user_ids).values_list("pk", "is_active"))
+    table = connection.ops.quote_name(User._meta.db_table)
+    marks = ", ".join(["%s"] * len(user_ids))
+    sql = f"SELECT id, is_active FROM {table} WHERE id IN ({marks}) ORDER BY id FOR SHARE"  # noqa: S608 (the model's table)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, list(user_ids))
+        return {int(i): bool(a) for i, a in cursor.fetchall()}
+
+
+def _repost_id(original: int, attempt: int) -> int:
+    """A fresh id for a repost of ``original``, greater than it (ids order
+    entries: a repost must come after what it reposts, even when the
+    original was minted by a web host whose clock is ahead of this one's)."""
+    minted = next_tweet_id()
+    return minted if minted > original else original + 1 + attempt
+
+
+@transaction.atomic
+def repost_create(*, user: User, tweet_id: int) -> Reposted:
+    """Repost the tweet ``tweet_id`` shows (a repost's id reposts its
+    original): a row of its own (empty text), and on the outbox its entry
+    (keyed by the reposter) and its engagement (keyed by the original).
+    Reposting again returns the repost already there. Reposts do not count in
+    the reposter's ``tweets_count`` (posts only)."""
+    original, _ = _engageable(user, tweet_id)
+    existing = _repost_by(user.pk, original)
+    if existing is not None:
+        return Reposted(created=False, repost_id=existing, seq=outbox.high_water_seq())
+    for attempt in range(_ID_ATTEMPTS):
+        repost_id = _repost_id(original, attempt)
+        repost = Tweet(
+            id=repost_id,
+            author=user,
+            text="",
+            created_at=ids.created_at(repost_id),
+            repost_of_id=original,
+        )
+        try:
+            with transaction.atomic():
+                repost.save(force_insert=True)
+            break
+        except IntegrityError:
+            existing = _repost_by(user.pk, original)
+            if existing is not None:  # the same repost, committed meanwhile
+                return Reposted(created=False, repost_id=existing, seq=outbox.high_water_seq())
+            if attempt == _ID_ATTEMPTS - 1:
+                raise
+    seq = outbox.append_many(
+        [
+            events.TweetPosted(
+                tweet_id=repost_id,
+                author_id=user.pk,
+                author=user.username,
+                text="",
+                repost_of=original,
+            ),
+            events.Engaged(events.REPOST, user.pk, original),
+        ]
+    )
+    return Reposted(created=True, repost_id=repost_id, seq=seq)
+
+
+def _repost_by(user_id: int, original: int) -> int | None:
+    return (
+        Tweet.objects.filter(author_id=user_id, repost_of_id=original)
+        .values_list("id", flat=True)
+        .first()
+    )
+
+
+@transaction.atomic
+def repost_delete(*, user: User, tweet_id: int) -> int:
+    """Undo ``user``'s repost of the tweet ``tweet_id`` shows (the original's
+    id or a repost's); idempotent: nothing to undo (an unknown tweet too)
+    returns the high-water seq. Allowed whatever the original's state."""
+    resolved = _original_of(tweet_id)
+    repost = (
+        None
+        if resolved is None
+        else Tweet.objects.select_for_update()
+        .filter(author_id=user.pk, repost_of_id=resolved[0])
+        .first()
+    )
+    if repost is None:
+        return outbox.high_water_seq()
+    return _unrepost(repost)
+
+
+def _unrepost(repost: Tweet) -> int:
+    """Delete a (locked) repost row: its entry's and its engagement's tombstones.
+    The reposter's row is share locked (after the tweet's, as every write
+    locks them): a rename, suspension or reinstatement of theirs reads this
+    repost before or after, never while its delete is in flight."""
+    assert repost.repost_of_id is not None
+    original, reposter = repost.repost_of_id, repost.author_id
+    _lock_users_shared(reposter)
+    repost_id = repost.id
+    repost.delete()
+    return outbox.append_many(
+        [
+            events.TweetDeleted(tweet_id=repost_id, author_id=reposter),
+            events.Disengaged(events.REPOST, reposter, original),
+        ]
+    )
+
+
+@transaction.atomic
+def like_create(*, user: User, tweet_id: int) -> Written:
+    """Like the tweet ``tweet_id`` shows (a repost's id likes its original);
+    liking it again changes nothing."""
+    original, _ = _engageable(user, tweet_id)
+    try:
+        with transaction.atomic():
+            Like.objects.create(user=user, tweet_id=original)
+    except IntegrityError:
+        return Written(created=False, seq=outbox.high_water_seq())
+    return Written(created=True, seq=outbox.append(events.Engaged(events.LIKE, user.pk, original)))
+
+
+@transaction.atomic
+def like_delete(*, user: User, tweet_id: int) -> int:
+    """Undo ``user``'s like of the tweet ``tweet_id`` shows; idempotent
+    (nothing to undo, an unknown tweet too: the high-water seq)."""
+    resolved = _original_of(tweet_id)
+    if resolved is None:
+        return outbox.high_water_seq()
+    deleted, _ = Like.objects.filter(user_id=user.pk, tweet_id=resolved[0]).delete()
+    if not deleted:
+        return outbox.high_water_seq()
+    return outbox.append(events.Disengaged(events.LIKE, user.pk, resolved[0]))
 
 
 @transaction.atomic
@@ -286,10 +526,21 @@ def timeline_reset(user_id: int) -> int:
     # lists): left out here, named in the reset, which applies only if the
     # timeline still reads exactly those lists then.
     pulled = store_for(config).pulled_authors(user_id)
+    # The horizon is set by the newest ``keep`` entries of the view (one per
+    # original); the reset carries every raw entry at or above it, those
+    # another entry of their original hides too, and the originals of the
+    # reposts among them: the timeline's pairs (fanout/store, "reposts").
     found = selectors.home_timeline_ids(user_id, limit=keep + 1, excluded=pulled)
-    kept = found[:keep]
-    horizon = kept[-1] if len(found) > keep else 0
-    reset = events.TimelineReset(user_id, tuple(sorted(kept)), horizon, as_of, pulled)
+    horizon = found[keep - 1] if len(found) > keep else 0
+    raw = selectors.home_timeline_entries(user_id, low=horizon, excluded=pulled)
+    reset = events.TimelineReset(
+        user_id,
+        tuple(sorted({entry for entry, _ in raw})),
+        horizon,
+        as_of,
+        pulled,
+        tuple(sorted((entry, original) for entry, original in raw if entry != original)),
+    )
     return outbox.append(reset)
 
 

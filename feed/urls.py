@@ -13,6 +13,8 @@ api_v1 = [
     path("auth/password", apis_accounts.PasswordChangeApi.as_view(), name="password"),
     path("tweets", apis.TweetCreateApi.as_view(), name="tweet-create"),
     path("tweets/<int:tweet_id>", apis.TweetDetailApi.as_view(), name="tweet-detail"),
+    path("tweets/<int:tweet_id>/repost", apis.RepostApi.as_view(), name="tweet-repost"),
+    path("tweets/<int:tweet_id>/like", apis.LikeApi.as_view(), name="tweet-like"),
     path("users/<str:username>", apis.UserDetailApi.as_view(), name="user-detail"),
     path("users/<str:username>/follow", apis.FollowApi.as_view(), name="follow"),
     path(
@@ -21,6 +23,7 @@ api_v1 = [
         name="user-suspension",
     ),
     path("users/<str:username>/tweets", apis.UserTweetsApi.as_view(), name="user-tweets"),
+    path("users/<str:username>/likes", apis.UserLikesApi.as_view(), name="user-likes"),
     path("users/<str:username>/followers", apis.UserFollowersApi.as_view(), name="user-followers"),
     path("users/<str:username>/following", apis.UserFollowingApi.as_view(), name="user-following"),
     path("health", apis.HealthApi.as_view(), name="health"),

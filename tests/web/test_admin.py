@@ -216,3 +216,29 @@ def test_a_name_changed_in_the_admin_reaches_every_tweet_and_frees_the_old_one(
     assert {int(e.key) for e in again} == posts
     assert all('"author":"anna"' in (e.value or "") for e in again)
     UserFactory(username="ann")  # the old name is free
+
+
+def test_the_admin_shows_reposts_and_likes_and_deletes_an_original_with_them(
+    moderator_client: Client,
+) -> None:
+    from feed.models import Like
+    from feed.services import like_create, repost_create
+
+    ann, bob = UserFactory(username="ann"), UserFactory(username="bob")
+    original = tweet_create(author=ann, text="the original").tweet.id
+    repost = repost_create(user=bob, tweet_id=original).repost_id
+    like_create(user=bob, tweet_id=original)
+    listing = moderator_client.get("/admin/feed/tweet/?kind=repost").content.decode()
+    assert "(repost of ann) the original" in listing
+    assert moderator_client.get("/admin/feed/like/").status_code == 200
+    assert moderator_client.get("/admin/feed/like/add/").status_code == 403
+    page = moderator_client.get(f"/admin/feed/tweet/{original}/delete/")
+    assert page.status_code == 200 and b"Cannot delete" not in page.content
+    response = moderator_client.post(
+        "/admin/feed/tweet/",
+        {"action": "delete_selected", "_selected_action": [original, repost], "post": "yes"},
+    )
+    assert response.status_code == 302
+    assert not Tweet.objects.exists() and not Like.objects.exists()
+    tombstones = OutboxEvent.objects.filter(topic="tweets", value__isnull=True)
+    assert sorted(int(k) for k in tombstones.values_list("key", flat=True)) == [original, repost]

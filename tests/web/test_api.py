@@ -116,8 +116,10 @@ def test_post_tweet_returns_the_tweet_and_its_seq() -> None:
     response = client_for(alice).post("/api/v1/tweets", {"text": "cafe\u0301"}, format="json")
     assert response.status_code == 201
     body = response.json()
-    assert set(body) == {"id", "author", "text", "created_at", "seq"}
+    assert list(body) == ["id", "author", "text", "created_at", "repost_of", "counts", "seq"]
     assert body["author"] == "alice" and body["text"] == "caf\u00e9"
+    assert body["repost_of"] is None
+    assert body["counts"] == {"likes": 0, "reposts": 0, "replies": 0}
     assert ids.is_valid(body["id"]) and body["created_at"].endswith("Z")
     event = OutboxEvent.objects.get(id=body["seq"])
     assert (event.topic, event.key, event.join_key) == ("tweets", str(body["id"]), alice.pk)

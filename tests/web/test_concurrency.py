@@ -95,3 +95,39 @@ def test_concurrent_tweets_get_distinct_ids_and_one_event_each(starling) -> None
     assert set(OutboxEvent.objects.filter(id__in=seqs).values_list("key", flat=True)) == {
         str(i) for i in tweet_ids
     }
+
+
+def test_the_same_repost_from_many_requests_is_one_repost(starling) -> None:
+    ann, bob = UserFactory(username="ann"), UserFactory(username="bob")
+    tweet = tweet_create(author=ann, text="worth sharing").tweet
+    results = race(6, lambda i: client(bob).post(f"/api/v1/tweets/{tweet.id}/repost"))
+    assert sorted(r.status_code for r in results) == [200] * 5 + [201], results
+    assert len({r.json()["id"] for r in results}) == 1
+    assert Tweet.objects.filter(author=bob, repost_of=tweet).count() == 1
+    assert OutboxEvent.objects.filter(topic="engagements").count() == 1
+
+
+def test_likes_and_reposts_racing_the_delete_of_their_tweet_leave_nothing_behind(
+    starling,
+) -> None:
+    from feed.models import Like
+
+    ann = UserFactory(username="ann")
+    fans = [UserFactory(username=f"fan{i}") for i in range(6)]
+    tweet = tweet_create(author=ann, text="short-lived").tweet
+
+    def work(i: int) -> int:
+        if i == len(fans):
+            return client(ann).delete(f"/api/v1/tweets/{tweet.id}").status_code
+        kind = "like" if i % 2 else "repost"
+        return client(fans[i]).post(f"/api/v1/tweets/{tweet.id}/{kind}").status_code
+
+    codes = race(len(fans) + 1, work)
+    assert set(codes) <= {201, 204, 404}, codes
+    assert not Tweet.objects.exists() and not Like.objects.exists()
+    # Each engagement written is tombstoned after it (the delete saw it, or it was refused).
+    last: dict[str, str | None] = {}
+    rows = OutboxEvent.objects.exclude(topic="follows").order_by("id")  # not the self edges
+    for key, value in rows.values_list("key", "value"):
+        last[key] = value
+    assert str(tweet.id) in last and all(value is None for value in last.values()), last

@@ -154,3 +154,17 @@ def test_a_body_over_the_limit_is_refused_even_when_its_fields_are_valid(limits)
         client.post("/api/v1/tweets", data=small, content_type="application/json").status_code
         == 201
     )
+
+
+def test_reposts_and_likes_count_as_writes(limits) -> None:
+    from feed.services import tweet_create
+
+    ann, bob = UserFactory(username="ann"), UserFactory(username="bob")
+    tweet = tweet_create(author=ann, text="hi").tweet.id
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {issue_token(bob)}")
+    assert client.post(f"/api/v1/tweets/{tweet}/like").status_code == 201
+    assert client.post(f"/api/v1/tweets/{tweet}/repost").status_code == 201
+    assert client.delete(f"/api/v1/tweets/{tweet}/like").status_code == 200
+    response = client.delete(f"/api/v1/tweets/{tweet}/repost")
+    assert response.status_code == 429 and response.json()["error"]["code"] == "throttled"

@@ -2,7 +2,8 @@
 
 For a broker that lost its topics (deleted, or a log dir lost; ``make run``
 runs it when it starts a new broker log dir on a database with rows): every
-user's self edge, every follow and every tweet is appended to the outbox as
+user's self edge, every follow, every tweet and repost and every like (of
+active users; reposts of active users' tweets) is appended to the outbox as
 an upsert, and the relay publishes them. With the
 compacted topics that is the whole current state again; a fanout job
 started with ``--reset`` rebuilds every timeline from it.
@@ -18,7 +19,7 @@ from django.db import transaction
 
 from fanout.model import events
 from feed import outbox
-from feed.models import Follow, Tweet, User
+from feed.models import Follow, Like, Tweet, User
 
 BATCH = 5000
 
@@ -42,21 +43,55 @@ def _follows(after: int) -> tuple[list[events.Event], int]:
 def _tweets(after: int) -> tuple[list[events.Event], int]:
     rows = list(
         Tweet.objects.select_for_update(of=("self",))
-        # A suspended author's tweets are tombstoned on the changelogs (the view
-        # is of the visible rows): posting them again would bring them back.
-        .filter(pk__gt=after, author__is_active=True)
+        .filter(pk__gt=after)
         .order_by("pk")
-        .values_list("pk", "author_id", "author__username", "text")[:BATCH]
+        .values_list(
+            "pk",
+            "author_id",
+            "author__username",
+            "author__is_active",
+            "text",
+            "repost_of_id",
+            "repost_of__author__is_active",
+        )[:BATCH]
+    )
+    out: list[events.Event] = []
+    for t, a, name, active, text, original, original_active in rows:
+        # A suspended author's tweets and reposts are tombstoned on the
+        # changelogs (the view is of the visible rows): posting them again
+        # would bring them back; so are reposts of a suspended author's tweets.
+        # A repost's engagement counts while its reposter is active.
+        if not active:
+            continue
+        if original is None or original_active:
+            out.append(
+                events.TweetPosted(
+                    tweet_id=t, author_id=a, author=name, text=text, repost_of=original or 0
+                )
+            )
+        if original is not None:
+            out.append(events.Engaged(events.REPOST, a, original))
+    return out, rows[-1][0] if rows else 0
+
+
+def _likes(after: int) -> tuple[list[events.Event], int]:
+    rows = list(
+        Like.objects.select_for_update(of=("self",))
+        .filter(pk__gt=after)
+        .order_by("pk")
+        .values_list("pk", "user_id", "tweet_id", "user__is_active")[:BATCH]
     )
     out: list[events.Event] = [
-        events.TweetPosted(tweet_id=t, author_id=a, author=name, text=text)
-        for t, a, name, text in rows
+        events.Engaged(events.LIKE, u, t) for _, u, t, active in rows if active
     ]
     return out, rows[-1][0] if rows else 0
 
 
 class Command(BaseCommand):
-    help = "Append the current users, follows and tweets to the outbox (re-seeds empty topics)."
+    help = (
+        "Append the current users, follows, tweets, reposts and likes to the outbox "
+        "(re-seeds empty topics)."
+    )
 
     def handle(self, *args: Any, **options: Any) -> None:
         """Each batch is read and appended in one transaction, its rows locked:
@@ -76,7 +111,7 @@ class Command(BaseCommand):
                 break
             after = max(e.follower_id for e in batch)  # type: ignore[union-attr]
             written += len(batch)
-        for name, read in (("follows", _follows), ("tweets", _tweets)):
+        for name, read in (("follows", _follows), ("tweets", _tweets), ("likes", _likes)):
             after = 0
             while True:
                 with transaction.atomic():
@@ -84,7 +119,7 @@ class Command(BaseCommand):
                     if batch:
                         outbox.append_many(batch)
                 written += len(batch)
-                if not batch:
+                if not after:  # no row left (a batch of rows may yield no event)
                     break
                 self.stdout.write(f"  republished {written:,} rows ({name})...")
         self.stdout.write(

@@ -1,0 +1,158 @@
+"""The database's side of the view with reposts (docs/design.md, "The view"):
+the deep-page SQL (:func:`feed.selectors.home_timeline_ids`), the ORM oracle
+and the refills' contents, against a plain-Python computation of the view on
+random tweets, reposts, follows and suspensions. Runs on PostgreSQL (the
+LATERAL query) and, with ``STARLING_TEST_DATABASE=sqlite``, on SQLite."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, replace
+
+import pytest
+
+from fanout.config import StarlingConfig
+from fanout.model import events, ids
+from feed import selectors, services
+from feed.models import Follow, OutboxEvent, Tweet, User
+from tests.support.factories import UserFactory
+
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("starling")]
+
+
+@dataclass
+class World:
+    users: list[int]
+    active: dict[int, bool]
+    follows: set[tuple[int, int]]
+    #: entry id -> (author, original or 0)
+    tweets: dict[int, tuple[int, int]]
+
+    def entries(self, owner: int, excluded: frozenset[int] = frozenset()) -> list[tuple[int, int]]:
+        """(entry, original) of every visible raw entry of owner's home timeline."""
+        actors = {owner} | {g for f, g in self.follows if f == owner}
+        actors = {a for a in actors - excluded if self.active[a]}
+        out = []
+        for entry, (author, original) in self.tweets.items():
+            if author not in actors:
+                continue
+            if original and not self.active[self.tweets[original][0]]:
+                continue
+            out.append((entry, original or entry))
+        return sorted(out)
+
+    def view(self, owner: int, excluded: frozenset[int] = frozenset()) -> list[int]:
+        """Per original the greatest entry, newest first."""
+        best: dict[int, int] = {}
+        for entry, original in self.entries(owner, excluded):
+            best[original] = max(best.get(original, 0), entry)
+        return sorted(best.values(), reverse=True)
+
+
+def make_world(seed: int, *, users: int = 7, posts: int = 60, reposts: int = 50) -> World:
+    rng = random.Random(seed)
+    people = [UserFactory(username=f"u{seed}x{i}").pk for i in range(users)]
+    follows = {(f, g) for f in people for g in people if f != g and rng.random() < 0.45}
+    Follow.objects.bulk_create(Follow(follower_id=f, followee_id=g) for f, g in follows)
+    ms = 1_800_000_000_000
+    tweets: dict[int, tuple[int, int]] = {}
+    rows = []
+    for n in range(posts + reposts):
+        ms += rng.randint(1, 5)
+        tweet_id = ids.compose(ms, rng.randint(0, 3), n % 100)
+        author = rng.choice(people)
+        originals = [t for t, (_, o) in tweets.items() if not o]
+        if n >= 10 and rng.random() < reposts / (posts + reposts) and originals:
+            target = rng.choice(list(tweets))
+            original = tweets[target][1] or target  # a repost of a repost: of its original
+            if any(a == author and o == original for a, o in tweets.values()):
+                continue  # once per user and original
+            tweets[tweet_id] = (author, original)
+            rows.append(
+                Tweet(
+                    id=tweet_id,
+                    author_id=author,
+                    text="",
+                    repost_of_id=original,
+                    created_at=ids.created_at(tweet_id),
+                )
+            )
+        else:
+            tweets[tweet_id] = (author, 0)
+            rows.append(
+                Tweet(
+                    id=tweet_id, author_id=author, text=f"t{n}", created_at=ids.created_at(tweet_id)
+                )
+            )
+    Tweet.objects.bulk_create(rows)
+    suspended = set(rng.sample(people, 1))
+    User.objects.filter(pk__in=suspended).update(is_active=False)
+    active = {u: u not in suspended for u in people}
+    return World(people, active, follows, tweets)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_deep_pages_follow_the_view_over_the_whole_timeline(seed: int) -> None:
+    world = make_world(seed)
+    rng = random.Random(seed)
+    hidden = 0
+    for owner in world.users:
+        view = world.view(owner)
+        hidden += len(world.entries(owner)) - len(view)
+        assert selectors.home_timeline_ids(owner, limit=1000) == view
+        # Paging by max_id (the API's next_max_id): every entry once, in order.
+        for limit in (1, 3, 7):
+            paged: list[int] = []
+            cursor = None
+            while True:
+                page = selectors.home_timeline_ids(owner, limit=limit, max_id=cursor)
+                paged += page
+                if len(page) < limit:
+                    break
+                cursor = page[-1] - 1
+            assert paged == view, (owner, limit)
+        # Any bounds: the rule is the whole view's, not the page's.
+        for _ in range(5):
+            high = rng.choice(view) if view else ids.MAX_ID
+            low = rng.choice(view) if view else 0
+            expected = [e for e in view if low < e <= high][:4]
+            got = selectors.home_timeline_ids(owner, limit=4, max_id=high, since_id=low)
+            assert got == expected
+        # Followees left out (pulled authors): the rule among the others.
+        followees = sorted(g for f, g in world.follows if f == owner)
+        if followees:
+            left_out = frozenset(rng.sample(followees, min(2, len(followees))))
+            got = selectors.home_timeline_ids(owner, limit=1000, excluded=sorted(left_out))
+            assert got == world.view(owner, left_out)
+    assert hidden > 10  # the rule had entries to hide
+
+
+def test_the_oracle_is_the_view_capped() -> None:
+    world = make_world(11)
+    oracle = selectors.home_timeline_oracle(world.users, 9)
+    assert oracle == {u: world.view(u)[:9] for u in world.users}
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_refill_carries_every_raw_entry_above_the_horizon_of_the_newest_winners(
+    seed: int, settings, starling: StarlingConfig
+) -> None:
+    world = make_world(20 + seed)
+    settings.STARLING = replace(starling, timeline_size=6, timeline_slack=2)
+    keep = 8
+    for owner in world.users:
+        seq = services.timeline_reset(owner)
+        row = OutboxEvent.objects.get(id=seq)
+        reset = events.decode_record(
+            row.topic, row.key.encode(), (row.value or "").encode(), row.id, row.join_key
+        ).event
+        assert isinstance(reset, events.TimelineReset)
+        view = world.view(owner)
+        horizon = view[keep - 1] if len(view) > keep else 0
+        raw = [(e, o) for e, o in world.entries(owner) if e >= horizon]
+        assert reset.horizon == horizon
+        assert reset.tweet_ids == tuple(e for e, _ in raw)
+        assert reset.reposts == tuple((e, o) for e, o in raw if e != o)
+        # The winners at or above the horizon are exactly the newest keep of the view.
+        winners = {max(e for e, o2 in raw if o2 == o) for _, o in raw}
+        assert sorted(winners, reverse=True) == view[:keep]
