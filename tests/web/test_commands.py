@@ -9,9 +9,18 @@ import pytest
 from django.core.management import call_command
 
 from fanout.config import StarlingConfig
+from fanout.model import events
 from fanout.store.timelines import store_for
 from feed.models import OutboxEvent
-from feed.services import follow_create, tweet_create, tweet_delete, user_register
+from feed.moderation import moderator_create, user_suspend
+from feed.services import (
+    follow_create,
+    like_create,
+    repost_create,
+    tweet_create,
+    tweet_delete,
+    user_register,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -70,3 +79,35 @@ def test_deadletters_lists_and_clears(starling: StarlingConfig) -> None:
     store.dead_letter([{"topic": "follows", "partition": 0, "offset": 3, "error": "late"}])
     assert store.clear_dead_letters(listed) == 1
     assert [d["topic"] for d in store.dead_letters()] == ["follows"]
+
+
+def test_republish_leaves_a_suspended_users_rows_out_of_the_changelogs(
+    starling: StarlingConfig,
+) -> None:
+    """A suspended user's tweets, reposts and likes are tombstoned on the
+    changelogs, and so are others' reposts of their tweets: republishing them
+    would bring them back into the timelines, the counts and a rebuild."""
+    ann = user_register(username="ann", password="a-long-password-1")
+    bob = user_register(username="bob", password="a-long-password-2")
+    mod = moderator_create(username="mod", password="a-long-password-3")
+    anns = tweet_create(author=ann, text="ann's").tweet
+    bobs = tweet_create(author=bob, text="bob's").tweet
+    by_bob = repost_create(user=bob, tweet_id=anns.id).repost_id
+    repost_create(user=ann, tweet_id=bobs.id)
+    like_create(user=ann, tweet_id=bobs.id)
+    like_create(user=bob, tweet_id=anns.id)
+    user_suspend(user=ann, moderator=mod, reason="test")
+    before = OutboxEvent.objects.count()
+    call_command("republish_changelogs", stdout=StringIO())
+    republished = [
+        events.decode_record(
+            e.topic, e.key.encode(), e.value and e.value.encode(), e.id, e.join_key
+        ).event
+        for e in OutboxEvent.objects.order_by("id")[before:]
+    ]
+    posted = {e.tweet_id for e in republished if isinstance(e, events.TweetPosted)}
+    engaged = {(e.kind, e.user_id) for e in republished if isinstance(e, events.Engaged)}
+    assert posted == {bobs.id}  # not ann's tweet or repost, nor bob's repost of ann's
+    assert by_bob not in posted
+    # Bob's engagements with ann's tweet are his (he is active); ann's are gone.
+    assert engaged == {(events.REPOST, bob.pk), (events.LIKE, bob.pk)}
