@@ -8,10 +8,10 @@ max_line_length = 100
 -- part defines helpers that each script uses some of.
 local packed = {
   "HEADER", "IDLE", "pk", "upk", "num", "count", "id_at", "new_header", "read_header", "pack_header",
-  "decode", "encode",
+  "decode", "encode", "PAIR", "pair_at",
 }
 local prefixes = { "P", "T", "arg", "nargs" }
-local merged = { "above", "given_lists", "view", "count_above", "take" }
+local merged = { "above", "above_in", "given_lists", "hidden", "view", "count_above", "take" }
 local function both(a, b)
   local out = {}
   for _, v in ipairs(a) do out[#out + 1] = v end

@@ -111,15 +111,24 @@ class TimelineReads:
                 return raw
             authors = [int(a) for a in raw[2:]]
             given = [str(len(authors))]
-            for author, packed in zip(authors, self._lists(int(raw[1]), authors), strict=True):
-                given += [str(author), packed or b""]
+            for author, (packed, pairs) in zip(
+                authors, self._lists(int(raw[1]), authors), strict=True
+            ):
+                given += [str(author), packed or b"", pairs or b""]
             raw = None
         raise redis.RedisError("the user's pulled authors kept changing during the read")
 
-    def _lists(self, generation: int, authors: Sequence[int]) -> list[bytes | None]:
+    def _lists(
+        self, generation: int, authors: Sequence[int]
+    ) -> list[tuple[bytes | None, bytes | None]]:
+        """The pulled authors' lists and their pairs (None where missing)."""
         tag = self.shards.tag_of
-        names = [keys.author_list(generation, a, tag(a)) for a in authors]
-        return run(self.redis, [command("GET", k) for k in names])
+        commands = []
+        for a in authors:
+            commands.append(command("GET", keys.author_list(generation, a, tag(a))))
+            commands.append(command("GET", keys.list_reposts(generation, a, tag(a))))
+        got = run(self.redis, commands)
+        return list(zip(got[::2], got[1::2], strict=True))
 
     def bodies(self, tweets: Sequence[int]) -> list[bytes | None]:
         """The tweets' bodies (None where deleted). On a cluster, one script call
