@@ -22,6 +22,10 @@ files["fanout/store/lua/packed.lua"] = { ignore = { "211" } }
 files["fanout/store/lua/prefixes.lua"] = { ignore = { "211" } }
 files["fanout/store/lua/merged.lua"] = { ignore = { "211" }, read_globals = both(packed, prefixes) }
 files["fanout/store/lua/apply.lua"] = { read_globals = both(packed, prefixes) }
-files["fanout/store/lua/read_page.lua"] = { read_globals = both(both(packed, prefixes), merged) }
+local entries = { "NO_COUNTS", "repost_of", "compose", "render" }
+files["fanout/store/lua/entries.lua"] = { ignore = { "211" }, read_globals = both(packed, prefixes) }
+files["fanout/store/lua/read_page.lua"] = {
+  read_globals = both(both(both(packed, prefixes), merged), entries),
+}
 files["fanout/store/lua/drop_idle.lua"] = { read_globals = both(packed, prefixes) }
 files["fanout/store/lua/read_ids.lua"] = { read_globals = both(both(packed, prefixes), merged) }

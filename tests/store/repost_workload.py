@@ -124,7 +124,8 @@ class RepostWorkload:
                 owner = owners[0]
                 tweets = self._some(rnd.randint(0, 8))
                 if rnd.random() < 0.3 and tweets:  # a tweet deleted since the read
-                    tweets = tuple(sorted({*tweets, max(self.minted)}))
+                    newest = max(t for t in self.minted if t not in self.listed)
+                    tweets = tuple(sorted({*tweets, newest}))
                 horizon = rnd.choice([0, *tweets[:2]]) if tweets else 0
                 mutations.append(
                     Mutation(
@@ -133,7 +134,7 @@ class RepostWorkload:
                         tweets,
                         horizon,
                         self.seq,
-                        self.seq - rnd.randint(0, 3),
+                        max(0, self.seq - rnd.randint(0, 3)),
                         tuple(sorted(self.pulls.get(owner, ()))),
                         self._pairs(tweets),
                     )

@@ -26,6 +26,7 @@ from fanout.store.ops import (
     read_header,
     timeline_ids,
 )
+from fanout.store.reads import compose
 from fanout.store.timelines import GenerationMissing, TimelineStore
 from tests.conftest import LAYOUTS, layout_client
 from tests.store import repost_workload
@@ -596,6 +597,8 @@ def _state(client: redis.Redis, shards: keys.Shards, model: TimelineModel) -> No
         expected = model.timelines.get(user)
         packed = client.get(timeline_key(GEN, user, tag(user)))
         pairs = client.get(keys.timeline_reposts(GEN, user, tag(user)))
+        pending = client.exists(keys.regeneration(GEN, user, tag(user)))
+        assert bool(pending) == (user in model.regenerating), f"user {user}"
         if expected is None:
             assert packed == (IDLE if user in model.idle else None), f"user {user}"
             assert pairs is None, f"user {user}"
@@ -629,6 +632,45 @@ def _state(client: redis.Redis, shards: keys.Shards, model: TimelineModel) -> No
     assert {int(k[3:].split(b"}")[-1]) for k in client.scan_iter("tw:*")} == set(model.bodies)
     counts = {int(k[3:].split(b"}")[-1]): client.get(k) for k in client.scan_iter("ct:*")}
     assert counts == model.counts
+
+
+def _pages(store: TimelineStore, model: TimelineModel, rnd: random.Random) -> None:
+    """Pages (any count, max_id, since_id, at hidden duplicates too) are the
+    model's merged view's, each entry composed with its original and counts as
+    fanout.store.reads.compose does (entries.lua inside a one-shard read)."""
+    for user in repost_workload.OWNERS:
+        merged = model.merged(user)
+        if merged is None or user in model.regenerating:
+            assert store.read_page(user, count=3).status == "cold", f"user {user}"
+            continue
+        floor, entries = merged
+        visible, older = entries[: model.cap], len(entries) > model.cap or floor > 0
+        tl = model.timelines[user]
+        lists = [model.lists[a] for a in model.pulls.get(user, ()) if a in model.lists]
+        raw = sorted({t for s in (tl, *lists) for t in s.raw})  # hidden entries too
+        for _ in range(4):
+            count = rnd.randint(1, 4)
+            near = [t + d for t in rnd.sample(raw, min(2, len(raw))) for d in (-1, 0, 1)]
+            max_id = rnd.choice([0, *near, *visible[:2]])
+            since_id = rnd.choice([0, 0, *near, *visible[-2:]])
+            page = store.read_page(user, count=count, max_id=max_id, since_id=since_id)
+            status, ids, nxt, partial = reference_page(visible, older, count, max_id, since_id)
+            where = (user, count, max_id, since_id)
+            assert page.status == status, where
+            if status != "ok":
+                continue
+            expected = []
+            for t in ids:
+                if t not in model.bodies:
+                    continue
+                o = model.original(user, t)
+                tweet = compose(model.bodies[t], model.bodies.get(o), model.counts.get(o))
+                if tweet is not None:
+                    expected.append(orjson.loads(tweet))
+            body = orjson.loads(page.body)
+            assert body["tweets"] == expected, where
+            assert (body["next_max_id"], page.partial) == (nxt, partial), where
+            assert page.version == model.version(user), where
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -668,6 +710,7 @@ def test_the_lua_store_does_what_the_model_does_with_reposts(
             model.release(workload.seq)
             skipped += store.release_resets(GEN, workload.seq).skipped
         _state(client, shards, model)
+        _pages(store, model, rnd)
     assert skipped == model.skipped
     assert set(store.take_refills(100)) == model.refill
 

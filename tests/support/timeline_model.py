@@ -283,6 +283,14 @@ class TimelineModel:
         """(floor, visible ids newest first): the timeline merged with the lists
         of the pulled authors the owner follows (fanout/store/lua/merged.lua), per
         original only its greatest entry across them."""
+        merged = self.merged(owner)
+        if merged is None:
+            return None
+        floor, entries = merged
+        return floor, entries[: self.cap]
+
+    def merged(self, owner: int) -> tuple[int, list[int]] | None:
+        """(floor, every entry of the merged view at or above it, newest first)."""
         tl = self.timelines.get(owner)
         if tl is None:
             return None
@@ -294,8 +302,15 @@ class TimelineModel:
                 if w >= floor:
                     o = s.raw.get(w, w)
                     best[o] = max(best.get(o, 0), w)
-        entries = sorted(best.values())
-        return floor, list(reversed(entries[-self.cap :]))
+        return floor, sorted(best.values(), reverse=True)
+
+    def original(self, owner: int, entry: int) -> int:
+        """The original of an entry of the owner's merged view."""
+        tl = self.timelines[owner]
+        for s in [tl, *(self.lists[a] for a in self.pulls.get(owner, ()) if a in self.lists)]:
+            if entry in s.raw:
+                return s.raw[entry]
+        return entry
 
     def version(self, owner: int) -> int:
         """The version readers get: the timeline's plus its lists'."""
