@@ -238,12 +238,15 @@ end
 local function prune_pairs(pkey, floor)
   local p = redis.call('GET', pkey)
   if not p then return end
-  local kept = {}
-  for pos = 1, #p, PAIR do
-    if upk(p, pos + 8) >= floor then kept[#kept + 1] = string.sub(p, pos, pos + PAIR - 1) end
+  local flat, kept, k = unpack_ids(p, 1, #p / 8), {}, 0  -- original, entry, original, ...
+  for x = 2, #flat, 2 do
+    if flat[x] >= floor then
+      kept[k + 1], kept[k + 2] = flat[x - 1], flat[x]
+      k = k + 2
+    end
   end
-  if #kept == 0 then redis.call('DEL', pkey)
-  elseif #kept < #p / PAIR then redis.call('SET', pkey, table.concat(kept)) end
+  if k == 0 then redis.call('DEL', pkey)
+  elseif k < #flat then redis.call('SET', pkey, pack_ids(kept)) end
 end
 
 -- Merge `new` (ascending) into `ids`, skipping ids below `floor`.
@@ -285,15 +288,15 @@ local function add_slow(owner, key, s, new, hm, seq)
 end
 
 -- Trim after an APPEND: keep the newest `keep` (a new horizon, the fence moved),
--- and the pairs (`pkey`, if it may exist) at or above it.
-local function trim(key, len, seq, pkey)
+-- and the pairs (of `owner`, if it may have some) at or above it.
+local function trim(key, len, seq, owner)
   if len > HEADER + limit * 8 then
     local h = read_header(redis.call('GETRANGE', key, 0, HEADER - 1))
     local tail = redis.call('GETRANGE', key, len - keep * 8, -1)
     h.horizon = upk(tail, 1)
     fence(h, seq)
     redis.call('SET', key, pack_header(h) .. tail)
-    if pkey then prune_pairs(pkey, h.horizon) end
+    if owner then prune_pairs(pairs_key(owner), h.horizon) end
   end
 end
 
@@ -391,25 +394,27 @@ local function add_raw(owner, key, s, new, orig, hm, seq)
   return n
 end
 
--- Index (1-based) of the first id of packed timeline `s` (`n` ids) at or above
--- `id`, n + 1 if none.
-local function index_of(s, n, id)
+-- Index (1-based) of the first id of the timeline at `key` (`n` ids) at or above
+-- `id`, n + 1 if none: a binary search reading 8 bytes a probe (GETRANGE), for
+-- reading a whole timeline (GET) costs more than a dozen probes.
+local function index_in(key, n, id)
   local lo, hi = 1, n
   while lo <= hi do
     local mid = math.floor((lo + hi) / 2)
-    if id_at(s, mid) < id then lo = mid + 1 else hi = mid - 1 end
+    local at = HEADER + (mid - 1) * 8
+    if upk(redis.call('GETRANGE', key, at, at + 7)) < id then lo = mid + 1 else hi = mid - 1 end
   end
   return lo
 end
 
--- Index (1-based) of the first record of pairs `p` (`np` of them) at or above
--- (o, e), np + 1 if none.
-local function pair_index(p, np, o, e)
+-- Index (1-based) of the first record of the pairs at `pkey` (`np` of them)
+-- whose original is at or above `o`, np + 1 if none; GETRANGE probes too.
+local function pair_index_in(pkey, np, o)
   local lo, hi = 1, np
   while lo <= hi do
     local mid = math.floor((lo + hi) / 2)
-    local mo, me = pair_at(p, mid)
-    if mo < o or (mo == o and me < e) then lo = mid + 1 else hi = mid - 1 end
+    local at = (mid - 1) * PAIR
+    if upk(redis.call('GETRANGE', pkey, at, at + 7)) < o then lo = mid + 1 else hi = mid - 1 end
   end
   return lo
 end
@@ -417,12 +422,12 @@ end
 -- Entries newer than every winner (and than `top`), some of them reposts: each
 -- one's original's old winner (the last of its run of pairs, or the post itself)
 -- leaves the winners, the newest entry of each original joins them at the end,
--- and the pairs get the new reposts (and a displaced post). Binary searches and
--- string splices: nothing is decoded whole.
-local function add_newest(owner, key, s, blob, orig, seq)
+-- and the pairs get the new reposts (and a displaced post). Binary searches by
+-- GETRANGE and range writes (APPEND, SETRANGE of the tails after the changes):
+-- no string is read or decoded whole. `h`: the header, `n` ids.
+local function add_newest(owner, key, h, n, blob, orig, seq)
   local pkey = pairs_key(owner)
-  local p = redis.call('GET', pkey) or ''
-  local np, n = #p / PAIR, count(s)
+  local np = redis.call('STRLEN', pkey) / PAIR
   local best, order, posted, recs = {}, {}, {}, {}
   for pos = 1, #blob, 8 do
     local e = upk(blob, pos)
@@ -431,57 +436,71 @@ local function add_newest(owner, key, s, blob, orig, seq)
     best[o] = e  -- ascending: the last one is the newest
     if e == o then posted[o] = true else recs[#recs + 1] = {o, e} end
   end
-  local drop, fresh = {}, {}
+  -- drop: the indexes of the old winners that leave; at: where each original's
+  -- new records go in the pairs.
+  local drop, fresh, at = {}, {}, {}
   for _, o in ipairs(order) do
     fresh[#fresh + 1] = best[o]
     if posted[o] and best[o] ~= o then recs[#recs + 1] = {o, o} end
-    local at = pair_index(p, np, o, 0)
-    local run_end = pair_index(p, np, o + 1, 0) - 1
-    if run_end >= at then  -- the old winner: the last repost of its run
-      local _, w = pair_at(p, run_end)
-      drop[#drop + 1] = w
-    elseif not posted[o] then  -- the post itself, if it is there
-      local i = index_of(s, n, o)
-      if i <= n and id_at(s, i) == o then
-        drop[#drop + 1] = o
+    local lo = pair_index_in(pkey, np, o)
+    local run_end = lo - 1
+    if lo <= np then  -- o's run: the records from lo on whose original is o
+      local chunk = redis.call('GETRANGE', pkey, (lo - 1) * PAIR, lo * PAIR + 7 * PAIR - 1)
+      local k = 0
+      while k * PAIR < #chunk and upk(chunk, k * PAIR + 1) == o do k = k + 1 end
+      run_end = k * PAIR < #chunk and lo + k - 1 or pair_index_in(pkey, np, o + 1) - 1
+    end
+    at[o] = run_end + 1
+    if run_end >= lo then  -- the old winner: the run's last repost
+      local last = redis.call('GETRANGE', pkey, (run_end - 1) * PAIR, run_end * PAIR - 1)
+      drop[#drop + 1] = index_in(key, n, upk(last, 9))
+    elseif not posted[o] and o >= h.horizon then  -- the post itself, if it is there
+      local i = index_in(key, n, o)
+      if i <= n and upk(redis.call('GETRANGE', key, HEADER + (i - 1) * 8, HEADER + i * 8 - 1)) == o
+      then
+        drop[#drop + 1] = i
         recs[#recs + 1] = {o, o}
       end
     end
   end
   table.sort(fresh)
-  local h = read_header(s)
-  h.top = 0  -- every new winner is above it
-  local tail = pack_ids(fresh)
+  if h.top ~= 0 then redis.call('SETRANGE', key, 16, pk(0)) end  -- every new winner is above
   local len
   if #drop == 0 then
-    if upk(s, 17) ~= 0 then redis.call('SETRANGE', key, 16, pk(0)) end
-    len = redis.call('APPEND', key, tail)
+    len = redis.call('APPEND', key, pack_ids(fresh))
   else
-    local pos = {}  -- the dropped winners' byte offsets
-    for _, w in ipairs(drop) do pos[#pos + 1] = HEADER + (index_of(s, n, w) - 1) * 8 end
+    -- The winners from the first dropped one on, without the dropped ones, then
+    -- the new ones: at least as long as what it replaces.
+    local pos = drop
     table.sort(pos)
-    local parts, from = {pack_header(h)}, HEADER + 1
-    for _, at in ipairs(pos) do
-      parts[#parts + 1] = string.sub(s, from, at)
-      from = at + 9
+    local from = HEADER + (pos[1] - 1) * 8
+    local tail = redis.call('GETRANGE', key, from, -1)
+    local parts, next_at = {}, 1
+    for _, k in ipairs(pos) do
+      local off = (k - pos[1]) * 8
+      parts[#parts + 1] = string.sub(tail, next_at, off)
+      next_at = off + 9
     end
-    parts[#parts + 1] = string.sub(s, from)
-    parts[#parts + 1] = tail
-    local w = table.concat(parts)
-    redis.call('SET', key, w)
-    len = #w
+    parts[#parts + 1] = string.sub(tail, next_at)
+    parts[#parts + 1] = pack_ids(fresh)
+    len = redis.call('SETRANGE', key, from, table.concat(parts))
   end
-  table.sort(recs, function(a, b) return a[1] < b[1] or (a[1] == b[1] and a[2] < b[2]) end)
-  local parts, from = {}, 1
-  for _, r in ipairs(recs) do
-    local at = (pair_index(p, np, r[1], r[2]) - 1) * PAIR
-    parts[#parts + 1] = string.sub(p, from, at)
-    parts[#parts + 1] = struct.pack('>I8I8', r[1], r[2])
-    from = at + 1
+  -- The new records, each original's after its run (the runs' entries are all
+  -- older), from the last place on: the places before it do not move.
+  table.sort(recs, function(a, b) return a[1] > b[1] or (a[1] == b[1] and a[2] > b[2]) end)
+  local i = 1
+  while i <= #recs do
+    local o, group = recs[i][1], {}
+    while i <= #recs and recs[i][1] == o do
+      table.insert(group, 1, struct.pack('>I8I8', o, recs[i][2]))
+      i = i + 1
+    end
+    local off = (at[o] - 1) * PAIR
+    local rest = off < np * PAIR and redis.call('GETRANGE', pkey, off, -1) or ''
+    redis.call('SETRANGE', pkey, off, table.concat(group) .. rest)
+    np = np + #group
   end
-  parts[#parts + 1] = string.sub(p, from)
-  redis.call('SET', pkey, table.concat(parts))
-  trim(key, len, seq, pkey)
+  trim(key, len, seq, owner)
   return #blob / 8
 end
 
@@ -502,14 +521,12 @@ local function add(owner, key, blob, hm, seq, pblob)
     local last = n > 0 and upk(redis.call('GETRANGE', key, -8, -1)) or 0
     local first = upk(blob, 1)
     if first > math.max(h.top, last) and first >= h.horizon then
-      if #pblob > 0 then
-        return add_newest(owner, key, redis.call('GET', key), blob, originals_of(pblob), seq)
-      end
+      if #pblob > 0 then return add_newest(owner, key, h, n, blob, originals_of(pblob), seq) end
       -- Posts newer than every winner are new winners (a repost of one would be
       -- newer still): the pairs need no look.
       local len = redis.call('APPEND', key, blob)
       if h.top ~= 0 then redis.call('SETRANGE', key, 16, pk(0)) end
-      trim(key, len, seq, pairs_key(owner))
+      trim(key, len, seq, owner)
       return #blob / 8
     end
     if #pblob == 0 and redis.call('EXISTS', pairs_key(owner)) == 0 then
