@@ -8,10 +8,10 @@ max_line_length = 100
 -- part defines helpers that each script uses some of.
 local packed = {
   "HEADER", "IDLE", "pk", "upk", "num", "count", "id_at", "new_header", "read_header", "pack_header",
-  "decode", "encode",
+  "decode", "encode", "PAIR", "pair_at",
 }
 local prefixes = { "P", "T", "arg", "nargs" }
-local merged = { "above", "given_lists", "view", "count_above", "take" }
+local merged = { "above", "above_in", "given_lists", "hidden", "view", "count_above", "take" }
 local function both(a, b)
   local out = {}
   for _, v in ipairs(a) do out[#out + 1] = v end
@@ -22,6 +22,10 @@ files["fanout/store/lua/packed.lua"] = { ignore = { "211" } }
 files["fanout/store/lua/prefixes.lua"] = { ignore = { "211" } }
 files["fanout/store/lua/merged.lua"] = { ignore = { "211" }, read_globals = both(packed, prefixes) }
 files["fanout/store/lua/apply.lua"] = { read_globals = both(packed, prefixes) }
-files["fanout/store/lua/read_page.lua"] = { read_globals = both(both(packed, prefixes), merged) }
+local entries = { "NO_COUNTS", "repost_of", "compose", "render" }
+files["fanout/store/lua/entries.lua"] = { ignore = { "211" }, read_globals = both(packed, prefixes) }
+files["fanout/store/lua/read_page.lua"] = {
+  read_globals = both(both(both(packed, prefixes), merged), entries),
+}
 files["fanout/store/lua/drop_idle.lua"] = { read_globals = both(packed, prefixes) }
 files["fanout/store/lua/read_ids.lua"] = { read_globals = both(both(packed, prefixes), merged) }

@@ -1,6 +1,6 @@
 """The timeline store's bulk writes and reads by owner: what a rebuild writes
-(timelines, lists, pulled sets, bodies, tombstones) and reads back, pipelined
-per node, ``MSET`` per shard.
+(timelines, lists and their reposts' pairs, pulled sets, bodies, tombstones)
+and reads back, pipelined per node, ``MSET`` per shard.
 
 Part of :class:`fanout.store.timelines.TimelineStore`.
 """
@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from fanout.store import keys
-from fanout.store.ops import HEADER, IDLE, entries_in
+from fanout.store.ops import HEADER, IDLE, entries_in, pack_view
 from fanout.store.redis_conn import Client, Command, command, run
 
 
@@ -23,14 +23,63 @@ class TimelineBulk:
     one_shard: bool
 
     def write_timelines(self, generation: int, timelines: Iterable[tuple[int, bytes]]) -> int:
-        """Set packed timelines (a rebuild's output), pipelined; returns how many."""
+        """Set packed timelines (a rebuild's output), pipelined; returns how many.
+        With reposts, a timeline holds its winners only: :func:`fanout.store.ops.pack_view`
+        packs a timeline and its pairs from its raw entries, and
+        :meth:`write_timeline_reposts` writes the pairs."""
         tag = self.shards.tag_of
         return self._set_many((keys.timeline(generation, o, tag(o)), p) for o, p in timelines)
+
+    def write_timeline_reposts(self, generation: int, pairs: Iterable[tuple[int, bytes]]) -> int:
+        """Set timelines' packed pairs (``tr:``; :func:`fanout.store.ops.pack_view`),
+        leaving out empty ones (no reposts in scope: no key); returns how many
+        were written."""
+        tag = self.shards.tag_of
+        return self._set_many(
+            (keys.timeline_reposts(generation, o, tag(o)), p) for o, p in pairs if p
+        )
 
     def write_lists(self, generation: int, lists: Iterable[tuple[int, bytes]]) -> int:
         """Set pulled authors' packed lists (a rebuild's output); returns how many."""
         tag = self.shards.tag_of
         return self._set_many((keys.author_list(generation, a, tag(a)), p) for a, p in lists)
+
+    def write_list_reposts(self, generation: int, pairs: Iterable[tuple[int, bytes]]) -> int:
+        """Set pulled authors' lists' packed pairs (``ar:``), as
+        :meth:`write_timeline_reposts` does for timelines."""
+        tag = self.shards.tag_of
+        return self._set_many((keys.list_reposts(generation, a, tag(a)), p) for a, p in pairs if p)
+
+    def write_views(
+        self, generation: int, views: Iterable[tuple[int, int, Mapping[int, int]]]
+    ) -> int:
+        """Set timelines from their raw entries: (owner, horizon, entry -> original
+        of every entry at or above the horizon; a post's original is itself),
+        each packed with :func:`fanout.store.ops.pack_view` into its winners and
+        its pairs; returns how many timelines."""
+        timelines: list[tuple[int, bytes]] = []
+        pairs: list[tuple[int, bytes]] = []
+        for owner, horizon, raw in views:
+            packed, packed_pairs = pack_view(horizon, raw)
+            timelines.append((owner, packed))
+            if packed_pairs:
+                pairs.append((owner, packed_pairs))
+        self.write_timeline_reposts(generation, pairs)
+        return self.write_timelines(generation, timelines)
+
+    def write_list_views(
+        self, generation: int, views: Iterable[tuple[int, int, Mapping[int, int]]]
+    ) -> int:
+        """Set pulled authors' lists from their raw entries, as :meth:`write_views`."""
+        lists: list[tuple[int, bytes]] = []
+        pairs: list[tuple[int, bytes]] = []
+        for author, horizon, raw in views:
+            packed, packed_pairs = pack_view(horizon, raw)
+            lists.append((author, packed))
+            if packed_pairs:
+                pairs.append((author, packed_pairs))
+        self.write_list_reposts(generation, pairs)
+        return self.write_lists(generation, lists)
 
     def write_pulls(self, generation: int, pulls: Iterable[tuple[int, Sequence[int]]]) -> int:
         """Set each owner's pulled authors (a rebuild's output) in a generation

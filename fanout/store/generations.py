@@ -213,6 +213,8 @@ class GenerationStore:
             keys.regeneration_prefix(generation),
             keys.list_prefix(generation),
             keys.pulls_prefix(generation),
+            keys.reposts_prefix(generation),
+            keys.list_reposts_prefix(generation),
         )
         for prefix in prefixes:
             found: list[bytes] = []

@@ -15,6 +15,26 @@ numbers:
 A pulled author's list (fanout.model.join) has the same format: its newest
 tweets, its horizon, and a version of its own.
 
+Reposts (docs/design.md, *Reposts*): the view keeps, per original, only its
+greatest entry (a post is the entry of its own original). A timeline's (or
+list's) ids are these *winners* only; cap, trim, short, horizon, ``top`` and
+``version`` are all defined on them. Beside it a *pairs* string
+(``tr:``/``ar:``, :mod:`fanout.store.keys`) keeps what the winners alone do not
+tell, every raw entry in scope (at or above the horizon) being either a
+winner or a pair:
+
+| record | meaning |
+| --- | --- |
+| (original, entry), entry != original | a repost in scope, winner or not |
+| (original, original) | a post in scope that is not its original's winner |
+
+16 bytes each (original, then entry, 8 bytes big-endian each), sorted
+ascending (by original, then entry). No reposts in scope: no pairs key, and
+a timeline costs what it did before reposts. An original's winner is the
+last entry of its run of pairs if it has one, else the post itself.
+:func:`pack_view` computes both strings from raw entries, :func:`raw_entries`
+goes back.
+
 An idle user's timeline is dropped: the string ``idle`` (:data:`IDLE`,
 shorter than any header) takes its place, and no write goes to it until the
 user is back and it is regenerated.
@@ -43,17 +63,21 @@ IDLE = b"idle"
 
 
 class OpCode:
-    """Operation codes of the apply script."""
+    """Operation codes of the apply script, and their arguments. ``ids``: packed
+    entry ids (8 bytes each, ascending); ``pairs``: the reposts among them, packed
+    as 16-byte records (entry, then original; 8 bytes big-endian each), by entry
+    (:func:`pack_pairs`; empty when none are reposts)."""
 
-    ADD = 1  # owner, horizon, seq, packed ids
-    REMOVE = 2  # owner, seq, packed ids
+    ADD = 1  # owner, horizon, seq, ids, pairs
+    REMOVE = 2  # owner, seq, ids, pairs
     PUT_BODY = 3  # tweet id, body
     DELETE_BODIES = 4  # packed ids
-    RESET = 5  # owner, horizon, seq, as_of, packed ids (kept until the watermark reaches seq)
+    RESET = 5  # owner, horizon, seq, as_of, pulled, ids, pairs (kept until the watermark: seq)
     RELEASE_RESETS = 6  # watermark, packed ids of the tweets deleted (left out)
-    LIST = 7  # author, horizon, packed ids (a pulled author's list)
-    PULL = 8  # owner, seq, author, packed ids (removed from the timeline)
-    UNPULL = 9  # owner, horizon, seq, author, the list's version, packed ids (merged in)
+    LIST = 7  # author, horizon, ids, pairs (a pulled author's list)
+    PULL = 8  # owner, seq, author, ids, pairs (removed from the timeline)
+    UNPULL = 9  # owner, horizon, seq, author, the list's version, ids, pairs (merged in)
+    COUNTS = 10  # tweet id, counts JSON text ('': none, the key is deleted)
 
 
 class TimelineOp(NamedTuple):
@@ -68,6 +92,8 @@ class TimelineOp(NamedTuple):
     seq: int = 0
     as_of: int = 0
     authors: tuple[int, ...] = ()  # see Mutation.authors
+    #: (entry, original) of the entries of ``tweets`` that are reposts, by entry.
+    reposts: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,24 +127,38 @@ def group_by_timeline(
     lists: dict[int, TimelineOp] = {}
     timeline_mutations: list[Mutation] = []
     plain_adds = True
+    #: An entry's original is a fact of the entry: merged ops take their pairs from here.
+    originals: dict[int, int] = {}
     for m in mutations:
         op = m.op
         if op is Op.DELETE_BODY:
             deleted.extend(m.tweets)
         elif op is Op.LIST:
-            lists[m.owners[0]] = TimelineOp(Op.LIST, m.owners[0], m.tweets, m.horizon)
+            owner = m.owners[0]
+            lists[owner] = TimelineOp(Op.LIST, owner, m.tweets, m.horizon, reposts=m.reposts)
         else:
             timeline_mutations.append(m)
             plain_adds = plain_adds and op is Op.ADD and not m.as_of and not m.authors
+            if m.reposts:
+                originals.update(m.reposts)
     out = list(lists.values())
     if plain_adds:
-        out += _group_adds(timeline_mutations, keep)
+        out += _group_adds(timeline_mutations, keep, originals)
     else:
-        out += _group_any(timeline_mutations, keep)
+        out += _group_any(timeline_mutations, keep, originals)
     return out, deleted
 
 
-def _group_any(mutations: list[Mutation], keep: int | None) -> list[TimelineOp]:
+def _pairs_of(tweets: tuple[int, ...], originals: Mapping[int, int]) -> tuple[tuple[int, int], ...]:
+    """(entry, original) of the reposts among ``tweets`` (ascending), by entry."""
+    if not originals:
+        return ()
+    return tuple((t, originals[t]) for t in tweets if t in originals)
+
+
+def _group_any(
+    mutations: list[Mutation], keep: int | None, originals: Mapping[int, int]
+) -> list[TimelineOp]:
     """:func:`group_by_timeline` of timeline mutations of any kind, in Python."""
     # An owner reached by one mutation only (every follower of an author who
     # posted once) points at that mutation: nothing is copied per owner.
@@ -144,23 +184,31 @@ def _group_any(mutations: list[Mutation], keep: int | None) -> list[TimelineOp]:
                 last[4].update(tweets)
             else:
                 ops.append(_entry(m))
-    single: dict[int, tuple[tuple[int, ...], int]] = {}  # per mutation: its trimmed ids
+    # per mutation: its trimmed ids, horizon and pairs
+    single: dict[int, tuple[tuple[int, ...], int, tuple[tuple[int, int], ...]]] = {}
     out: list[TimelineOp] = []
     for owner, ops in per_owner.items():
         if isinstance(ops, Mutation):
             m = ops
             trimmed = single.get(id(m))
             if trimmed is None:
-                trimmed = single[id(m)] = _own_ids(m, keep)
-            out.append(TimelineOp(m.op, owner, trimmed[0], trimmed[1], m.seq, m.as_of, m.authors))
+                trimmed = single[id(m)] = _own_ids(m, keep, originals)
+            out.append(
+                TimelineOp(
+                    m.op, owner, trimmed[0], trimmed[1], m.seq, m.as_of, m.authors, trimmed[2]
+                )
+            )
             continue
         for op, horizon, seq, as_of, ids, authors in ops:
             tweets, horizon = _trim(op, tuple(sorted(ids)), horizon, keep)
-            out.append(TimelineOp(op, owner, tweets, horizon, seq, as_of, authors))
+            pairs = _pairs_of(tweets, originals)
+            out.append(TimelineOp(op, owner, tweets, horizon, seq, as_of, authors, pairs))
     return out
 
 
-def _group_adds(adds: list[Mutation], keep: int | None) -> list[TimelineOp]:
+def _group_adds(
+    adds: list[Mutation], keep: int | None, originals: Mapping[int, int]
+) -> list[TimelineOp]:
     """:func:`group_by_timeline` of plain adds (posts, and the merges of
     follows: the common case), vectorised. Every add to a timeline merges
     into one, so the deliveries of owners reached more than once are sorted
@@ -212,18 +260,24 @@ def _group_adds(adds: list[Mutation], keep: int | None) -> list[TimelineOp]:
     end = np.searchsorted(delivery_owner, unique_owners, "right").tolist()
     owner_list, reached_list = unique_owners.tolist(), reached.tolist()
     first_mutation = entry_mutation[first_entry].tolist()
-    single: dict[int, tuple[tuple[int, ...], int]] = {}  # per mutation: its trimmed ids
+    # per mutation: its trimmed ids, horizon and pairs
+    single: dict[int, tuple[tuple[int, ...], int, tuple[tuple[int, int], ...]]] = {}
     out: list[TimelineOp] = []
     for k in np.argsort(first_entry, kind="stable").tolist():
         if reached_list[k] == 1:
             i = first_mutation[k]
             trimmed = single.get(i)
             if trimmed is None:
-                trimmed = single[i] = _own_ids(adds[i], keep)
-            out.append(TimelineOp(Op.ADD, owner_list[k], trimmed[0], trimmed[1], seq[k]))
+                trimmed = single[i] = _own_ids(adds[i], keep, originals)
+            out.append(
+                TimelineOp(
+                    Op.ADD, owner_list[k], trimmed[0], trimmed[1], seq[k], reposts=trimmed[2]
+                )
+            )
             continue
         tweets_of, h = _trim(Op.ADD, tuple(ids[begin[k] : end[k]]), horizon[k], keep)
-        out.append(TimelineOp(Op.ADD, owner_list[k], tweets_of, h, seq[k]))
+        pairs = _pairs_of(tweets_of, originals)
+        out.append(TimelineOp(Op.ADD, owner_list[k], tweets_of, h, seq[k], reposts=pairs))
     return out
 
 
@@ -242,10 +296,17 @@ def _entry(m: Mutation) -> list[Any]:
     return [m.op, m.horizon, m.seq, m.as_of, set(m.tweets), m.authors]
 
 
-def _own_ids(m: Mutation, keep: int | None) -> tuple[tuple[int, ...], int]:
-    """The ids (and horizon) an owner reached by ``m`` alone receives: its
-    ids sorted and distinct, trimmed to ``keep``."""
-    return _trim(m.op, tuple(sorted(set(m.tweets))), m.horizon, keep)
+def _own_ids(
+    m: Mutation, keep: int | None, originals: Mapping[int, int]
+) -> tuple[tuple[int, ...], int, tuple[tuple[int, int], ...]]:
+    """The ids (and horizon, and pairs) an owner reached by ``m`` alone
+    receives: its ids sorted and distinct, trimmed to ``keep``."""
+    tweets, horizon = _trim(m.op, tuple(sorted(set(m.tweets))), m.horizon, keep)
+    if not m.reposts:
+        return tweets, horizon, ()
+    if tweets and tweets[0] <= m.reposts[0][0] and len(tweets) == len(m.tweets):
+        return tweets, horizon, m.reposts  # nothing cut: the mutation's own pairs
+    return tweets, horizon, _pairs_of(tweets, originals)
 
 
 def _trim(
@@ -269,19 +330,27 @@ class ShardedOps(NamedTuple):
     timelines: dict[str, list[TimelineOp]]
     #: The authors whose lists unpulls need the version of.
     unpulled: list[int]
+    #: tag -> originals' counts (likes, reposts): by the tweet's shard, like bodies.
+    counts: dict[str, dict[int, tuple[int, int]]]
 
 
 def split_by_shard(
-    bodies: Mapping[int, bytes], ops: Sequence[TimelineOp], deleted: Sequence[int], shards: Shards
+    bodies: Mapping[int, bytes],
+    ops: Sequence[TimelineOp],
+    deleted: Sequence[int],
+    shards: Shards,
+    counts: Mapping[int, tuple[int, int]] | None = None,
 ) -> ShardedOps:
     """Cut :func:`group_by_timeline`'s output by shard (fanout.store.keys.Shards), each
     op keeping its order within its shard."""
-    out = ShardedOps({}, {}, {}, [])
+    out = ShardedOps({}, {}, {}, [], {})
     tag = shards.tag_of
     for tweet in deleted:
         out.bodies.setdefault(tag(tweet), ({}, []))[1].append(tweet)
     for tweet, body in bodies.items():
         out.bodies.setdefault(tag(tweet), ({}, []))[0][tweet] = body
+    for tweet, pair in (counts or {}).items():
+        out.counts.setdefault(tag(tweet), {})[tweet] = pair
     for op in ops:
         if op.op is Op.LIST:
             out.lists.setdefault(tag(op.owner), []).append(op)
@@ -294,6 +363,63 @@ def split_by_shard(
 
 def pack_ids(ids: Sequence[int]) -> bytes:
     return struct.pack(f">{len(ids)}Q", *ids)
+
+
+def pack_pairs(pairs: Sequence[tuple[int, int]]) -> bytes:
+    """Pairs of ids, 16 bytes each (the first, then the second; big-endian):
+    the apply script's (entry, original) arguments, and (as (original, entry),
+    sorted) the pairs strings."""
+    return struct.pack(f">{2 * len(pairs)}Q", *itertools.chain.from_iterable(pairs))
+
+
+def unpack_pairs(packed: bytes) -> list[tuple[int, int]]:
+    flat = struct.unpack(f">{len(packed) // 8}Q", packed)
+    return list(zip(flat[::2], flat[1::2], strict=True))
+
+
+#: The counts of an original no one liked or reposted (the key is absent).
+NO_COUNTS = b'{"likes":0,"reposts":0,"replies":0}'
+
+
+def counts_json(likes: int, reposts: int) -> bytes:
+    """The counts text of an original (``ct:``), as reads splice it in."""
+    return b'{"likes":%d,"reposts":%d,"replies":0}' % (likes, reposts)
+
+
+def winners(raw: Mapping[int, int]) -> dict[int, int]:
+    """Per original, its greatest entry among ``raw`` (entry -> original)."""
+    best: dict[int, int] = {}
+    for entry, original in raw.items():
+        if entry > best.get(original, -1):
+            best[original] = entry
+    return best
+
+
+def view_of(raw: Mapping[int, int]) -> tuple[list[int], list[tuple[int, int]]]:
+    """The winners (ascending) and the pairs ((original, entry), sorted) of raw
+    entries (entry -> original; a post's original is itself)."""
+    best = winners(raw)
+    pairs = sorted((o, e) for e, o in raw.items() if e != o or best[o] != o)
+    return sorted(best.values()), pairs
+
+
+def raw_entries(ids: Sequence[int], pairs: Sequence[tuple[int, int]]) -> dict[int, int]:
+    """Back from winners and pairs ((original, entry)) to the raw entries
+    (entry -> original)."""
+    raw = {e: o for o, e in pairs}
+    for w in ids:
+        raw.setdefault(w, w)
+    return raw
+
+
+def pack_view(
+    horizon: int, raw: Mapping[int, int], header: Header | None = None
+) -> tuple[bytes, bytes]:
+    """The packed timeline (or list) and its packed pairs (b'': none, no key)
+    holding the raw entries ``raw`` (entry -> original) at or above ``horizon``,
+    for rebuilds and tests."""
+    ids, pairs = view_of({e: o for e, o in raw.items() if e >= horizon})
+    return pack_timeline(horizon, ids, header), pack_pairs(pairs)
 
 
 def unpack_ids(packed: bytes) -> list[int]:
@@ -315,12 +441,15 @@ def encode_ops(
     deleted: Sequence[int],
     chunk: int,
     versions: Mapping[int, int] | None = None,
+    counts: Mapping[int, tuple[int, int]] | None = None,
 ) -> list[list[Any]]:
     """The apply script's arguments, cut into calls of about ``chunk`` units of
     work each (an id, :data:`BODY_BYTES` of a body, :data:`OP_COST` per op), so
     one call blocks Redis for milliseconds, not tens of them. Bodies of deleted
-    tweets go first, then new bodies, then timeline ops. ``versions``: the
-    version of each unpulled author's list (0 where missing)."""
+    tweets go first, then new bodies and counts, then timeline ops.
+    ``versions``: the version of each unpulled author's list (0 where
+    missing). ``counts``: originals' (likes, reposts), written as absolute
+    values (both 0: the key is deleted)."""
     chunks: list[list[Any]] = []
     current: list[Any] = []
     weight = 0
@@ -333,27 +462,38 @@ def encode_ops(
         if weight >= chunk:
             chunks.append(current)
             current, weight = [], 0
+    for tweet_id, (likes, reposts) in (counts or {}).items():
+        text = counts_json(likes, reposts) if likes or reposts else ""
+        current += [OpCode.COUNTS, tweet_id, text]
+        weight += 1
+        if weight >= chunk:
+            chunks.append(current)
+            current, weight = [], 0
     packed: dict[tuple[int, ...], bytes] = {}  # a post's id, packed once for all followers
+    packed_pairs: dict[tuple[tuple[int, int], ...], bytes] = {(): b""}
     for op in ops:
         blob = packed.get(op.tweets)
         if blob is None:
             blob = packed[op.tweets] = pack_ids(op.tweets)
+        pairs = packed_pairs.get(op.reposts)
+        if pairs is None:
+            pairs = packed_pairs[op.reposts] = pack_pairs(op.reposts)
         if op.op is Op.ADD:
-            current += [OpCode.ADD, op.owner, op.horizon, op.seq, blob]
+            current += [OpCode.ADD, op.owner, op.horizon, op.seq, blob, pairs]
         elif op.op is Op.REMOVE:
-            current += [OpCode.REMOVE, op.owner, op.seq, blob]
+            current += [OpCode.REMOVE, op.owner, op.seq, blob, pairs]
         elif op.op is Op.LIST:
-            current += [OpCode.LIST, op.owner, op.horizon, blob]
+            current += [OpCode.LIST, op.owner, op.horizon, blob, pairs]
         elif op.op is Op.PULL:
-            current += [OpCode.PULL, op.owner, op.seq, op.authors[0], blob]
+            current += [OpCode.PULL, op.owner, op.seq, op.authors[0], blob, pairs]
         elif op.op is Op.UNPULL:
             author = op.authors[0]
             version = (versions or {}).get(author, 0)
-            current += [OpCode.UNPULL, op.owner, op.horizon, op.seq, author, version, blob]
+            current += [OpCode.UNPULL, op.owner, op.horizon, op.seq, author, version, blob, pairs]
         else:
             pulled = pack_ids(op.authors)
-            current += [OpCode.RESET, op.owner, op.horizon, op.seq, op.as_of, pulled, blob]
-        weight += OP_COST + len(op.tweets)
+            current += [OpCode.RESET, op.owner, op.horizon, op.seq, op.as_of, pulled, blob, pairs]
+        weight += OP_COST + len(op.tweets) + len(op.reposts)
         if weight >= chunk:
             chunks.append(current)
             current, weight = [], 0

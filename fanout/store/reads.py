@@ -10,6 +10,7 @@ lists and bodies from their nodes (docs/decisions.md D20).
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ from redis.cluster import RedisCluster
 from redis.exceptions import RedisClusterException
 
 from fanout.store import keys
-from fanout.store.ops import unpack_ids
+from fanout.store.ops import unpack_ids, unpack_pairs
 from fanout.store.redis_conn import Client, Command, HotScript, command, run, script_command
 from fanout.store.scripts import Script
 
@@ -92,11 +93,31 @@ class TimelineReads:
             )
             if raw[0] != b"ok":
                 return _page(raw)
-            bodies = [b for b in self.bodies(unpack_ids(raw[5])) if b is not None]  # None: deleted
+            tweets = self.render(unpack_ids(raw[5]))
         except RedisClusterException as exc:  # e.g. a slot no node serves: not a RedisError
             raise redis.RedisError(str(exc)) from exc
-        raw[5] = b'{"tweets":[' + b",".join(bodies) + b'],"next_max_id":' + raw[9] + b"}"
+        raw[5] = b'{"tweets":[' + b",".join(tweets) + b'],"next_max_id":' + raw[9] + b"}"
         return _page(raw)
+
+    def render(self, ids: Sequence[int]) -> list[bytes]:
+        """The tweet objects of entries (:func:`compose`), their bodies, the
+        reposts' originals and the counts fetched from their shards (what
+        ``fanout/store/lua/entries.lua`` does inside a one-shard read); deleted
+        ones left out."""
+        bodies = self.bodies(ids)
+        originals = [repost_of(b) if b is not None else None for b in bodies]
+        reposted = sorted({o for o in originals if o is not None})
+        found = dict(zip(reposted, self.bodies(reposted), strict=True))
+        wanted = [o or t for t, o, b in zip(ids, originals, bodies, strict=True) if b is not None]
+        counted = dict(zip(wanted, self.counts(wanted), strict=True))
+        out: list[bytes] = []
+        for t, o, body in zip(ids, originals, bodies, strict=True):
+            if body is None:
+                continue
+            tweet = compose(body, found.get(o) if o else None, counted.get(o or t))
+            if tweet is not None:
+                out.append(tweet)
+        return out
 
     def _with_lists(self, call: Any, raw: Any = None) -> Any:
         """A read script's reply, given the pulled authors' lists it asks for
@@ -111,15 +132,24 @@ class TimelineReads:
                 return raw
             authors = [int(a) for a in raw[2:]]
             given = [str(len(authors))]
-            for author, packed in zip(authors, self._lists(int(raw[1]), authors), strict=True):
-                given += [str(author), packed or b""]
+            for author, (packed, pairs) in zip(
+                authors, self._lists(int(raw[1]), authors), strict=True
+            ):
+                given += [str(author), packed or b"", pairs or b""]
             raw = None
         raise redis.RedisError("the user's pulled authors kept changing during the read")
 
-    def _lists(self, generation: int, authors: Sequence[int]) -> list[bytes | None]:
+    def _lists(
+        self, generation: int, authors: Sequence[int]
+    ) -> list[tuple[bytes | None, bytes | None]]:
+        """The pulled authors' lists and their pairs (None where missing)."""
         tag = self.shards.tag_of
-        names = [keys.author_list(generation, a, tag(a)) for a in authors]
-        return run(self.redis, [command("GET", k) for k in names])
+        commands = []
+        for a in authors:
+            commands.append(command("GET", keys.author_list(generation, a, tag(a))))
+            commands.append(command("GET", keys.list_reposts(generation, a, tag(a))))
+        got = run(self.redis, commands)
+        return list(zip(got[::2], got[1::2], strict=True))
 
     def bodies(self, tweets: Sequence[int]) -> list[bytes | None]:
         """The tweets' bodies (None where deleted). On a cluster, one script call
@@ -128,7 +158,15 @@ class TimelineReads:
         cost 45 commands for a 50-tweet page. While slots move, a node may no
         longer hold a key it was sent: then each slot's are read with
         redirects followed."""
-        names = [keys.tweet(t, self.shards.tag_of(t)) for t in tweets]
+        return self._get_many([keys.tweet(t, self.shards.tag_of(t)) for t in tweets])
+
+    def counts(self, tweet_ids: Sequence[int]) -> list[bytes | None]:
+        """The originals' counts texts (``{"likes":L,"reposts":R,"replies":0}``,
+        None where there are none: all 0), read like :meth:`bodies`."""
+        return self._get_many([keys.counts(t, self.shards.tag_of(t)) for t in tweet_ids])
+
+    def _get_many(self, names: list[str]) -> list[bytes | None]:
+        """The values of string keys of any shards (None where missing)."""
         if not names:
             return []
         if not isinstance(self.redis, RedisCluster):
@@ -158,7 +196,23 @@ class TimelineReads:
         return ["EVALSHA", self._read_page_script.sha, "0", *map(str, args)]
 
     def timeline(self, generation: int, user_id: int) -> Timeline | None:
+        """The user's visible entries: per original its greatest entry (the
+        winners of the timeline and its pulled authors' lists merged)."""
         return self.timelines(generation, [user_id])[0]
+
+    def timeline_reposts(
+        self, generation: int, owners: Sequence[int]
+    ) -> list[list[tuple[int, int]]]:
+        """Each owner's timeline's pairs, (original, entry) ascending (see
+        fanout.store.ops): its reposts in scope and its posts that a repost
+        hides; [] where there are none. Winners and pairs together are the
+        timeline's raw entries (:func:`fanout.store.ops.raw_entries`)."""
+        tag = self.shards.tag_of
+        raws = run(
+            self.redis,
+            [command("GET", keys.timeline_reposts(generation, o, tag(o))) for o in owners],
+        )
+        return [unpack_pairs(raw) if raw else [] for raw in raws]
 
     def timelines(self, generation: int, owners: Sequence[int]) -> list[Timeline | None]:
         """:meth:`timeline` of each owner, 1,000 script calls per round trip (per
@@ -181,6 +235,54 @@ class TimelineReads:
             for o, given in calls
         ]
         return run(self.redis, commands)
+
+
+_REPOST_TAIL = re.compile(rb',"repost_of":(\d+)}$')
+NO_COUNTS = b'{"likes":0,"reposts":0,"replies":0}'
+
+
+def repost_of(body: bytes) -> int | None:
+    """The original a repost's body names; None for a post's."""
+    found = _REPOST_TAIL.search(body)
+    return int(found.group(1)) if found else None
+
+
+def compose(body: bytes, original: bytes | None, counts: bytes | None) -> bytes | None:
+    """An entry's tweet object, ``fanout/store/lua/entries.lua``'s ``compose``
+    (byte for byte): a post's body with ``"repost_of":null`` and its counts; a
+    repost's with the original's text, the original as ``repost_of``
+    (id, author, created_at) and the original's counts. None when a repost's
+    original body is gone (deleted)."""
+    counts = counts or NO_COUNTS
+    found = _REPOST_TAIL.search(body)
+    if found is None:
+        sep = b"" if body[-2:-1] == b"{" else b","
+        return body[:-1] + sep + b'"repost_of":null,"counts":' + counts + b"}"
+    if original is None:
+        return None
+    o = found.group(1)
+    c = body.find(b',"created_at":')
+    a = original.find(b'"author":')
+    t = original.find(b',"text":')
+    oc = original.find(b',"created_at":')
+    if min(c, a, t, oc) < 0 or oc < t:
+        return None
+    return (
+        body[:c]
+        + b',"text":'
+        + original[t + 8 : oc]
+        + b',"created_at":'
+        + body[c + 14 : found.start()]
+        + b',"repost_of":{"id":'
+        + o
+        + b',"author":'
+        + original[a + 9 : t]
+        + b',"created_at":'
+        + original[oc + 14 : -1]
+        + b'},"counts":'
+        + counts
+        + b"}"
+    )
 
 
 def _bodies_call(script: Script, names: list[str]) -> Command:

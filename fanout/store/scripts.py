@@ -2,7 +2,7 @@
 
 A script file may start from shared parts (``packed.lua``: the packed
 timeline helpers; ``merged.lua``: a timeline merged with pulled authors'
-lists; ``prefixes.lua``: the key prefixes of
+lists; ``entries.lua``: a page's entries as tweet objects; ``prefixes.lua``: the key prefixes of
 :data:`fanout.store.keys.SCRIPT_PREFIXES` and the shard tag, which every call then
 passes first). A prefixed script declares one key, in the shard of its
 call, so that a Redis Cluster routes it to the node serving that shard.
@@ -25,7 +25,7 @@ from fanout.store import keys
 #: The shared parts each script is run with, in order.
 PARTS: dict[str, tuple[str, ...]] = {
     "apply": ("prefixes", "packed"),
-    "read_page": ("prefixes", "packed", "merged"),
+    "read_page": ("prefixes", "packed", "merged", "entries"),
     "drop_idle": ("prefixes", "packed"),
     "read_ids": ("prefixes", "packed", "merged"),
     "watermark": (),

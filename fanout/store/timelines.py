@@ -44,6 +44,7 @@ from fanout.store.ops import (
     pack_ids,
     split_by_shard,
     unpack_ids,
+    unpack_pairs,
 )
 from fanout.store.reads import TimelineReads
 from fanout.store.rebuilds import RebuildChannel
@@ -158,27 +159,41 @@ class TimelineStore(TimelineReads, TimelineBulk, GenerationStore, RebuildChannel
     # --- writes ----------------------------------------------------------------
 
     def apply(
-        self, generation: int, bodies: Mapping[int, bytes], mutations: Iterable[Mutation]
+        self,
+        generation: int,
+        bodies: Mapping[int, bytes],
+        mutations: Iterable[Mutation],
+        *,
+        counts: Mapping[int, tuple[int, int]] | None = None,
     ) -> ApplyStats:
         """Apply tweet bodies, then the mutations grouped per timeline; idempotent.
 
         In three steps, each pipelined over the shards: the bodies (deleted
-        ones first), the pulled authors' lists, the timelines. A read then
-        never finds an id without its body, nor a pulled author without a list,
-        and a deleted tweet leaves every timeline at once.
+        ones first) and counts, the pulled authors' lists, the timelines. A
+        read then never finds an id without its body, nor a pulled author
+        without a list, and a deleted tweet leaves every timeline at once.
+        ``counts``: original tweet id -> (likes, reposts), absolute values
+        (``ct:``, in the tweet's shard; both 0 deletes the key).
 
         Raises :class:`GenerationMissing` if ``generation`` is not in Redis
         (nothing is written then: a flushed Redis is not silently refilled
         with partial timelines).
         """
         ops, deleted = group_by_timeline(mutations, keep=self.cap + self.slack)
-        split = split_by_shard(bodies, ops, deleted, self.shards)
+        split = split_by_shard(bodies, ops, deleted, self.shards, counts)
+        no_bodies: tuple[dict[int, bytes], list[int]] = ({}, [])
         total = self._apply_calls(
             generation,
             [
                 (tag, chunk)
-                for tag, (shard_bodies, shard_deleted) in split.bodies.items()
-                for chunk in encode_ops(shard_bodies, (), shard_deleted, self.CHUNK)
+                for tag in {**split.bodies, **split.counts}
+                for chunk in encode_ops(
+                    split.bodies.get(tag, no_bodies)[0],
+                    (),
+                    split.bodies.get(tag, no_bodies)[1],
+                    self.CHUNK,
+                    counts=split.counts.get(tag),
+                )
             ],
         )
         total += self._apply_calls(
@@ -236,6 +251,8 @@ class TimelineStore(TimelineReads, TimelineBulk, GenerationStore, RebuildChannel
         waiting = {tag: members for tag, members in zip(tags, due, strict=True) if members}
         if not waiting:
             return ApplyStats()
+        # A reset's entries and their originals: a repost of an original deleted
+        # since goes with it.
         tweets = sorted({t for members in waiting.values() for m in members for t in _reset_ids(m)})
         bodies = run(
             self.redis, [command("EXISTS", keys.tweet(t, self.shards.tag_of(t))) for t in tweets]
@@ -408,10 +425,13 @@ class TimelineStore(TimelineReads, TimelineBulk, GenerationStore, RebuildChannel
 
 
 def _reset_ids(member: bytes) -> list[int]:
-    """The tweet ids of a reset waiting in Redis (apply.lua's op 5 packs it: owner,
-    horizon, seq, as_of, how many pulled authors, them, then the ids; 8 bytes each)."""
-    start = 40 + 8 * int.from_bytes(member[32:40], "big")
-    return unpack_ids(member[start:])
+    """The tweet ids of a reset waiting in Redis, its entries and their originals
+    (apply.lua's op 5 packs it: owner, horizon, seq, as_of, how many pulled
+    authors, how many ids, 8 bytes each; then the authors and the ids, 8 bytes
+    each; then the (entry, original) pairs of its reposts, 16 bytes each)."""
+    start = 48 + 8 * int.from_bytes(member[32:40], "big")
+    end = start + 8 * int.from_bytes(member[40:48], "big")
+    return unpack_ids(member[start:end]) + [o for _, o in unpack_pairs(member[end:])]
 
 
 def _position(record: Mapping[str, Any]) -> str:

@@ -149,8 +149,8 @@ def test_a_script_call_holds_a_bounded_number_of_ops_and_body_bytes() -> None:
     from fanout.model.join import Op
     from fanout.store.ops import BODY_BYTES, OP_COST, TimelineOp, encode_ops
 
-    def blobs(call: list) -> int:  # one packed-ids or body argument per op
-        return sum(isinstance(a, bytes) for a in call)
+    def blobs(call: list) -> int:  # one packed-ids or body argument per op (pairs: b"")
+        return sum(isinstance(a, bytes) and a != b"" for a in call)
 
     ops = [TimelineOp(Op.ADD, owner, (owner,)) for owner in range(1, 2001)]
     calls = encode_ops({}, ops, [], chunk=4000)
@@ -196,8 +196,17 @@ def test_plain_adds_group_as_the_general_rules_do(
     from fanout.model.join import Mutation, Op
     from fanout.store import ops as timeline_ops
 
-    mutations = [Mutation(Op.ADD, o, t, h, q) for o, t, h, q in adds]
-    assert timeline_ops._group_adds(mutations, keep) == timeline_ops._group_any(mutations, keep)
+    # Entries 7-12 are reposts (of 1-6): merged and cut ops keep the pairs of their ids.
+    originals = {t: t - 6 for t in range(7, 13)}
+    mutations = [
+        Mutation(Op.ADD, o, t, h, q, reposts=tuple(sorted({(e, originals[e]) for e in t if e > 6})))
+        for o, t, h, q in adds
+    ]
+    grouped = timeline_ops._group_adds(mutations, keep, originals)
+    assert grouped == timeline_ops._group_any(mutations, keep, originals)
+    assert grouped == timeline_ops.group_by_timeline(mutations, keep)[0]
+    for op in grouped:
+        assert op.reposts == tuple((e, originals[e]) for e in op.tweets if e > 6)
 
 
 @pytest.mark.parametrize(

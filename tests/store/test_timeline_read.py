@@ -33,6 +33,9 @@ from tests.support.factories import PASSWORD, UserFactory
 
 pytestmark = pytest.mark.django_db
 
+#: A tweet's counts when no one liked or reposted it.
+ZERO = {"likes": 0, "reposts": 0, "replies": 0}
+
 
 class Fanout:
     """Applies changelog events to Redis the way the job does (no Spark)."""
@@ -129,7 +132,10 @@ def test_a_warm_read_is_one_redis_command_and_no_sql(
     (response,) = responses
     assert response.status_code == 200
     assert response.json() == {
-        "tweets": [events.tweet_fields(t.tweet_id, "ann", t.text) for t in (t2, t1)],
+        "tweets": [
+            {**events.tweet_fields(t.tweet_id, "ann", t.text), "repost_of": None, "counts": ZERO}
+            for t in (t2, t1)
+        ],
         "next_max_id": None,
     }
     assert response["X-Starling-Source"] == "redis"

@@ -2,6 +2,11 @@
 
 ``TimelineModel.apply`` does what the apply script (fanout/store/lua/apply.lua)
 does, with lists; :func:`oracle` computes the join the way the SQL does.
+
+Timelines and lists hold raw entries (entry -> original; a post is its own
+original); what Redis packs are the *winners* (per original its greatest
+entry: ``ids``) and the pairs (fanout/store/ops.py). Cap, trim, short, horizon,
+top and version are on the winners.
 """
 
 from __future__ import annotations
@@ -10,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from fanout.model.join import Mutation, Op, winners
-from fanout.store.ops import group_by_timeline
+from fanout.store.ops import group_by_timeline, view_of
 
 
 @dataclass
@@ -19,7 +24,21 @@ class ModelTimeline:
     fence: int = 0
     top: int = 0
     version: int = 0
-    ids: list[int] = field(default_factory=list)  # ascending
+    ids: list[int] = field(default_factory=list)  # the winners, ascending
+    #: Every raw entry in scope (at or above the horizon): entry -> original.
+    raw: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def pairs(self) -> list[tuple[int, int]]:
+        """The pairs string's records, (original, entry), sorted."""
+        return view_of(self.raw)[1]
+
+    def settle(self) -> None:
+        """The winners of the raw entries."""
+        self.ids = view_of(self.raw)[0]
+
+    def ceiling(self) -> int:
+        return max(self.top, self.ids[-1] if self.ids else 0)
 
 
 @dataclass
@@ -28,6 +47,8 @@ class TimelineModel:
     slack: int
     timelines: dict[int, ModelTimeline] = field(default_factory=dict)
     bodies: dict[int, bytes] = field(default_factory=dict)
+    #: Originals' counts texts (``ct:``).
+    counts: dict[int, bytes] = field(default_factory=dict)
     refill: set[int] = field(default_factory=set)
     #: Resets waiting for the watermark, by seq: (owner, tweets, horizon, as_of).
     resets: dict[int, tuple[int, tuple[int, ...], int, int]] = field(default_factory=dict)
@@ -37,31 +58,44 @@ class TimelineModel:
     idle: set[int] = field(default_factory=set)
     #: Writes to dropped timelines not made.
     skipped: int = 0
-    #: Pulled authors' lists (only horizon, top, version and ids are used).
+    #: Pulled authors' lists (only horizon, top, version, ids and raw are used).
     lists: dict[int, ModelTimeline] = field(default_factory=dict)
     #: Per owner, the pulled authors whose lists its reads merge in.
     pulls: dict[int, set[int]] = field(default_factory=dict)
     #: The pulled authors a waiting reset's read left out, by seq.
     reset_pulls: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    #: The (entry, original) pairs of a waiting reset's reposts, by seq.
+    reset_pairs: dict[int, dict[int, int]] = field(default_factory=dict)
 
     @property
     def keep(self) -> int:
         return self.cap + self.slack // 2
 
-    def apply(self, bodies: Mapping[int, bytes], mutations: Iterable[Mutation]) -> None:
-        """Apply a batch the way the store does: deleted bodies, new bodies,
-        then the per-timeline ops."""
+    def apply(
+        self,
+        bodies: Mapping[int, bytes],
+        mutations: Iterable[Mutation],
+        counts: Mapping[int, tuple[int, int]] | None = None,
+    ) -> None:
+        """Apply a batch the way the store does: deleted bodies, new bodies and
+        counts, then the per-timeline ops."""
         ops, deleted = group_by_timeline(mutations, keep=self.cap + self.slack)
         for t in deleted:
             self.bodies.pop(t, None)
         self.bodies.update(bodies)
+        for t, (likes, reposts) in (counts or {}).items():
+            if likes or reposts:
+                self.counts[t] = b'{"likes":%d,"reposts":%d,"replies":0}' % (likes, reposts)
+            else:
+                self.counts.pop(t, None)
         for op in ops:
+            originals = dict(op.reposts)
             if op.op is Op.ADD:
-                self._add(op.owner, op.tweets, op.horizon, op.seq)
+                self._add(op.owner, op.tweets, op.horizon, op.seq, originals)
             elif op.op is Op.REMOVE:
                 self._remove(op.owner, op.tweets, op.seq)
             elif op.op is Op.LIST:
-                self._set_list(op.owner, op.tweets, op.horizon)
+                self._set_list(op.owner, op.tweets, op.horizon, originals)
             elif op.op is Op.PULL:
                 self.pulls.setdefault(op.owner, set()).add(op.authors[0])
                 self._remove(op.owner, op.tweets, op.seq)
@@ -71,7 +105,7 @@ class TimelineModel:
                 gone = author in self.pulls.get(op.owner, set())
                 self.pulls.get(op.owner, set()).discard(author)
                 if op.tweets:
-                    self._add(op.owner, op.tweets, op.horizon, op.seq)
+                    self._add(op.owner, op.tweets, op.horizon, op.seq, originals)
                 else:
                     self._remove(op.owner, (), op.seq)
                 listed = self.lists.get(author)
@@ -79,14 +113,18 @@ class TimelineModel:
             else:
                 self.resets[op.seq] = (op.owner, op.tweets, op.horizon, op.as_of)
                 self.reset_pulls[op.seq] = op.authors
+                self.reset_pairs[op.seq] = originals
 
-    def _set_list(self, author: int, tweets: tuple[int, ...], horizon: int) -> None:
+    def _set_list(
+        self, author: int, tweets: tuple[int, ...], horizon: int, originals: Mapping[int, int]
+    ) -> None:
         old = self.lists.get(author)
-        new = ModelTimeline(horizon=horizon, ids=list(tweets))
+        new = ModelTimeline(horizon=horizon, raw={t: originals.get(t, t) for t in tweets})
+        new.settle()
         if old is not None:
-            top = max(old.top, old.ids[-1] if old.ids else 0)
-            new.version = old.version + any(t < top and t not in old.ids for t in tweets)
-            if (tweets[-1] if tweets else 0) < top:
+            top = old.ceiling()
+            new.version = old.version + any(t < top and t not in old.ids for t in new.ids)
+            if (new.ids[-1] if new.ids else 0) < top:
                 new.top = top
         self.lists[author] = new
 
@@ -98,12 +136,22 @@ class TimelineModel:
         """Apply the resets the contiguous watermark has reached, in seq order."""
         for seq in sorted(s for s in self.resets if s <= watermark):
             owner, tweets, horizon, as_of = self.resets.pop(seq)
-            self._reset(owner, tweets, horizon, seq, as_of, self.reset_pulls.pop(seq))
+            self._reset(
+                owner,
+                tweets,
+                horizon,
+                seq,
+                as_of,
+                self.reset_pulls.pop(seq),
+                self.reset_pairs.pop(seq),
+            )
 
     def _store(self, owner: int, tl: ModelTimeline, seq: int) -> None:
+        tl.settle()
         if len(tl.ids) > self.cap + self.slack:
-            tl.ids = tl.ids[-self.keep :]
-            tl.horizon = tl.ids[0]
+            tl.horizon = tl.ids[-self.keep]
+            tl.raw = {e: o for e, o in tl.raw.items() if e >= tl.horizon}
+            tl.settle()
             tl.fence = max(tl.fence, seq)
         if tl.top and tl.ids and tl.ids[-1] >= tl.top:
             tl.top = 0
@@ -111,13 +159,22 @@ class TimelineModel:
         if len(tl.ids) < self.cap and tl.horizon > 0:
             self.refill.add(owner)
 
-    def _merge(self, tl: ModelTimeline, new: Iterable[int], existed: bool, seq: int) -> None:
-        top = max(tl.top, tl.ids[-1] if tl.ids else 0) if existed else 0
-        have = set(tl.ids)
-        added = {t for t in new if t >= tl.horizon and t not in have}
-        if any(t < top for t in added):
+    @staticmethod
+    def _late(tl: ModelTimeline, had: set[int], top: int) -> None:
+        """Winners new to the timeline below what it held arrived late."""
+        tl.settle()
+        if any(w < top and w not in had for w in tl.ids):
             tl.version += 1
-        tl.ids = sorted(have | added)
+
+    def _merge(
+        self, tl: ModelTimeline, new: Iterable[int], originals: Mapping[int, int], existed: bool
+    ) -> None:
+        top = tl.ceiling() if existed else 0
+        had = set(tl.ids)
+        for t in new:
+            if t >= tl.horizon and t not in tl.raw:
+                tl.raw[t] = originals.get(t, t)
+        self._late(tl, had, top)
 
     def drop(self, owner: int) -> None:
         """What the idle sweep does: a timeline becomes a tombstone, unless it is
@@ -136,19 +193,30 @@ class TimelineModel:
         self.skipped += 1
         return True
 
-    def _add(self, owner: int, tweets: Iterable[int], h: int, seq: int) -> None:
+    def _add(
+        self,
+        owner: int,
+        tweets: Iterable[int],
+        h: int,
+        seq: int,
+        originals: Mapping[int, int] | None = None,
+    ) -> None:
         if self._dropped(owner):
             return
         existed = owner in self.timelines
         tl = self.timelines.get(owner, ModelTimeline())
+        top, had = (tl.ceiling() if existed else 0), set(tl.ids)
         if h > tl.horizon:
             tl.horizon = h
-            tl.ids = [i for i in tl.ids if i >= h]
+            tl.raw = {e: o for e, o in tl.raw.items() if e >= h}
             tl.fence = max(tl.fence, seq)
         tweets = list(tweets)
         if h > 0 or any(t < tl.horizon for t in tweets):
             tl.fence = max(tl.fence, seq)
-        self._merge(tl, tweets, existed, seq)
+        for t in tweets:
+            if t >= tl.horizon and t not in tl.raw:
+                tl.raw[t] = (originals or {}).get(t, t)
+        self._late(tl, had, top)
         self._store(owner, tl, seq)
 
     def _remove(self, owner: int, tweets: Iterable[int], seq: int) -> None:
@@ -163,10 +231,11 @@ class TimelineModel:
         if not drop:  # only the fence moves
             tl.fence = max(tl.fence, seq)
             return
-        kept = [i for i in tl.ids if i not in drop]
-        if len(kept) < len(tl.ids) and (not kept or kept[-1] != tl.ids[-1]):
-            tl.top = max(tl.top, tl.ids[-1])
-        tl.ids = kept
+        top, had, old = tl.ceiling(), set(tl.ids), list(tl.ids)
+        tl.raw = {e: o for e, o in tl.raw.items() if e not in drop}
+        self._late(tl, had, top)  # a removed winner's next entry shows below
+        if old and (not tl.ids or tl.ids[-1] != old[-1]):
+            tl.top = max(tl.top, old[-1])
         tl.fence = max(tl.fence, seq)
         self._store(owner, tl, seq)
 
@@ -178,7 +247,9 @@ class TimelineModel:
         seq: int,
         as_of: int,
         pulled: tuple[int, ...] = (),
+        originals: Mapping[int, int] | None = None,
     ) -> None:
+        originals = originals or {}
         placeholder = owner in self.regenerating
         if owner in self.idle and not placeholder:  # a refill for a timeline dropped since
             self.skipped += 1
@@ -199,23 +270,47 @@ class TimelineModel:
             tl.horizon = min(tl.horizon, h)
         elif h > tl.horizon:
             tl.horizon = h
-            kept = [i for i in tl.ids if i >= h]
-            if len(kept) < len(tl.ids):
+            kept = {e: o for e, o in tl.raw.items() if e >= h}
+            if len(kept) < len(tl.raw):
                 tl.fence = max(tl.fence, seq)
-            tl.ids = kept
-        self._merge(tl, [t for t in tweets if t in self.bodies], existed, seq)
+            tl.raw = kept
+        # An entry deleted since, or a repost of an original deleted since, is left out.
+        live = [t for t in tweets if t in self.bodies and originals.get(t, t) in self.bodies]
+        self._merge(tl, live, originals, existed)
         self._store(owner, tl, seq)
 
     def view(self, owner: int) -> tuple[int, list[int]] | None:
         """(floor, visible ids newest first): the timeline merged with the lists
-        of the pulled authors the owner follows (fanout/store/lua/merged.lua)."""
+        of the pulled authors the owner follows (fanout/store/lua/merged.lua), per
+        original only its greatest entry across them."""
+        merged = self.merged(owner)
+        if merged is None:
+            return None
+        floor, entries = merged
+        return floor, entries[: self.cap]
+
+    def merged(self, owner: int) -> tuple[int, list[int]] | None:
+        """(floor, every entry of the merged view at or above it, newest first)."""
         tl = self.timelines.get(owner)
         if tl is None:
             return None
         sources = [tl, *(self.lists[a] for a in self.pulls.get(owner, ()) if a in self.lists)]
         floor = max(s.horizon for s in sources)
-        entries = sorted(i for s in sources for i in s.ids if i >= floor)
-        return floor, list(reversed(entries[-self.cap :]))
+        best: dict[int, int] = {}
+        for s in sources:
+            for w in s.ids:
+                if w >= floor:
+                    o = s.raw.get(w, w)
+                    best[o] = max(best.get(o, 0), w)
+        return floor, sorted(best.values(), reverse=True)
+
+    def original(self, owner: int, entry: int) -> int:
+        """The original of an entry of the owner's merged view."""
+        tl = self.timelines[owner]
+        for s in [tl, *(self.lists[a] for a in self.pulls.get(owner, ()) if a in self.lists)]:
+            if entry in s.raw:
+                return s.raw[entry]
+        return entry
 
     def version(self, owner: int) -> int:
         """The version readers get: the timeline's plus its lists'."""

@@ -3,17 +3,29 @@
 -- (see fanout/store/ops.py encode_ops):
 --   4 packed-ids                     delete tweet bodies (comes first)
 --   3 tweet-id body                  put a tweet body
---   1 owner horizon seq packed-ids   merge tweets into a timeline (creating it)
---   2 owner seq packed-ids           remove tweets from a timeline
---   5 owner horizon seq as_of ids    a refill from the database: kept until the
---                                    watermark reaches its seq (see below)
+--  10 tweet-id counts                set an original's counts ('': delete them)
+--   1 owner horizon seq ids pairs    merge entries into a timeline (creating it)
+--   2 owner seq ids pairs            remove entries from a timeline
+--   5 owner horizon seq as_of        a refill from the database: kept until the
+--     pulled ids pairs               watermark reaches its seq (see below)
 --   6 watermark deleted-ids          apply the kept refills up to the watermark,
 --                                    leaving out the tweets deleted since (packed ids)
---   7 author horizon packed-ids      set a pulled author's list
---   8 owner seq author packed-ids    the owner reads the author's list: the ids
+--   7 author horizon ids pairs       set a pulled author's list
+--   8 owner seq author ids pairs     the owner reads the author's list: the ids
 --                                    leave the timeline (fenced, as by an unfollow)
 --   9 owner horizon seq author       the owner stops reading the author's list:
---     list-version ids               the ids are merged in (an unfollow: none, a fence)
+--     list-version ids pairs         the ids are merged in (an unfollow: none, a fence)
+-- `ids` are packed entry ids (ascending), `pairs` the reposts among them: 16-byte
+-- records (entry, original), '' when there are none.
+--
+-- Reposts (fanout/store/ops.py): a timeline or list holds its *winners*, per
+-- original the greatest of its raw entries in scope, and beside it (P.reposts,
+-- P.list_reposts) the pairs: every repost in scope and (o, o) for a post o that
+-- is not its original's winner, sorted. The rules below are on the raw entries;
+-- cap, trim, short, horizon, top and version on the winners. A timeline without
+-- pairs (no repost in scope) takes the paths it took before reposts; a repost
+-- newer than every winner takes a short one (add_newest); anything else with
+-- reposts decodes the raw entries, applies the operation and encodes both strings.
 -- Every key a call touches is in its shard (the tag T): the caller groups the
 -- operations by the shard of their owner, author or tweet, and reads what a call
 -- needs from other shards beforehand (the deleted tweets, a list's version).
@@ -58,6 +70,8 @@ local added, removed, created, short, skipped = 0, 0, 0, 0, 0
 local function regeneration(owner) return P.regeneration .. gen .. ':' .. T .. owner end
 local function pulls(owner) return P.pulls .. gen .. ':' .. T .. owner end
 local function list_key(author) return P.list .. gen .. ':' .. T .. author end
+local function pairs_key(owner) return P.reposts .. gen .. ':' .. T .. owner end
+local function list_pairs_key(author) return P.list_reposts .. gen .. ':' .. T .. author end
 local function pending(owner) return redis.call('EXISTS', regeneration(owner)) == 1 end
 
 -- Ids in bulk: one struct call per BULK of them, half the cost of a call per
@@ -131,6 +145,110 @@ local function store(key, h, ids, seq)
   return #ids
 end
 
+-- --- Raw entries (reposts) ---------------------------------------------------
+
+-- entry -> original of the `pairs` argument of an operation (entry, original).
+local function originals_of(blob)
+  local out = {}
+  for pos = 1, #blob, PAIR do
+    local e, o = struct.unpack('>I8I8', blob, pos)
+    out[e] = o
+  end
+  return out
+end
+
+-- The raw entries (entry -> original) of winners `ids` and pairs string `p`.
+local function raw_of(ids, p)
+  local raw = {}
+  if p then
+    for pos = 1, #p, PAIR do
+      local o, e = struct.unpack('>I8I8', p, pos)
+      raw[e] = o
+    end
+  end
+  for i = 1, #ids do
+    if raw[ids[i]] == nil then raw[ids[i]] = ids[i] end
+  end
+  return raw
+end
+
+-- The winners (ascending) and the pairs string of raw entries.
+local function view_of(raw)
+  local best = {}
+  for e, o in pairs(raw) do
+    local b = best[o]
+    if b == nil or e > b then best[o] = e end
+  end
+  local ids = {}
+  for _, e in pairs(best) do ids[#ids + 1] = e end
+  table.sort(ids)
+  local recs = {}
+  for e, o in pairs(raw) do
+    if e ~= o or best[o] ~= o then recs[#recs + 1] = {o, e} end
+  end
+  table.sort(recs, function(a, b) return a[1] < b[1] or (a[1] == b[1] and a[2] < b[2]) end)
+  local parts = {}
+  for i = 1, #recs do parts[i] = struct.pack('>I8I8', recs[i][1], recs[i][2]) end
+  return ids, table.concat(parts)
+end
+
+local function set_of(ids)
+  local out = {}
+  for i = 1, #ids do out[ids[i]] = true end
+  return out
+end
+
+-- Drop the raw entries below `floor`; returns how many went.
+local function prune(raw, floor)
+  local gone = 0
+  for e in pairs(raw) do
+    if e < floor then
+      raw[e] = nil
+      gone = gone + 1
+    end
+  end
+  return gone
+end
+
+-- Write a timeline (or list) given as raw entries: winners new to it below
+-- `top` arrived late (the version moves), then over `limit` it keeps its newest
+-- `keep` winners (and the raw entries at or above the oldest of them). `had`:
+-- the winners it held. Returns how many winners it holds.
+local function store_raw(key, pkey, h, raw, seq, had, top)
+  local ids, p = view_of(raw)
+  for i = 1, #ids do
+    if ids[i] < top and not had[ids[i]] then
+      h.version = h.version + 1
+      break
+    end
+  end
+  if #ids > limit then
+    h.horizon = ids[#ids - keep + 1]
+    prune(raw, h.horizon)
+    ids, p = view_of(raw)
+    fence(h, seq)
+  end
+  if h.top ~= 0 and ids[#ids] ~= nil and ids[#ids] >= h.top then h.top = 0 end
+  redis.call('SET', key, encode(h, ids))
+  if #p > 0 then redis.call('SET', pkey, p) else redis.call('DEL', pkey) end
+  return #ids
+end
+
+-- Drop the pairs of `pkey` whose entry is below `floor` (a trim raised the horizon).
+local function prune_pairs(pkey, floor)
+  local p = redis.call('GET', pkey)
+  if not p then return end
+  local flat, kept, k = unpack_ids(p, 1, #p / 8), {}, 0  -- original, entry, original, ...
+  for x = 2, #flat, 2 do
+    if flat[x] >= floor then
+      kept[k + 1], kept[k + 2] = flat[x - 1], flat[x]
+      k = k + 2
+    end
+  end
+  if k == 0 then redis.call('DEL', pkey)
+  elseif k < #flat then redis.call('SET', pkey, pack_ids(kept)) end
+end
+
 -- Merge `new` (ascending) into `ids`, skipping ids below `floor`.
 -- Returns the merged list, how many were added, and whether one arrived late.
 local function merge(ids, new, floor, top)
@@ -169,14 +287,16 @@ local function add_slow(owner, key, s, new, hm, seq)
   return n
 end
 
--- Trim after an APPEND: keep the newest `keep` (a new horizon, the fence moved).
-local function trim(key, len, seq)
+-- Trim after an APPEND: keep the newest `keep` (a new horizon, the fence moved),
+-- and the pairs (of `owner`, if it may have some) at or above it.
+local function trim(key, len, seq, owner)
   if len > HEADER + limit * 8 then
     local h = read_header(redis.call('GETRANGE', key, 0, HEADER - 1))
     local tail = redis.call('GETRANGE', key, len - keep * 8, -1)
     h.horizon = upk(tail, 1)
     fence(h, seq)
     redis.call('SET', key, pack_header(h) .. tail)
+    if owner then prune_pairs(pairs_key(owner), h.horizon) end
   end
 end
 
@@ -243,8 +363,149 @@ local function add_inside(key, h, n, t, off, base, blob, seq)
   return n_added
 end
 
+-- The general merge of entries with reposts (or into a timeline with pairs):
+-- the raw entries decoded, merged, and both strings encoded again (see add_slow).
+local function add_raw(owner, key, s, new, orig, hm, seq)
+  local pkey = pairs_key(owner)
+  local h, ids = new_header(), {}
+  local p
+  if s then
+    h, ids = decode(s)
+    p = redis.call('GET', pkey)
+  else
+    created = created + 1
+  end
+  local raw, had = raw_of(ids, p), set_of(ids)
+  local top = s and ceiling(h, ids) or 0
+  if hm > h.horizon then
+    h.horizon = hm
+    prune(raw, hm)
+    fence(h, seq)
+  end
+  if hm > 0 or (#new > 0 and new[1] < h.horizon) then fence(h, seq) end
+  local n = 0
+  for _, e in ipairs(new) do
+    if e >= h.horizon and raw[e] == nil then
+      raw[e] = orig[e] or e
+      n = n + 1
+    end
+  end
+  check_short(owner, h, store_raw(key, pkey, h, raw, seq, had, top))
+  return n
+end
+
+-- Index (1-based) of the first id of the timeline at `key` (`n` ids) at or above
+-- `id`, n + 1 if none: a binary search reading 8 bytes a probe (GETRANGE), for
+-- reading a whole timeline (GET) costs more than a dozen probes.
+local function index_in(key, n, id)
+  local lo, hi = 1, n
+  while lo <= hi do
+    local mid = math.floor((lo + hi) / 2)
+    local at = HEADER + (mid - 1) * 8
+    if upk(redis.call('GETRANGE', key, at, at + 7)) < id then lo = mid + 1 else hi = mid - 1 end
+  end
+  return lo
+end
+
+-- Index (1-based) of the first record of the pairs at `pkey` (`np` of them)
+-- whose original is at or above `o`, np + 1 if none; GETRANGE probes too.
+local function pair_index_in(pkey, np, o)
+  local lo, hi = 1, np
+  while lo <= hi do
+    local mid = math.floor((lo + hi) / 2)
+    local at = (mid - 1) * PAIR
+    if upk(redis.call('GETRANGE', pkey, at, at + 7)) < o then lo = mid + 1 else hi = mid - 1 end
+  end
+  return lo
+end
+
+-- Entries newer than every winner (and than `top`), some of them reposts: each
+-- one's original's old winner (the last of its run of pairs, or the post itself)
+-- leaves the winners, the newest entry of each original joins them at the end,
+-- and the pairs get the new reposts (and a displaced post). Binary searches by
+-- GETRANGE and range writes (APPEND, SETRANGE of the tails after the changes):
+-- no string is read or decoded whole. `h`: the header, `n` ids.
+local function add_newest(owner, key, h, n, blob, orig, seq)
+  local pkey = pairs_key(owner)
+  local np = redis.call('STRLEN', pkey) / PAIR
+  local best, order, posted, recs = {}, {}, {}, {}
+  for pos = 1, #blob, 8 do
+    local e = upk(blob, pos)
+    local o = orig[e] or e
+    if best[o] == nil then order[#order + 1] = o end
+    best[o] = e  -- ascending: the last one is the newest
+    if e == o then posted[o] = true else recs[#recs + 1] = {o, e} end
+  end
+  -- drop: the indexes of the old winners that leave; at: where each original's
+  -- new records go in the pairs.
+  local drop, fresh, at = {}, {}, {}
+  for _, o in ipairs(order) do
+    fresh[#fresh + 1] = best[o]
+    if posted[o] and best[o] ~= o then recs[#recs + 1] = {o, o} end
+    local lo = pair_index_in(pkey, np, o)
+    local run_end = lo - 1
+    if lo <= np then  -- o's run: the records from lo on whose original is o
+      local chunk = redis.call('GETRANGE', pkey, (lo - 1) * PAIR, lo * PAIR + 7 * PAIR - 1)
+      local k = 0
+      while k * PAIR < #chunk and upk(chunk, k * PAIR + 1) == o do k = k + 1 end
+      run_end = k * PAIR < #chunk and lo + k - 1 or pair_index_in(pkey, np, o + 1) - 1
+    end
+    at[o] = run_end + 1
+    if run_end >= lo then  -- the old winner: the run's last repost
+      local last = redis.call('GETRANGE', pkey, (run_end - 1) * PAIR, run_end * PAIR - 1)
+      drop[#drop + 1] = index_in(key, n, upk(last, 9))
+    elseif not posted[o] and o >= h.horizon then  -- the post itself, if it is there
+      local i = index_in(key, n, o)
+      if i <= n and upk(redis.call('GETRANGE', key, HEADER + (i - 1) * 8, HEADER + i * 8 - 1)) == o
+      then
+        drop[#drop + 1] = i
+        recs[#recs + 1] = {o, o}
+      end
+    end
+  end
+  table.sort(fresh)
+  if h.top ~= 0 then redis.call('SETRANGE', key, 16, pk(0)) end  -- every new winner is above
+  local len
+  if #drop == 0 then
+    len = redis.call('APPEND', key, pack_ids(fresh))
+  else
+    -- The winners from the first dropped one on, without the dropped ones, then
+    -- the new ones: at least as long as what it replaces.
+    local pos = drop
+    table.sort(pos)
+    local from = HEADER + (pos[1] - 1) * 8
+    local tail = redis.call('GETRANGE', key, from, -1)
+    local parts, next_at = {}, 1
+    for _, k in ipairs(pos) do
+      local off = (k - pos[1]) * 8
+      parts[#parts + 1] = string.sub(tail, next_at, off)
+      next_at = off + 9
+    end
+    parts[#parts + 1] = string.sub(tail, next_at)
+    parts[#parts + 1] = pack_ids(fresh)
+    len = redis.call('SETRANGE', key, from, table.concat(parts))
+  end
+  -- The new records, each original's after its run (the runs' entries are all
+  -- older), from the last place on: the places before it do not move.
+  table.sort(recs, function(a, b) return a[1] > b[1] or (a[1] == b[1] and a[2] > b[2]) end)
+  local i = 1
+  while i <= #recs do
+    local o, group = recs[i][1], {}
+    while i <= #recs and recs[i][1] == o do
+      table.insert(group, 1, struct.pack('>I8I8', o, recs[i][2]))
+      i = i + 1
+    end
+    local off = (at[o] - 1) * PAIR
+    local rest = off < np * PAIR and redis.call('GETRANGE', pkey, off, -1) or ''
+    redis.call('SETRANGE', pkey, off, table.concat(group) .. rest)
+    np = np + #group
+  end
+  trim(key, len, seq, owner)
+  return #blob / 8
+end
+
 -- Merge packed ids (ascending). A plain add of the newest tweets is an APPEND.
-local function add(owner, key, blob, hm, seq)
+local function add(owner, key, blob, hm, seq, pblob)
   local s_len = redis.call('STRLEN', key)
   if s_len > 0 and s_len < HEADER then  -- a tombstone
     if not pending(owner) then
@@ -260,21 +521,62 @@ local function add(owner, key, blob, hm, seq)
     local last = n > 0 and upk(redis.call('GETRANGE', key, -8, -1)) or 0
     local first = upk(blob, 1)
     if first > math.max(h.top, last) and first >= h.horizon then
+      if #pblob > 0 then return add_newest(owner, key, h, n, blob, originals_of(pblob), seq) end
+      -- Posts newer than every winner are new winners (a repost of one would be
+      -- newer still): the pairs need no look.
       local len = redis.call('APPEND', key, blob)
       if h.top ~= 0 then redis.call('SETRANGE', key, 16, pk(0)) end
-      trim(key, len, seq)
+      trim(key, len, seq, owner)
       return #blob / 8
     end
-    -- The newest entries first: another executor's share of this batch is there.
-    local window = 2 * #blob / 8 + 8
-    if n > window then
-      local t = redis.call('GETRANGE', key, s_len - window * 8, -1)
-      local added_here = add_inside(key, h, n, t, 0, n - window + 1, blob, seq)
-      if added_here ~= nil then return added_here end
+    if #pblob == 0 and redis.call('EXISTS', pairs_key(owner)) == 0 then
+      -- The newest entries first: another executor's share of this batch is there.
+      local window = 2 * #blob / 8 + 8
+      if n > window then
+        local t = redis.call('GETRANGE', key, s_len - window * 8, -1)
+        local added_here = add_inside(key, h, n, t, 0, n - window + 1, blob, seq)
+        if added_here ~= nil then return added_here end
+      end
+      return add_inside(key, h, n, redis.call('GET', key), HEADER, 1, blob, seq)
     end
-    return add_inside(key, h, n, redis.call('GET', key), HEADER, 1, blob, seq)
+    return add_raw(owner, key, redis.call('GET', key), ids_of(blob), originals_of(pblob), 0, seq)
   end
-  return add_slow(owner, key, s_len > 0 and redis.call('GET', key) or nil, ids_of(blob), hm, seq)
+  local s = s_len > 0 and redis.call('GET', key) or nil
+  if #pblob == 0 and (not s or redis.call('EXISTS', pairs_key(owner)) == 0) then
+    return add_slow(owner, key, s, ids_of(blob), hm, seq)
+  end
+  return add_raw(owner, key, s, ids_of(blob), originals_of(pblob), hm, seq)
+end
+
+-- A removal from a timeline with pairs: a winner removed gives its place to the
+-- next-newest raw entry of its original (which arrives late: the version moves).
+local function remove_raw(owner, key, pkey, s, p, blob, seq)
+  local h, ids = decode(s)
+  local raw = raw_of(ids, p)
+  local gone = 0
+  for pos = 1, #blob, 8 do
+    local e = upk(blob, pos)
+    if raw[e] ~= nil then
+      raw[e] = nil
+      gone = gone + 1
+    end
+  end
+  if gone == 0 and seq <= h.fence then return 0 end
+  local top, last = ceiling(h, ids), ids[#ids]
+  local kept, newp = view_of(raw)
+  local had = set_of(ids)
+  for i = 1, #kept do
+    if kept[i] < top and not had[kept[i]] then
+      h.version = h.version + 1
+      break
+    end
+  end
+  if last ~= nil and kept[#kept] ~= last then h.top = math.max(h.top, last) end
+  fence(h, seq)
+  redis.call('SET', key, encode(h, kept))
+  if #newp > 0 then redis.call('SET', pkey, newp) else redis.call('DEL', pkey) end
+  check_short(owner, h, #kept)
+  return gone
 end
 
 local function remove(owner, key, blob, seq)
@@ -293,6 +595,9 @@ local function remove(owner, key, blob, seq)
     if seq > upk(s, 9) then redis.call('SETRANGE', key, 8, pk(seq)) end
     return 0
   end
+  local pkey = pairs_key(owner)
+  local p = redis.call('GET', pkey)
+  if p then return remove_raw(owner, key, pkey, s, p, blob, seq) end
   local h, ids = decode(s)
   local drop = {}
   for pos = 1, #blob, 8 do drop[upk(blob, pos)] = true end
@@ -325,7 +630,7 @@ end
 -- it is dropped and asked for again. Onto a placeholder (a regeneration is
 -- pending) the horizon is the higher one, and the regeneration is over; a
 -- stale one is asked for again (the refill task names the new reset's seq).
-local function reset(owner, key, blob, hr, seq, as_of, pulled, deleted)
+local function reset(owner, key, blob, hr, seq, as_of, pulled, deleted, pblob)
   local s = redis.call('GET', key)
   local regen = regeneration(owner)
   local placeholder = pending(owner)
@@ -350,12 +655,36 @@ local function reset(owner, key, blob, hr, seq, as_of, pulled, deleted)
   end
   if not s then created = created + 1 end
   if placeholder then redis.call('DEL', regen) end
+  local orig = originals_of(pblob)
   local new = {}
   for pos = 1, #blob, 8 do
     local id = upk(blob, pos)
-    if not deleted[id] then new[#new + 1] = id end
+    -- a repost of an original deleted since is left out with it
+    if not deleted[id] and not deleted[orig[id] or id] then new[#new + 1] = id end
   end
   local top = s and ceiling(h, ids) or 0
+  local pkey = pairs_key(owner)
+  local p = s and redis.call('GET', pkey) or nil
+  if #pblob > 0 or p then  -- reposts: on the raw entries
+    local raw, had = raw_of(ids, p), set_of(ids)
+    if not s then
+      h.horizon = hr
+    elseif not placeholder then
+      h.horizon = math.min(h.horizon, hr)
+    elseif hr > h.horizon then
+      h.horizon = hr
+      if prune(raw, hr) > 0 then fence(h, seq) end
+    end
+    local n = 0
+    for _, e in ipairs(new) do
+      if e >= h.horizon and raw[e] == nil then
+        raw[e] = orig[e] or e
+        n = n + 1
+      end
+    end
+    check_short(owner, h, store_raw(key, pkey, h, raw, seq, had, top))
+    return n
+  end
   if not s then
     h.horizon = hr
   elseif not placeholder then
@@ -381,20 +710,29 @@ local function release(watermark, gone)
   for _, id in ipairs(ids_of(gone)) do deleted[id] = true end
   for _, member in ipairs(due) do
     local owner, hr, seq, as_of = upk(member, 1), upk(member, 9), upk(member, 17), upk(member, 25)
-    local ids_at = 41 + upk(member, 33) * 8
+    local ids_at = 49 + upk(member, 33) * 8
+    local pairs_at = ids_at + upk(member, 41) * 8
     added = added + reset(num(owner), P.timeline .. gen .. ':' .. T .. num(owner),
-                          string.sub(member, ids_at), hr, seq, as_of,
-                          string.sub(member, 41, ids_at - 1), deleted)
+                          string.sub(member, ids_at, pairs_at - 1), hr, seq, as_of,
+                          string.sub(member, 49, ids_at - 1), deleted,
+                          string.sub(member, pairs_at))
   end
   redis.call('ZREMRANGEBYSCORE', key, '-inf', watermark)
 end
 
 -- A pulled author's list: its newest tweets and their horizon, as the job
 -- computed them. An id new to it below the newest it held arrived late.
-local function set_list(author, hm, blob)
-  local key = list_key(author)
+local function set_list(author, hm, blob, pblob)
+  local key, pkey = list_key(author), list_pairs_key(author)
   local old = redis.call('GET', key)
   local h, ids = new_header(), ids_of(blob)
+  local p = ''
+  if #pblob > 0 then
+    local orig, raw = originals_of(pblob), {}
+    for _, e in ipairs(ids) do raw[e] = orig[e] or e end
+    ids, p = view_of(raw)
+  end
+  if #p > 0 then redis.call('SET', pkey, p) else redis.call('DEL', pkey) end
   if old and #old >= HEADER then
     local oh, held = decode(old)
     local top = ceiling(oh, held)
@@ -429,10 +767,14 @@ end
 -- an unfollow) are merged into the timeline, which is fenced either way. The
 -- list's version (in the author's shard) leaves the merged version: the
 -- timeline's takes it over.
-local function unpull(owner, key, author, listed, blob, hm, seq)
+local function unpull(owner, key, author, listed, blob, hm, seq, pblob)
   local gone = redis.call('SREM', pulls(owner), author) == 1
   local n = 0
-  if #blob > 0 then n = add(owner, key, blob, hm, seq) else remove(owner, key, blob, seq) end
+  if #blob > 0 then
+    n = add(owner, key, blob, hm, seq, pblob)
+  else
+    remove(owner, key, blob, seq)
+  end
   bump(key, 1 + (gone and listed or 0))
   return n
 end
@@ -441,37 +783,43 @@ local timelines = P.timeline .. gen .. ':' .. T
 local i = 4
 while i <= nargs() do
   local op = arg(i)
-  if op == '1' then                       -- add: owner, horizon, seq, packed ids
+  if op == '1' then                       -- add: owner, horizon, seq, ids, pairs
     added = added + add(arg(i + 1), timelines .. arg(i + 1), arg(i + 4),
-                        tonumber(arg(i + 2)), tonumber(arg(i + 3)))
-    i = i + 5
-  elseif op == '2' then                   -- remove: owner, seq, packed ids
+                        tonumber(arg(i + 2)), tonumber(arg(i + 3)), arg(i + 5))
+    i = i + 6
+  elseif op == '2' then                   -- remove: owner, seq, ids, pairs
     removed = removed + remove(arg(i + 1), timelines .. arg(i + 1), arg(i + 3),
                                tonumber(arg(i + 2)))
-    i = i + 4
-  elseif op == '5' then                   -- reset: owner, horizon, seq, as_of, pulled, ids
+    i = i + 5
+  elseif op == '5' then                   -- reset: owner, horizon, seq, as_of, pulled, ids, pairs
     local member = pk(tonumber(arg(i + 1))) .. pk(tonumber(arg(i + 2)))
                    .. pk(tonumber(arg(i + 3))) .. pk(tonumber(arg(i + 4)))
-                   .. pk(#arg(i + 5) / 8) .. arg(i + 5) .. arg(i + 6)
+                   .. pk(#arg(i + 5) / 8) .. pk(#arg(i + 6) / 8)
+                   .. arg(i + 5) .. arg(i + 6) .. arg(i + 7)
     redis.call('ZADD', P.resets .. gen .. T, arg(i + 3), member)
-    i = i + 7
-  elseif op == '7' then                   -- a pulled author's list: author, horizon, ids
-    set_list(arg(i + 1), tonumber(arg(i + 2)), arg(i + 3))
-    i = i + 4
-  elseif op == '8' then                   -- pull: owner, seq, author, packed ids
+    i = i + 8
+  elseif op == '7' then                   -- a pulled author's list: author, horizon, ids, pairs
+    set_list(arg(i + 1), tonumber(arg(i + 2)), arg(i + 3), arg(i + 4))
+    i = i + 5
+  elseif op == '8' then                   -- pull: owner, seq, author, ids, pairs
     removed = removed + pull(arg(i + 1), timelines .. arg(i + 1), arg(i + 3), arg(i + 4),
                              tonumber(arg(i + 2)))
-    i = i + 5
-  elseif op == '9' then                   -- unpull: owner, horizon, seq, author, version, ids
+    i = i + 6
+  elseif op == '9' then                   -- unpull: owner, horizon, seq, author, version,
+                                          -- ids, pairs
     added = added + unpull(arg(i + 1), timelines .. arg(i + 1), arg(i + 4),
                            tonumber(arg(i + 5)), arg(i + 6),
-                           tonumber(arg(i + 2)), tonumber(arg(i + 3)))
-    i = i + 7
+                           tonumber(arg(i + 2)), tonumber(arg(i + 3)), arg(i + 7))
+    i = i + 8
   elseif op == '6' then                   -- release the resets up to a watermark
     release(arg(i + 1), arg(i + 2))
     i = i + 3
   elseif op == '3' then                   -- put a tweet body: id, body
     redis.call('SET', P.tweet .. T .. arg(i + 1), arg(i + 2))
+    i = i + 3
+  elseif op == '10' then                  -- an original's counts: id, JSON text ('': none)
+    if arg(i + 2) == '' then redis.call('DEL', P.counts .. T .. arg(i + 1))
+    else redis.call('SET', P.counts .. T .. arg(i + 1), arg(i + 2)) end
     i = i + 3
   else                                    -- 4: delete tweet bodies: packed ids
     local blob = arg(i + 1)

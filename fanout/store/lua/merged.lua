@@ -2,8 +2,14 @@
 -- of the pulled authors the user follows (fanout.model.join). Each holds exactly its
 -- share of the join at or above its horizon, so together they hold the join at
 -- or above the highest horizon (the floor); the newest `cap` of those entries
--- are visible. They are disjoint: an author is pushed to a follower or pulled.
--- Nothing is sorted: counts are binary searches, a page is a k-way walk.
+-- are visible. Their raw entries are disjoint (an author is pushed to a follower
+-- or pulled), but not their originals: a pushed repost of a pulled author's post,
+-- reposts of one original by a pushed and a pulled author. Per original only the
+-- greatest entry across the sources is in the view: each source's pairs say which
+-- of its winners are reposts of what, and the others are hidden. A user who
+-- reads no pulled author reads one source, whose winners are the view.
+-- Nothing is sorted but the hidden entries: counts are binary searches, a page
+-- is a k-way walk.
 
 -- First index in s[a..b] whose id is above x (b + 1 if none).
 local function above(s, a, b, x)
@@ -14,15 +20,61 @@ local function above(s, a, b, x)
   return a
 end
 
+-- First index in the ascending table t whose value is above x (#t + 1 if none).
+local function above_in(t, x)
+  local a, b = 1, #t
+  while a <= b do
+    local mid = math.floor((a + b) / 2)
+    if t[mid] <= x then a = mid + 1 else b = mid - 1 end
+  end
+  return a
+end
+
 -- The lists a call was given (see given_lists), or nil: the script reads them.
 -- Lists live in their authors' shards: with more than one shard the caller
 -- fetches them and passes them in (arguments from `at` on: how many, then
--- author and packed list pairs, '' for a list that is missing).
+-- author, packed list and its pairs triples, '' for a list or pairs missing).
 local function given_lists(at)
   if arg(at) == '-' then return nil end
-  local given = {n = tonumber(arg(at))}
-  for i = at + 1, at + 2 * given.n, 2 do given[arg(i)] = arg(i + 1) end
+  local given = {n = tonumber(arg(at)), pairs = {}}
+  for i = at + 1, at + 3 * given.n, 3 do
+    given[arg(i)] = arg(i + 1)
+    given.pairs[arg(i)] = arg(i + 2)
+  end
   return given
+end
+
+-- The entries of the sources that are not in the view, ascending, and as a set:
+-- per original, every winner of a source but the greatest across them (a
+-- source's repost winners are the last entries of its runs of pairs; a post o
+-- is the entry of original o).
+local function hidden(sources, floor)
+  local best, losers = {}, {}
+  for _, src in ipairs(sources) do
+    local p = src.p
+    local np = p and #p / PAIR or 0
+    for i = 1, np do
+      local o, e = pair_at(p, i)
+      if (i == np or pair_at(p, i + 1) ~= o) and e >= floor then  -- o's winner here
+        local b = best[o]
+        if b == nil then best[o] = e
+        elseif e > b then losers[#losers + 1] = b; best[o] = e
+        else losers[#losers + 1] = e end
+      end
+    end
+  end
+  for o in pairs(best) do  -- a post with a repost in some source
+    if o >= floor then
+      for _, src in ipairs(sources) do
+        local i = above(src.s, src.lo, src.n, o - 1)
+        if i <= src.n and id_at(src.s, i) == o then losers[#losers + 1] = o end
+      end
+    end
+  end
+  table.sort(losers)
+  local set = {}
+  for _, id in ipairs(losers) do set[id] = true end
+  return losers, set
 end
 
 -- The sources of a view: {s = packed, lo, n} (entries lo..n are at or above the
@@ -45,10 +97,25 @@ local function view(gen, uid, s, given)
       local lh = read_header(l)
       if lh.horizon > floor then floor = lh.horizon end
       version = version + lh.version
-      sources[#sources + 1] = {s = l, n = count(l)}
+      sources[#sources + 1] = {s = l, n = count(l), author = author}
     end
   end
   for _, src in ipairs(sources) do src.lo = above(src.s, 1, src.n, floor - 1) end
+  sources.hidden, sources.hide = {}, {}
+  if #sources > 1 then  -- reposts may repeat an original across the sources
+    local any = false
+    for i, src in ipairs(sources) do
+      if i == 1 then
+        src.p = redis.call('GET', P.reposts .. gen .. ':' .. T .. uid)
+      elseif given then
+        src.p = given.pairs[src.author]
+      else
+        src.p = redis.call('GET', P.list_reposts .. gen .. ':' .. src.author)
+      end
+      any = any or (src.p and #src.p > 0)
+    end
+    if any then sources.hidden, sources.hide = hidden(sources, floor) end
+  end
   return sources, floor, version
 end
 
@@ -56,7 +123,8 @@ end
 local function count_above(sources, x)
   local total = 0
   for _, src in ipairs(sources) do total = total + src.n - above(src.s, src.lo, src.n, x) + 1 end
-  return total
+  local h = sources.hidden
+  return total - (#h - above_in(h, x) + 1)
 end
 
 -- Up to `want` entries at or below `top`, newest first.
@@ -73,7 +141,7 @@ local function take(sources, top, want)
       if head[i] > best_id then best, best_id = i, head[i] end
     end
     if best == 0 then break end
-    out[#out + 1] = best_id
+    if not sources.hide[best_id] then out[#out + 1] = best_id end
     local src = sources[best]
     pos[best] = pos[best] - 1
     head[best] = pos[best] >= src.lo and id_at(src.s, pos[best]) or -1

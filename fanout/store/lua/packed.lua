@@ -36,3 +36,11 @@ local function encode(h, ids)
   for i = 1, #ids do parts[#parts + 1] = pk(ids[i]) end
   return table.concat(parts)
 end
+
+-- Pairs strings (see fanout/store/ops.py): 16-byte records (original, entry),
+-- ascending; the i-th record's original and entry (1-based).
+local PAIR = 16
+local function pair_at(p, i)
+  local o, e = struct.unpack('>I8I8', p, (i - 1) * PAIR + 1)
+  return o, e
+end

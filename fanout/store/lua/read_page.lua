@@ -1,6 +1,7 @@
 -- One home-timeline page in one call (fanout.store.timelines.TimelineStore.read_page):
 -- active generation, token revocation, cursors, the pulled authors' lists
--- (fanout/store/lua/merged.lua), the bodies, the watermark.
+-- (fanout/store/lua/merged.lua), the entries as tweet objects with their counts
+-- (fanout/store/lua/entries.lua), the watermark.
 -- Arguments (after the prefixes): user_id, count, max_id (0: none), since_id (0: none),
 -- cap, token issued-at (Unix seconds), today (days since the epoch), seen TTL (seconds),
 -- then the lists: '-' (one shard: the script reads the lists and the bodies itself),
@@ -75,14 +76,8 @@ if given then  -- the bodies are in their tweets' shards: the caller fetches the
   return {'ok', head[1], head[2], head[3], head[4], table.concat(packed), num(version), partial,
           first, nxt}
 end
-local keys = {}
-for i = 1, #ids do keys[i] = P.tweet .. num(ids[i]) end
-local parts = {}
-if #keys > 0 then
-  for _, body in ipairs(redis.call('MGET', unpack(keys))) do
-    if body then parts[#parts + 1] = body end  -- a body gone = a tweet deleted
-  end
-end
+-- The entries as tweet objects (fanout/store/lua/entries.lua): a body gone is a
+-- tweet deleted, skipped.
 return {'ok', head[1], head[2], head[3], head[4],
-        '{"tweets":[' .. table.concat(parts, ',') .. '],"next_max_id":' .. nxt .. '}',
+        '{"tweets":[' .. table.concat(render(ids), ',') .. '],"next_max_id":' .. nxt .. '}',
         num(version), partial, first}
