@@ -444,6 +444,8 @@ class NewestRecordReader(KafkaBatchReader):
                         store.write_bodies(bodies)
                     store.count_records_read(len(some))
         yield from join.rows(self.topics)
+        if store is not None and self.write_bodies:
+            store.write_counts(join.counts)
 
 
 class NewestRecordSource(KafkaChangelogSource):

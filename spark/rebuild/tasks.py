@@ -19,7 +19,7 @@ from pyspark import Broadcast
 
 from fanout.config import StarlingConfig
 from fanout.model.join import distinct_timeline
-from fanout.store.ops import pack_timeline, visible
+from fanout.store.ops import pack_pairs, pack_timeline, visible
 from fanout.store.timelines import store_for
 from spark.runtime import arrow
 from spark.runtime.worker_heap import spark_task
@@ -52,13 +52,17 @@ COUNT = "n long"
 def write_lists_partition(
     batches: Iterator[pa.RecordBatch], config: StarlingConfig, generation: int
 ) -> Iterator[pa.RecordBatch]:
-    """Write the pulled authors' lists (``join_key``, ``kept``, ``horizon``) into
-    ``generation``."""
+    """Write the pulled authors' lists (``join_key``, ``kept``, ``origins``,
+    ``horizon``) into ``generation``: one entry per original, the others aside."""
     store = store_for(config, timeout=120)
     for batch in batches:
         rows = batch.to_pylist()
-        n = store.write_lists(
-            generation, ((r["join_key"], pack_timeline(r["horizon"], r["kept"])) for r in rows)
+        n = store.write_list_views(
+            generation,
+            (
+                (r["join_key"], r["horizon"], dict(zip(r["kept"], r["origins"], strict=True)))
+                for r in rows
+            ),
         )
         yield arrow.batch({"n": [n]}, COUNT)
 
@@ -332,6 +336,9 @@ def write_timelines_partition(
         idle = store.dropped(live, owners) if live is not None and live != generation else set()
         store.write_timelines(
             generation, ((o, pack_timeline(h, ids)) for o, h, ids, _ in rows if o not in idle)
+        )
+        store.write_timeline_reposts(
+            generation, ((o, pack_pairs(aside)) for o, _, _, aside in rows if o not in idle)
         )
         store.write_dropped(generation, idle)
         store.write_pulls(generation, ((i.owner, i.pulls) for i in chunk if i.pulls))

@@ -104,6 +104,7 @@ class _Writer:
         self.totals: dict[str, Any] = dict.fromkeys(_NUMBERS, 0)
         self.marks: dict[str, int] = {}
         self.bodies: dict[int, bytes] = {}
+        self.counts: dict[int, tuple[int, int]] = {}
         self.mutations: list[Mutation] = []
         self.weight = 0
         self.dead: list[dict[str, Any]] = []
@@ -114,6 +115,7 @@ class _Writer:
         totals["ts"] = max(totals["ts"], bundle.ts)
         totals["ignored"] += bundle.ignored
         self.bodies.update(bundle.bodies)
+        self.counts.update(bundle.counts)
         self.mutations.extend(bundle.mutations)
         self.weight += sum(len(m.owners) + len(m.tweets) for m in bundle.mutations)
         self.dead += bundle.dead_letters
@@ -128,15 +130,15 @@ class _Writer:
 
     def flush(self) -> None:
         totals, mutations = self.totals, self.mutations
-        if self.bodies or mutations:
+        if self.bodies or mutations or self.counts:
             totals["mutations"] += len(mutations)
             totals["deliveries"] += sum(m.deliveries for m in mutations if m.op is Op.ADD)
             started = time.perf_counter()
-            applied = self.store.apply(self.generation, self.bodies, mutations)
+            applied = self.store.apply(self.generation, self.bodies, mutations, counts=self.counts)
             totals["redis_ms"] += int((time.perf_counter() - started) * 1000)
             for name in ("added", "removed", "created", "short", "calls", "skipped"):
                 totals[name] += getattr(applied, name)
-        self.bodies, self.mutations, self.weight = {}, [], 0
+        self.bodies, self.counts, self.mutations, self.weight = {}, {}, [], 0
         if self.dead:
             totals["dead_letters"] += self.store.dead_letter(self.dead)
             self.dead = []
