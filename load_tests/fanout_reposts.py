@@ -204,6 +204,13 @@ def report_phase(
     )
     steady = fig["steady"]
     report_batches(report, f"  at {args.rate} posts/s", key, steady)
+    report.add(
+        "    records behind at most",
+        max((b["behind"] for b in steady), default=0),
+        f"{sum(b['rows'] for b in steady) / max(1, len(steady)):,.0f} records per micro-batch "
+        f"(--max-records {args.max_records:,})",
+        key=f"{key}_behind",
+    )
     return percentile([b["duration"] for b in steady], 50)
 
 

@@ -144,6 +144,12 @@ def run_viral(args: argparse.Namespace) -> int:
             f"{viral.sent[1] / args.viral_seconds:,.0f} per second; tweet {tweet.tweet_id} "
             f"by user {star} ({len(fans[star])} followers)",
         )
+        report.add(
+            "  records behind at most (steady / viral)",
+            f"{max((b['behind'] for b in steady), default=0):,} / "
+            f"{max((b['behind'] for b in loud), default=0):,}",
+            f"the job keeps up if small; --max-records {args.max_records:,} per micro-batch",
+        )
         p99_ratio = ratio(loud_p99, steady_p99)
         report.add("p99 viral / steady", round(p99_ratio, 3), "target <= 1.5", key="p99_ratio")
 
