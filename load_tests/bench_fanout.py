@@ -3,6 +3,9 @@
     python -m load_tests.bench_fanout [--users 10000] [--follows 50] [--backlog 50000]
                                       [--rate 1000] [--seconds 60]
     python -m load_tests.bench_fanout --cluster [--users 10000] [--backlog 50000] [--seconds 60]
+    python -m load_tests.bench_fanout --mix [--mix-window 5000] [--users 10000] [--backlog 50000]
+    python -m load_tests.bench_fanout --viral [--viral-likes 20000] [--viral-reposts 2000]
+                                      [--viral-seconds 30] [--mix]
     python -m load_tests.bench_fanout --celebrity [--celebrity-followers 1000000]
                                       [--users 10000] [--follows 50] [--rate 1000] [--seconds 60]
                                       [--pull-threshold 10000]
@@ -41,6 +44,20 @@ C is pulled (``--pull-threshold``, STARLING_PULL_THRESHOLD's default unless
 given; 0 pushes every author, the layout before hybrid fan-out): its checks
 are at most 10 Redis writes per C post and a p99 within 1.5x of the
 baseline's.
+
+``--mix`` (load_tests/fanout_reposts.py) runs the backlog and the steady
+phase posts-only, then again with reposts and likes (per post one repost of
+a recent post by a follower of its author, written as its entry and its
+engagement, and five likes of recent posts), on the same job; its ceiling
+is the same mixed mutations (and counts, where the store writes them)
+through the store's script. It reports each phase's end to end ÷ ceiling
+and micro-batch p50, the mix's over the posts-only (targets >= 0.9 and
+<= 1.1), and bytes per post entry, per repost entry and per counted tweet.
+
+``--viral`` (load_tests/fanout_viral.py) runs the steady load, then one
+tweet liked ``--viral-likes`` and reposted ``--viral-reposts`` times a second
+on top for ``--viral-seconds``: micro-batch p99 viral ÷ steady (target
+<= 1.5) and the writes of that tweet's counter per micro-batch (target 1).
 """
 
 from __future__ import annotations
@@ -115,6 +132,27 @@ def main(argv: list[str] | None = None) -> int:
         help="STARLING_PULL_THRESHOLD of the job (0: every author pushed)",
     )
     parser.add_argument(
+        "--mix",
+        action="store_true",
+        help="the posts-only phases, then the same with one repost and five likes per post "
+        "(load_tests/fanout_reposts.py); with --viral, a mixed steady load",
+    )
+    parser.add_argument(
+        "--mix-window",
+        type=int,
+        default=5000,
+        help="reposts and likes go to the last this many posts (newer ones likelier)",
+    )
+    parser.add_argument(
+        "--viral",
+        action="store_true",
+        help="the steady load, then one tweet liked and reposted at --viral-likes and "
+        "--viral-reposts per second on top (load_tests/fanout_viral.py)",
+    )
+    parser.add_argument("--viral-likes", type=int, default=20_000, help="likes per second")
+    parser.add_argument("--viral-reposts", type=int, default=2_000, help="reposts per second")
+    parser.add_argument("--viral-seconds", type=int, default=30, help="length of the viral phase")
+    parser.add_argument(
         "--cluster",
         action="store_true",
         help="run the job on a single Redis, then on a Redis Cluster (three primaries, "
@@ -123,13 +161,23 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.celebrity:
         return celebrity(args)
+    if args.viral:
+        from load_tests.fanout_viral import run_viral
+
+        return run_viral(args)
+    if args.mix:
+        from load_tests.fanout_reposts import run_mix
+
+        return run_mix(args)
     if args.cluster:
         from load_tests import fanout_cluster  # it builds on this module
 
         return fanout_cluster.run(args)
 
     workdir, config, services = start_services("fanout", args.pull_threshold)
-    params = {k: v for k, v in vars(args).items() if not k.startswith("celebrity")}
+    params = {
+        k: v for k, v in vars(args).items() if not k.startswith(("celebrity", "mix", "viral"))
+    }
     report = Report("bench_fanout", params=params | {"partitions": 2, "timeline_size": 800})
     job: Job | None = None
     try:

@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import random
 import re
 import shutil
 import subprocess
@@ -36,6 +35,8 @@ import textwrap
 import uuid
 from pathlib import Path
 from typing import Any
+
+from load_tests.read_seed import fill
 
 ROOT = Path(__file__).resolve().parent.parent
 SECRET = "bench-secret-" + "x" * 40
@@ -139,60 +140,6 @@ def redis_benchmark(
     }
 
 
-def fill(store: Any, config: Any, n_users: int) -> tuple[list[int], list[int]]:
-    """Fill ``store`` (seeded: every store gets the same network): timelines of
-    STARLING_TIMELINE_SIZE entries for users following 200 pushed authors each, and 20
-    pulled authors with full lists followed by the second half of the users.
-    Returns the readers of one list and the readers of merged lists."""
-    from fanout.model import events, ids
-    from fanout.model.author_state import AuthorState
-    from fanout.model.join import Mutation, Op, join_events, newest
-    from load_tests import network
-    from load_tests.harness import mark_applied
-
-    generation = store.ensure_active_generation()
-    rnd = random.Random(7)
-    gen = ids.IdGenerator(5)
-    cap, keep = config.timeline_size, config.timeline_size + config.timeline_slack
-    users = range(1, n_users + 1)
-    followers: dict[int, set[int]] = {a: set() for a in users}
-    for u in users:
-        for a in rnd.sample(users, 200):
-            if a != u:
-                followers[a].add(u)
-    for _ in range(cap // 200 + 4):
-        bodies: dict[int, bytes] = {}
-        mutations: list[Mutation] = []
-        for author in users:
-            ev = events.TweetPosted(gen.next_id(), author, f"user{author}", network.tweet_text(rnd))
-            result = join_events(
-                author,
-                AuthorState(followers=followers[author]),
-                [events.Envelope(1, ev)],
-                cap=cap,
-            )
-            bodies |= result.bodies
-            mutations += result.mutations
-        store.apply(generation, bodies, mutations)
-    merged_readers = list(users)[n_users // 2 :]
-    bodies, mutations = {}, []
-    for author in range(n_users + 1, n_users + 21):
-        tweets = []
-        for _ in range(keep + 10):
-            ev = events.TweetPosted(gen.next_id(), author, f"user{author}", network.tweet_text(rnd))
-            bodies[ev.tweet_id] = events.tweet_json(ev)
-            tweets.append(ev.tweet_id)
-        kept, horizon = newest(tweets, keep)
-        mutations.append(Mutation(Op.LIST, (author,), kept, horizon))
-        mutations.append(Mutation(Op.PULL, tuple(merged_readers), (), 0, 1, 0, (author,)))
-    store.apply(generation, bodies, mutations)
-    mark_applied(store, generation)
-    single_readers = list(users)[: n_users // 2]
-    for user_id in (single_readers[41], merged_readers[41]):
-        assert store.read_page(user_id, count=50).status == "ok"
-    return single_readers, merged_readers
-
-
 def serve(
     port: int, env: dict[str, str], args: argparse.Namespace, workdir: Path
 ) -> subprocess.Popen[bytes]:
@@ -245,6 +192,17 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="measure the endpoint on a single Redis and on a Redis Cluster "
         "(three primaries, three replicas on this machine), same data, same run",
+    )
+    parser.add_argument(
+        "--reposts",
+        type=float,
+        default=0.0,
+        help="also measure timelines where this share of the entries are reposts, with "
+        "counts (0.33 in performance.md), beside the posts-only ones in the same run; "
+        "0 (the default) seeds as the code before reposts can",
+    )
+    parser.add_argument(
+        "--runs", type=int, default=1, help="measure this many times, alternated; report medians"
     )
     parser.add_argument(
         "--hold", action="store_true", help="set up, print the URL and token, serve until Ctrl-C"
@@ -302,30 +260,49 @@ def tokens_for(users: list[int]) -> dict[int, str]:
 def against_raw_script(
     args: argparse.Namespace, workdir: Path, env: dict[str, str], rport: int
 ) -> int:
-    """The endpoint beside raw calls of the script it sends, one Redis."""
+    """The endpoint beside raw calls of the script it sends, one Redis: on the
+    posts-only timelines and, with ``--reposts``, on timelines of the same
+    network where that share of the entries are reposts and tweets have counts
+    (another range of users in the same Redis), alternated ``--runs`` times."""
     from fanout.config import StarlingConfig
     from fanout.store.timelines import store_for
     from feed.devstack import embedded
     from feed.readpath import timeline_reader  # noqa: F401  (checks the app imports)
-    from load_tests import charts
-    from load_tests.harness import Report, ratio
+    from load_tests.read_report import median_run, report_reads
 
     config = StarlingConfig.from_env()
     store = store_for(config)
-    single_readers, merged_readers = fill(store, config, args.users)
-    single_user, merged_user = single_readers[41], merged_readers[41]
-    timeline = store.timeline(store.ensure_active_generation(), single_user)
-    entries = len(timeline.ids) if timeline else 0
-    body_bytes = len(store.read_page(single_user, count=50).body)
-    tokens = tokens_for(single_readers + merged_readers)
+    datasets = {"posts": fill(store, config, args.users)}
+    made: set[int] = set()
+    if args.reposts > 0:
+        datasets["reposts"] = fill(
+            store, config, args.users, base=args.users + 100, reposts=args.reposts, made=made
+        )
+    generation = store.ensure_active_generation()
+    meta: dict[str, Any] = {}
+    for name, (single_readers, _) in datasets.items():
+        timeline = store.timeline(generation, single_readers[41])
+        shown = list(timeline.ids) if timeline else []
+        prefix = "" if name == "posts" else f"{name}_"
+        meta[f"{prefix}timeline_entries"] = len(shown)
+        meta[f"{prefix}page_bytes"] = len(store.read_page(single_readers[41], count=50).body)
+        if made:
+            meta[f"{name}_repost_share"] = round(sum(t in made for t in shown) / len(shown), 3)
+    readers = [u for pair in datasets.values() for group in pair for u in group]
+    tokens = tokens_for(readers)
     wport = embedded.free_port()
     server = serve(wport, env, args, workdir)
+    samples: dict[str, dict[str, list[dict[str, dict[str, float]]]]] = {
+        name: {"single": [], "merged": []} for name in datasets
+    }
     try:
         url = f"http://127.0.0.1:{wport}/api/v1/timeline?count=50"
         if args.hold:
-            command = store.read_page_command(merged_user, count=50)
-            print(f"serving {url}\nAuthorization: Bearer {tokens[merged_user]}")
-            print(f"redis port {rport}, script {command[1]}, args {command[3:]}")
+            for name, (_, merged_readers) in datasets.items():
+                user = merged_readers[41]
+                command = store.read_page_command(user, count=50)
+                print(f"{name}: serving {url}\nAuthorization: Bearer {tokens[user]}")
+                print(f"redis port {rport}, script {command[1]}, args {command[3:]}")
             with contextlib.suppress(KeyboardInterrupt):
                 server.wait()
             return 0
@@ -340,76 +317,17 @@ def against_raw_script(
             half = paced(url, mine, args.connections, args.seconds, workdir, peak["rps"] / 2)
             return {"raw": raw, "peak": peak, "half": half}
 
-        runs = {"single": measure(single_readers, single_user)}
-        runs["merged"] = measure(merged_readers, merged_user)
+        for _ in range(args.runs):
+            for name, (single_readers, merged_readers) in datasets.items():
+                for kind, group in (("single", single_readers), ("merged", merged_readers)):
+                    samples[name][kind].append(measure(group, group[41]))
     finally:
         stop_server(server)
-
-    report = Report(
-        "bench_read",
-        params=vars(args)
-        | {
-            "timeline_entries": entries,
-            "page": "50 tweets",
-            "page_bytes": body_bytes,
-            "merged": "20 pulled authors' lists beside the timeline",
-        },
-    )
-    for kind, run in runs.items():
-        raw, peak, half = run["raw"], run["peak"], run["half"]
-        prefix = "" if kind == "single" else "merged_"
-        report.add(f"{LABELS[kind]}:", "")
-        report.add(
-            "  raw script calls/s (redis-benchmark)",
-            round(raw["rps"]),
-            f"p50 {raw['p50']:.2f} ms, p99 {raw['p99']:.2f} ms",
-            key=f"{prefix}raw_rps",
-        )
-        report.add(
-            "  endpoint requests/s at full load (wrk)",
-            round(peak["rps"]),
-            f"p50 {peak['p50']:.2f} ms, p99 {peak['p99']:.2f} ms",
-            key=f"{prefix}http_rps",
-        )
-        report.add(
-            "  ratio endpoint / raw script",
-            round(ratio(peak["rps"], raw["rps"]), 2),
-            key=f"{prefix}ratio",
-        )
-        add_half_load(report, half, peak, prefix)
-    single, merged = runs["single"], runs["merged"]
-    p99_ratio = ratio(merged["half"]["p99"], single["half"]["p99"])
-    report.add("p99 at half load, merged / single list", round(p99_ratio, 2), key="p99_ratio")
-    errors = count_errors(runs)
-    report.add("non-2xx responses", int(errors))
-    for kind, run in runs.items():
-        report.check(
-            f"{LABELS[kind]}: endpoint >= half of the raw script calls/s",
-            run["peak"]["rps"] >= run["raw"]["rps"] / 2,
-        )
-    report.check("single list: p99 < 10 ms at half of the peak", single["half"]["p99"] < 10)
-    report.check("merged: p99 at half load <= 2 x the single list's", p99_ratio <= 2)
-    report.check("no errors", errors == 0)
-    report.print()
-    print(f"report: {report.save()}")
-    chart = charts.draw(
-        args.chart or report.path("png"),
-        "Home-timeline reads: the endpoint beside the Redis script it calls (same run)",
-        charts.bars(
-            {
-                LABELS[kind]: {
-                    "script alone (redis-benchmark)": run["raw"]["rps"],
-                    "HTTP endpoint (wrk)": run["peak"]["rps"],
-                }
-                for kind, run in runs.items()
-            },
-            "requests/s",
-            "Throughput at full load",
-        ),
-        half_load_panel(runs),
-    )
-    print(f"chart: {chart}")
-    return 0
+    results = {
+        name: {kind: median_run(runs) for kind, runs in kinds.items()}
+        for name, kinds in samples.items()
+    }
+    return report_reads(args, results, meta)
 
 
 LABELS = {"single": "single list", "merged": "merged: timeline + 20 lists"}

@@ -1,0 +1,129 @@
+"""bench_read's timelines: every user follows 200 pushed authors, and the
+second half of the users also 20 pulled authors with full lists.
+
+With ``reposts`` > 0 (``bench_read --reposts 0.33``) that share of the
+entries are reposts of recent posts (by anyone) and every post has counts
+(``ct:``, as the fanout job writes them); with 0 the seeding is the one
+before reposts existed, and this module uses nothing newer (so the same
+benchmark runs on the code before them, for the comparison).
+"""
+
+from __future__ import annotations
+
+import inspect
+import random
+from typing import Any
+
+
+def fill(
+    store: Any,
+    config: Any,
+    n_users: int,
+    *,
+    base: int = 0,
+    reposts: float = 0.0,
+    made: set[int] | None = None,
+) -> tuple[list[int], list[int]]:
+    """Fill ``store`` (seeded: every store gets the same network): timelines of
+    STARLING_TIMELINE_SIZE entries for users ``base + 1 ..`` following 200 pushed
+    authors each, and 20 pulled authors with full lists followed by the second
+    half of the users. Returns the readers of one list and the readers of
+    merged lists; ``made`` gets the ids of the repost entries."""
+    from fanout.model import events, ids
+    from fanout.model.author_state import AuthorState
+    from fanout.model.join import Mutation, Op, join_events, newest
+    from load_tests import network
+    from load_tests.harness import mark_applied
+
+    generation = store.ensure_active_generation()
+    rnd = random.Random(7)
+    draws = random.Random(11)  # the reposts' own draws: the network stays the same
+    gen = ids.IdGenerator(5 + (base > 0))
+    cap, keep = config.timeline_size, config.timeline_size + config.timeline_slack
+    users = range(base + 1, base + n_users + 1)
+    followers: dict[int, set[int]] = {a: set() for a in users}
+    for u in users:
+        for a in rnd.sample(users, 200):
+            if a != u:
+                followers[a].add(u)
+    posts: list[int] = []  # every post, oldest first (the originals reposts draw from)
+    reposts_made: dict[int, int] = {}
+    done: set[tuple[int, int]] = set()
+    made = made if made is not None else set()
+
+    def entry(author: int) -> Any:
+        """A post by ``author``, or (a ``reposts`` share) its repost of one of
+        the last 4,000 posts."""
+        if reposts > 0 and posts and draws.random() < reposts:
+            original = posts[-1 - int(draws.random() * min(len(posts), 4000))]
+            if (author, original) not in done:  # one repost of a tweet per user
+                done.add((author, original))
+                reposts_made[original] = reposts_made.get(original, 0) + 1
+                ev = events.TweetPosted(gen.next_id(), author, f"user{author}", "", original)
+                made.add(ev.tweet_id)
+                return ev
+        ev = events.TweetPosted(gen.next_id(), author, f"user{author}", network.tweet_text(rnd))
+        posts.append(ev.tweet_id)
+        return ev
+
+    for _ in range(cap // 200 + 4):
+        bodies: dict[int, bytes] = {}
+        mutations: list[Mutation] = []
+        for author in users:
+            result = join_events(
+                author,
+                AuthorState(followers=followers[author]),
+                [events.Envelope(1, entry(author))],
+                cap=cap,
+            )
+            bodies |= result.bodies
+            mutations += result.mutations
+        store.apply(generation, bodies, mutations)
+    merged_readers = list(users)[n_users // 2 :]
+    bodies, mutations = {}, []
+    for author in range(base + n_users + 1, base + n_users + 21):
+        tweets = []
+        originals: dict[int, int] = {}
+        for _ in range(keep + 10):
+            ev = entry(author)
+            bodies[ev.tweet_id] = events.tweet_json(ev)
+            tweets.append(ev.tweet_id)
+            if reposts > 0 and ev.repost_of:
+                originals[ev.tweet_id] = ev.repost_of
+        kept, horizon = newest(tweets, keep)
+        if originals:
+            pairs = tuple((t, originals[t]) for t in kept if t in originals)
+            mutations.append(Mutation(Op.LIST, (author,), kept, horizon, reposts=pairs))
+        else:
+            mutations.append(Mutation(Op.LIST, (author,), kept, horizon))
+        mutations.append(Mutation(Op.PULL, tuple(merged_readers), (), 0, 1, 0, (author,)))
+    store.apply(generation, bodies, mutations)
+    if reposts > 0:
+        write_counts(
+            store,
+            generation,
+            {t: (int(draws.lognormvariate(3, 2)), reposts_made.get(t, 0)) for t in posts},
+        )
+    mark_applied(store, generation)
+    single_readers = list(users)[: n_users // 2]
+    for user_id in (single_readers[41], merged_readers[41]):
+        assert store.read_page(user_id, count=50).status == "ok"
+    return single_readers, merged_readers
+
+
+def write_counts(store: Any, generation: int, counts: dict[int, tuple[int, int]]) -> None:
+    """Tweets' (likes, reposts) into Redis: through the store where it writes
+    counts (``apply(..., counts=...)``), else as the job will (a SET of the
+    JSON on ``ct:``, fanout/store/keys.py), so reads find them either way."""
+    if "counts" in inspect.signature(store.apply).parameters:
+        store.apply(generation, {}, [], counts=counts)
+        return
+    from fanout.model.engagements import counts_json
+    from fanout.store import keys
+
+    pipe = store.redis.pipeline(transaction=False)
+    for n, (tweet, (likes, reposted)) in enumerate(counts.items()):
+        pipe.set(keys.counts(tweet, store.shards.tag_of(tweet)), counts_json(likes, reposted))
+        if n % 2000 == 1999:
+            pipe.execute()
+    pipe.execute()
