@@ -70,8 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     paused = gc.isenabled()
     gc.disable()
     try:
-        general, by_general = best_of(args.repeat, lambda: _group_any(share, keep))
-        vectorised, by_vector = best_of(args.repeat, lambda: _group_adds(share, keep))
+        general, by_general = best_of(args.repeat, lambda: _group_any(share, keep, {}))
+        vectorised, by_vector = best_of(args.repeat, lambda: _group_adds(share, keep, {}))
     finally:
         if paused:
             gc.enable()

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from fanout.store import keys
-from fanout.store.ops import HEADER, IDLE, entries_in, pack_view
+from fanout.store.ops import HEADER, IDLE, counts_json, entries_in, pack_view
 from fanout.store.redis_conn import Client, Command, command, run
 
 
@@ -103,6 +103,17 @@ class TimelineBulk:
         job writes the same bytes (``events.tweet_json``), so overwriting one
         that is there changes nothing."""
         return self._set_many((keys.tweet(t, self.shards.tag_of(t)), b) for t, b in bodies)
+
+    def write_counts(self, counts: Mapping[int, tuple[int, int]]) -> int:
+        """Set tweets' counts (``ct:``, shared by all generations, like bodies):
+        a rebuild's, computed from the changelog at its snapshot. The fanout
+        job rewrites a tweet's at its next like or repost, so counts that moved
+        since the snapshot are right again once it has caught up."""
+        return self._set_many(
+            (keys.counts(t, self.shards.tag_of(t)), counts_json(likes, reposts))
+            for t, (likes, reposts) in counts.items()
+            if likes or reposts
+        )
 
     def _set_many(self, items: Iterable[tuple[str, bytes]]) -> int:
         """SET each key, 1,000 per ``MSET`` (per shard); returns how many. One
