@@ -77,11 +77,12 @@ class TimelineReads:
         One script call (one round trip) on one shard. With more shards the
         pulled authors' lists and the bodies are in other shards: the script
         says which lists the user reads (a second call gets them passed in,
-        after one pipelined fetch), and returns the page's ids, whose bodies
-        come from :meth:`bodies`. Round trips per read: 2 for a user who reads
-        no pulled author (the script, the bodies), 4 for one who does; on a
+        after one pipelined fetch of the lists and their pairs), and returns
+        the page's ids, whose tweet objects :meth:`render` makes. Round trips
+        per read: 3 for a user who reads no pulled author (the script, the
+        bodies, the reposts' originals and the counts), 5 for one who does; on a
         cluster of N primaries the bodies' and the lists' fetches take up to
-        one round trip per node each (1 + N and 2 + 2N).
+        one round trip per node each (1 + 2N and 2 + 3N).
         """
         fixed = [user_id, count, max_id or 0, since_id or 0, self.cap, int(issued_at), *_today()]
         if self._read_page_hot is not None:
@@ -107,9 +108,13 @@ class TimelineReads:
         bodies = self.bodies(ids)
         originals = [repost_of(b) if b is not None else None for b in bodies]
         reposted = sorted({o for o in originals if o is not None})
-        found = dict(zip(reposted, self.bodies(reposted), strict=True))
         wanted = [o or t for t, o, b in zip(ids, originals, bodies, strict=True) if b is not None]
-        counted = dict(zip(wanted, self.counts(wanted), strict=True))
+        tag = self.shards.tag_of
+        got = self._get_many(  # the originals' bodies and the counts: one fetch
+            [keys.tweet(o, tag(o)) for o in reposted] + [keys.counts(t, tag(t)) for t in wanted]
+        )
+        found = dict(zip(reposted, got[: len(reposted)], strict=True))
+        counted = dict(zip(wanted, got[len(reposted) :], strict=True))
         out: list[bytes] = []
         for t, o, body in zip(ids, originals, bodies, strict=True):
             if body is None:

@@ -15,6 +15,7 @@ from fanout.store.ops import pack_pairs, read_header, timeline_ids
 from fanout.store.reads import compose
 from fanout.store.timelines import TimelineStore
 from tests.conftest import LAYOUTS, layout_client
+from tests.support.timeline_model import TimelineModel
 
 GEN = 1
 ZERO = {"likes": 0, "reposts": 0, "replies": 0}
@@ -195,3 +196,32 @@ def test_the_rebuilds_bulk_writes_pack_winners_and_pairs(store: TimelineStore) -
     assert page.status == "ok"
     assert [t["id"] for t in orjson.loads(page.body)["tweets"]] == []  # no bodies written
     assert page.body.endswith(b'"next_max_id":39}')  # 45, 40: two entries past 50's hiding
+
+
+def test_long_runs_and_many_originals_in_one_add_as_the_model_says(
+    redis_client: redis.Redis,
+) -> None:
+    """The short path's cases beyond the property test's usual sizes: a run of
+    pairs longer than the chunk it reads first, several originals (old ones,
+    posts it holds, a post and its repost) in one add, each batch's result
+    the model's."""
+    store = TimelineStore(redis_client, cap=40, slack=10)
+    store.create_generation(GEN)
+    model = TimelineModel(cap=40, slack=10)
+    originals = {300 + k: 5 for k in range(12)}  # twelve reposts of 5
+    originals |= {400: 50, 401: 7, 403: 402, 404: 60, 405: 150, 612: 5}
+    batches = [
+        (1, 2, 3, 5, 7, 50, 60, 150),
+        tuple(range(300, 312)),  # a run of 12 pairs of 5
+        (400, 401, 402, 403, 404, 405),  # reposts of posts it holds, a post and its repost
+        (500,),
+        (612,),  # one more repost of 5, newer than every winner: its run is 12 long
+    ]
+    for seq, tweets in enumerate(batches, 1):
+        pairs = tuple((t, originals[t]) for t in tweets if t in originals)
+        mutations = [Mutation(Op.ADD, (7,), tweets, 0, seq, reposts=pairs)]
+        model.apply({}, mutations)
+        store.apply(GEN, {}, mutations)
+        expected = model.timelines[7]
+        assert state(store, 7) == (expected.ids, expected.pairs, expected.top, expected.version)
+    assert 311 not in model.timelines[7].ids and 612 in model.timelines[7].ids
