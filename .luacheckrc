@@ -11,7 +11,9 @@ local packed = {
   "decode", "encode", "PAIR", "pair_at",
 }
 local prefixes = { "P", "T", "arg", "nargs" }
-local merged = { "above", "above_in", "given_lists", "hidden", "view", "count_above", "take" }
+local merged = {
+  "above", "above_in", "given_lists", "bulk_ids", "hidden", "view", "count_above", "take",
+}
 local function both(a, b)
   local out = {}
   for _, v in ipairs(a) do out[#out + 1] = v end
@@ -22,7 +24,7 @@ files["fanout/store/lua/packed.lua"] = { ignore = { "211" } }
 files["fanout/store/lua/prefixes.lua"] = { ignore = { "211" } }
 files["fanout/store/lua/merged.lua"] = { ignore = { "211" }, read_globals = both(packed, prefixes) }
 files["fanout/store/lua/apply.lua"] = { read_globals = both(packed, prefixes) }
-local entries = { "NO_COUNTS", "repost_of", "compose", "render" }
+local entries = { "NO_COUNTS", "repost_of", "compose_into", "compose", "render" }
 files["fanout/store/lua/entries.lua"] = { ignore = { "211" }, read_globals = both(packed, prefixes) }
 files["fanout/store/lua/read_page.lua"] = {
   read_globals = both(both(both(packed, prefixes), merged), entries),

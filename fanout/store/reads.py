@@ -242,7 +242,7 @@ class TimelineReads:
         return run(self.redis, commands)
 
 
-_REPOST_TAIL = re.compile(rb',"repost_of":(\d+)}$')
+_REPOST_TAIL = re.compile(rb',"repost_of":(\d+)}\Z')
 NO_COUNTS = b'{"likes":0,"reposts":0,"replies":0}'
 
 

@@ -674,7 +674,7 @@ def _pages(store: TimelineStore, model: TimelineModel, rnd: random.Random) -> No
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(
     seed=st.integers(0, 2**32),
     cap=st.integers(2, 6),

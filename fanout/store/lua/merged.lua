@@ -44,30 +44,69 @@ local function given_lists(at)
   return given
 end
 
+-- The `k` ids packed in `s` from its byte `from` on, as numbers: one struct call
+-- per 200 (a call per id costs several times more).
+local formats = {}
+local function bulk_ids(s, from, k)
+  local out, o = {}, 0
+  while k > 0 do
+    local m = math.min(k, 200)
+    local f = formats[m]
+    if not f then
+      f = '>' .. string.rep('I8', m)
+      formats[m] = f
+    end
+    local got = {struct.unpack(f, s, from)}
+    for x = 1, m do out[o + x] = got[x] end
+    from, k, o = got[m + 1], k - m, o + m
+  end
+  return out
+end
+
 -- The entries of the sources that are not in the view, ascending, and as a set:
 -- per original, every winner of a source but the greatest across them (a
 -- source's repost winners are the last entries of its runs of pairs; a post o
--- is the entry of original o).
+-- is the entry of original o, hidden by any repost of o).
 local function hidden(sources, floor)
-  local best, losers = {}, {}
+  local best, losers, reposted = {}, {}, {}
   for _, src in ipairs(sources) do
     local p = src.p
-    local np = p and #p / PAIR or 0
-    for i = 1, np do
-      local o, e = pair_at(p, i)
-      if (i == np or pair_at(p, i + 1) ~= o) and e >= floor then  -- o's winner here
+    local flat = (p and #p > 0) and bulk_ids(p, 1, #p / 8) or {}  -- original, entry, ...
+    for x = 1, #flat, 2 do
+      local o, e = flat[x], flat[x + 1]
+      if flat[x + 2] ~= o and e >= floor then  -- the last of o's run: o's winner here
         local b = best[o]
-        if b == nil then best[o] = e
-        elseif e > b then losers[#losers + 1] = b; best[o] = e
-        else losers[#losers + 1] = e end
+        if b == nil then
+          best[o] = e
+          if o >= floor then reposted[#reposted + 1] = o end
+        elseif e > b then
+          losers[#losers + 1] = b
+          best[o] = e
+        else
+          losers[#losers + 1] = e
+        end
       end
     end
   end
-  for o in pairs(best) do  -- a post with a repost in some source
-    if o >= floor then
-      for _, src in ipairs(sources) do
-        local i = above(src.s, src.lo, src.n, o - 1)
-        if i <= src.n and id_at(src.s, i) == o then losers[#losers + 1] = o end
+  -- The posts among those originals: binary searches, or one pass over a
+  -- source's entries when that is cheaper.
+  table.sort(reposted)
+  for _, src in ipairs(sources) do
+    local len = src.n - src.lo + 1
+    if len > 0 and #reposted > 0 then
+      local first, last = id_at(src.s, src.lo), id_at(src.s, src.n)
+      local a, b = above_in(reposted, first - 1), above_in(reposted, last) - 1
+      if (b - a + 1) * 10 > len then
+        local ids = bulk_ids(src.s, HEADER + (src.lo - 1) * 8 + 1, len)
+        for _, id in ipairs(ids) do
+          if best[id] then losers[#losers + 1] = id end
+        end
+      else
+        for x = a, b do
+          local o = reposted[x]
+          local i = above(src.s, src.lo, src.n, o - 1)
+          if i <= src.n and id_at(src.s, i) == o then losers[#losers + 1] = o end
+        end
       end
     end
   end

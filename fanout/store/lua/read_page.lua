@@ -79,5 +79,5 @@ end
 -- The entries as tweet objects (fanout/store/lua/entries.lua): a body gone is a
 -- tweet deleted, skipped.
 return {'ok', head[1], head[2], head[3], head[4],
-        '{"tweets":[' .. table.concat(render(ids), ',') .. '],"next_max_id":' .. nxt .. '}',
+        '{"tweets":' .. render(ids) .. ',"next_max_id":' .. nxt .. '}',
         num(version), partial, first}
