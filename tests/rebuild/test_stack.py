@@ -93,8 +93,11 @@ def test_rebuild_repairs_corrupted_timelines_while_reads_and_writes_go_on(stack:
     assert stack.store.dropped(new_generation, idle_ids) == set(idle_ids)
     come_back(stack, {name: work.users[name] for name in idle})
     fixed = tuple(sorted(own, reverse=True))
-    assert set(reader.pages) <= {damaged_reader, fixed}, set(reader.pages) - {damaged_reader, fixed}
-    assert reader.pages[0] == damaged_reader and reader.pages[-1] == fixed
+    # The bogus entry is a real tweet, which the writes during the rebuild may
+    # delete: its body goes, and the damaged timeline then reads without it.
+    damaged = {damaged_reader, tuple(sorted(own[::2], reverse=True))}
+    assert set(reader.pages) <= {*damaged, fixed}, set(reader.pages) - {*damaged, fixed}
+    assert reader.pages[0] in damaged and reader.pages[-1] == fixed
     assert during > 0, "the rebuild finished before any write could be made during it"
     # The old generation is deleted in the background.
     deadline = time.monotonic() + 60
