@@ -14,10 +14,8 @@ import redis
 from django.conf import settings
 from django.db import connection
 from django.db.models import Count, Exists, OuterRef, Q, QuerySet
-from redis.cluster import RedisCluster
 
 from fanout.model import events, ids
-from fanout.store import keys
 from feed.models import Follow, Like, OutboxEvent, Tweet, User
 
 if TYPE_CHECKING:
@@ -188,21 +186,10 @@ def tweet_counts(tweet_ids: Sequence[int]) -> dict[int, dict[str, int]]:
 
 
 def _stored_counts(tweet_ids: Sequence[int]) -> list[bytes | None]:
-    """The ``ct:`` values of these tweets (None: all zero), by
-    ``TimelineStore.counts`` once the store has it, else an MGET of the keys."""
+    """The ``ct:`` values of these tweets (None: all zero)."""
     from fanout.store.timelines import store_for
 
-    store = store_for(settings.STARLING)
-    reader = getattr(store, "counts", None)
-    if reader is not None:
-        return list(reader(tweet_ids))
-    names = [keys.counts(i, store.shards.tag_of(i)) for i in tweet_ids]
-    client = store.redis
-    if isinstance(client, RedisCluster):  # one MGET per slot, no long retries on a read
-        values = client.mget_nonatomic(names)
-    else:
-        values = client.mget(names)
-    return [v.encode() if isinstance(v, str) else v for v in values]
+    return store_for(settings.STARLING).counts(tweet_ids)
 
 
 def _database_counts(tweet_ids: Sequence[int]) -> dict[int, dict[str, int]]:

@@ -399,9 +399,15 @@ def rebuilt_view(
     beside the timeline: (original, entry), sorted (fanout/store/ops.py)."""
     raw = {e: o for e, o in entries if e >= floor}
     horizon, kept = rebuilt_timeline(winners(raw, raw), cap=cap, slack=slack, floor=floor)
-    shown = set(kept)
-    aside = sorted((o, e) for e, o in raw.items() if e >= horizon and (e != o or e not in shown))
-    return horizon, kept, aside
+    return horizon, kept, aside(kept, {e: o for e, o in raw.items() if e >= horizon})
+
+
+def aside(shown: Iterable[int], raw: Mapping[int, int]) -> list[tuple[int, int]]:
+    """What a timeline keeps beside the entries it shows (``shown``, one per
+    original: :func:`winners` of ``raw``, entry → original): every repost,
+    and every post a newer repost hides, as (original, entry), sorted."""
+    visible = set(shown)
+    return sorted((o, e) for e, o in raw.items() if e != o or e not in visible)
 
 
 def distinct_timeline(

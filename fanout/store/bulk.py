@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from fanout.model.engagements import counts_json
 from fanout.store import keys
-from fanout.store.ops import HEADER, IDLE, counts_json, entries_in, pack_view
+from fanout.store.ops import HEADER, IDLE, entries_in, pack_view
 from fanout.store.redis_conn import Client, Command, command, run
 
 

@@ -54,7 +54,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from fanout.model.join import Mutation, Op
+from fanout.model.engagements import counts_json
+from fanout.model.join import Mutation, Op, aside, winners
 from fanout.store.keys import Shards
 
 HEADER = struct.Struct(">4Q")
@@ -381,26 +382,11 @@ def unpack_pairs(packed: bytes) -> list[tuple[int, int]]:
 NO_COUNTS = b'{"likes":0,"reposts":0,"replies":0}'
 
 
-def counts_json(likes: int, reposts: int) -> bytes:
-    """The counts text of an original (``ct:``), as reads splice it in."""
-    return b'{"likes":%d,"reposts":%d,"replies":0}' % (likes, reposts)
-
-
-def winners(raw: Mapping[int, int]) -> dict[int, int]:
-    """Per original, its greatest entry among ``raw`` (entry -> original)."""
-    best: dict[int, int] = {}
-    for entry, original in raw.items():
-        if entry > best.get(original, -1):
-            best[original] = entry
-    return best
-
-
 def view_of(raw: Mapping[int, int]) -> tuple[list[int], list[tuple[int, int]]]:
     """The winners (ascending) and the pairs ((original, entry), sorted) of raw
     entries (entry -> original; a post's original is itself)."""
-    best = winners(raw)
-    pairs = sorted((o, e) for e, o in raw.items() if e != o or best[o] != o)
-    return sorted(best.values()), pairs
+    shown = winners(raw, raw)
+    return shown, aside(shown, raw)
 
 
 def raw_entries(ids: Sequence[int], pairs: Sequence[tuple[int, int]]) -> dict[int, int]:
