@@ -213,8 +213,11 @@ class RepostApi(View):
 
     @extend_schema(
         request=None,
-        description="Undo your repost of a tweet (the original's id or the repost's); idempotent.",
-        responses={200: SeqOut, **error_responses(401)},
+        description=(
+            "Undo your repost of a tweet (the original's id or the repost's); idempotent "
+            "(404: a tweet id that is not a number)."
+        ),
+        responses={200: SeqOut, **error_responses(401, 404)},
     )
     def delete(self, request: Request, tweet_id: int) -> Response:
         return Response(
@@ -239,8 +242,11 @@ class LikeApi(View):
 
     @extend_schema(
         request=None,
-        description="Undo your like of a tweet (or of a repost's original); idempotent.",
-        responses={200: SeqOut, **error_responses(401)},
+        description=(
+            "Undo your like of a tweet (or of a repost's original); idempotent "
+            "(404: a tweet id that is not a number)."
+        ),
+        responses={200: SeqOut, **error_responses(401, 404)},
     )
     def delete(self, request: Request, tweet_id: int) -> Response:
         return Response(
