@@ -28,7 +28,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -229,22 +229,30 @@ class TimelineReader:
         target = min(query.min_seq, self.high_water())
         if page.watermark_seq >= target:
             return page, False
-        if not self._waiters.acquire(blocking=False):
+        if self._reached(page.generation, target) is None:
             return page, True
-        try:
-            deadline = self.clock() + self.max_wait
-            while self.store.contiguous_watermark(page.generation) < target:
-                if self.clock() >= deadline:
-                    return page, True
-                self.sleep(self.poll)
-        except redis.RedisError:
-            return page, True
-        finally:
-            self._waiters.release()
         again = self._page(user_id, issued_at, query)
         if again.status not in ("ok", "beyond"):
             return page, True
         return again, again.watermark_seq < target
+
+    def _reached(self, generation: int, target: int) -> int | None:
+        """The watermark once it reaches ``target`` within the wait (polled), or
+        None; only ``max_waiters`` reads of a process wait at once (the others
+        get None at once)."""
+        if not self._waiters.acquire(blocking=False):
+            return None
+        try:
+            deadline = self.clock() + self.max_wait
+            while (watermark := self.store.contiguous_watermark(generation)) < target:
+                if self.clock() >= deadline:
+                    return None
+                self.sleep(self.poll)
+        except redis.RedisError:
+            return None
+        finally:
+            self._waiters.release()
+        return watermark
 
     def _fill(self, user_id: int, query: TimelineQuery, body: bytes) -> bytes:
         """The Redis page completed from the database, below its last entry."""
@@ -264,12 +272,24 @@ class TimelineReader:
 
     def _cold(self, user_id: int, issued_at: float, query: TimelineQuery, page: Page) -> Response:
         """No timeline in Redis (or no Redis): answer from the database, and
-        have the join rebuild the timeline when it is just this one missing."""
+        have the join rebuild the timeline when it is just this one missing.
+        The database's page holds every write; its counts are the fanout
+        job's, so a ``min_seq`` beyond the watermark waits for it first, as a
+        page from Redis does (told ``X-Starling-Stale`` if it does not come)."""
+        stale = False
+        if query.min_seq is not None and page.generation is not None:
+            target = min(query.min_seq, self.high_water())
+            if page.watermark_seq < target:
+                reached = self._reached(page.generation, target)
+                stale = reached is None
+                page = replace(page, watermark_seq=reached or page.watermark_seq)
         body = self.fallback(user_id, issued_at, query)
         if body is None:
             return _revoked()
         headers = self._watermark_headers(page)
         headers[HEADER_SOURCE] = "fallback"
+        if stale:
+            headers[HEADER_STALE] = "true"
         if page.status == "cold" and page.generation is not None:
             try:
                 self._request_regeneration(page.generation, user_id)

@@ -159,3 +159,20 @@ def test_a_cold_read_answers_from_the_database_even_when_its_regeneration_fails(
     assert (response.status, response.body) == (200, b"{}")
     assert response.headers[HEADER_SOURCE] == "fallback"
     assert h.store.claims == set()  # released: the next cold read asks again
+
+
+def test_a_cold_read_with_a_min_seq_waits_for_the_watermark_its_counts_come_from() -> None:
+    """The database's page holds the write, but the counts in it are the
+    fanout job's: a min_seq beyond the watermark waits for it, as a page from
+    Redis does, and is told stale if it does not come."""
+    h = harness({0.0: 50, 0.5: 60})
+    h.store.status = "cold"
+    response = h.reader(max_wait=2.0, poll=0.1).read(1, 0.0, TimelineQuery(min_seq=60))
+    assert response.headers[HEADER_SOURCE] == "fallback" and HEADER_STALE not in response.headers
+    assert 0.5 <= h.clock[0] < 0.7
+    assert response.headers["X-Starling-Watermark"] == "60"
+    late = harness({0.0: 50})
+    late.store.status = "cold"
+    response = late.reader(max_wait=2.0, poll=0.1).read(1, 0.0, TimelineQuery(min_seq=90))
+    assert response.headers[HEADER_STALE] == "true" and 2.0 <= late.clock[0] < 2.2
+    assert response.body == b"{}"  # the database's page all the same
