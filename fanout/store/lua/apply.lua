@@ -210,6 +210,19 @@ local function prune(raw, floor)
   return gone
 end
 
+-- Add entries `new` (their originals in `orig`; a post's is itself) at or above
+-- `floor` to `raw`; returns how many were new to it.
+local function merge_raw(raw, new, orig, floor)
+  local n = 0
+  for _, e in ipairs(new) do
+    if e >= floor and raw[e] == nil then
+      raw[e] = orig[e] or e
+      n = n + 1
+    end
+  end
+  return n
+end
+
 -- Write a timeline (or list) given as raw entries: winners new to it below
 -- `top` arrived late (the version moves), then over `limit` it keeps its newest
 -- `keep` winners (and the raw entries at or above the oldest of them). `had`:
@@ -383,13 +396,7 @@ local function add_raw(owner, key, s, new, orig, hm, seq)
     fence(h, seq)
   end
   if hm > 0 or (#new > 0 and new[1] < h.horizon) then fence(h, seq) end
-  local n = 0
-  for _, e in ipairs(new) do
-    if e >= h.horizon and raw[e] == nil then
-      raw[e] = orig[e] or e
-      n = n + 1
-    end
-  end
+  local n = merge_raw(raw, new, orig, h.horizon)
   check_short(owner, h, store_raw(key, pkey, h, raw, seq, had, top))
   return n
 end
@@ -675,13 +682,7 @@ local function reset(owner, key, blob, hr, seq, as_of, pulled, deleted, pblob)
       h.horizon = hr
       if prune(raw, hr) > 0 then fence(h, seq) end
     end
-    local n = 0
-    for _, e in ipairs(new) do
-      if e >= h.horizon and raw[e] == nil then
-        raw[e] = orig[e] or e
-        n = n + 1
-      end
-    end
+    local n = merge_raw(raw, new, orig, h.horizon)
     check_short(owner, h, store_raw(key, pkey, h, raw, seq, had, top))
     return n
   end
