@@ -7,7 +7,8 @@ Part of :class:`fanout.store.timelines.TimelineStore`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import functools
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from fanout.model.engagements import counts_json
@@ -58,29 +59,38 @@ class TimelineBulk:
         of every entry at or above the horizon; a post's original is itself),
         each packed with :func:`fanout.store.ops.pack_view` into its winners and
         its pairs; returns how many timelines."""
-        timelines: list[tuple[int, bytes]] = []
-        pairs: list[tuple[int, bytes]] = []
-        for owner, horizon, raw in views:
-            packed, packed_pairs = pack_view(horizon, raw)
-            timelines.append((owner, packed))
-            if packed_pairs:
-                pairs.append((owner, packed_pairs))
-        self.write_timeline_reposts(generation, pairs)
-        return self.write_timelines(generation, timelines)
+        return self._write_views(
+            views,
+            functools.partial(self.write_timelines, generation),
+            functools.partial(self.write_timeline_reposts, generation),
+        )
 
     def write_list_views(
         self, generation: int, views: Iterable[tuple[int, int, Mapping[int, int]]]
     ) -> int:
         """Set pulled authors' lists from their raw entries, as :meth:`write_views`."""
-        lists: list[tuple[int, bytes]] = []
+        return self._write_views(
+            views,
+            functools.partial(self.write_lists, generation),
+            functools.partial(self.write_list_reposts, generation),
+        )
+
+    @staticmethod
+    def _write_views(
+        views: Iterable[tuple[int, int, Mapping[int, int]]],
+        write_packed: Callable[[Iterable[tuple[int, bytes]]], int],
+        write_pairs: Callable[[Iterable[tuple[int, bytes]]], int],
+    ) -> int:
+        """Pack each (key id, horizon, raw entries) into its winners and pairs,
+        write the pairs (none: no key), then the packed strings; returns how many."""
+        packed: list[tuple[int, bytes]] = []
         pairs: list[tuple[int, bytes]] = []
-        for author, horizon, raw in views:
-            packed, packed_pairs = pack_view(horizon, raw)
-            lists.append((author, packed))
-            if packed_pairs:
-                pairs.append((author, packed_pairs))
-        self.write_list_reposts(generation, pairs)
-        return self.write_lists(generation, lists)
+        for key_id, horizon, raw in views:
+            winners, aside = pack_view(horizon, raw)
+            packed.append((key_id, winners))
+            pairs.append((key_id, aside))
+        write_pairs(pairs)
+        return write_packed(packed)
 
     def write_pulls(self, generation: int, pulls: Iterable[tuple[int, Sequence[int]]]) -> int:
         """Set each owner's pulled authors (a rebuild's output) in a generation
