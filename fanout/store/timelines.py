@@ -109,14 +109,24 @@ class TimelineStore(TimelineReads, TimelineBulk, GenerationStore, RebuildChannel
     CHUNK = 4000
     #: Script calls per round trip.
     PIPELINE = 16
+    #: How many of a timeline's newest winners and pairs the apply script reads
+    #: first for a repost (the whole strings only when its original is older).
+    WINDOW = 32
 
     def __init__(
-        self, client: Client, *, cap: int, slack: int = SLACK, shards: keys.Shards | None = None
+        self,
+        client: Client,
+        *,
+        cap: int,
+        slack: int = SLACK,
+        shards: keys.Shards | None = None,
+        window: int = WINDOW,
     ) -> None:
         #: The raw client, for tests and diagnostics; Starling's code uses the methods.
         self.redis = client
         self.cap = cap
         self.slack = slack
+        self.window = window
         self.shards = shards or keys.Shards()
         if is_cluster(client) and self.shards.count == 1:
             raise ValueError("a Redis Cluster needs more than one shard (STARLING_REDIS_SHARDS)")
@@ -216,7 +226,7 @@ class TimelineStore(TimelineReads, TimelineBulk, GenerationStore, RebuildChannel
 
     def _apply_calls(self, generation: int, calls: Sequence[tuple[str, list[Any]]]) -> ApplyStats:
         """Apply-script calls (shard tag, operations), :data:`PIPELINE` per round trip."""
-        prefix = [generation, self.cap, self.slack]
+        prefix = [generation, self.cap, self.slack, self.window]
         commands = [script_command(self._apply, tag, prefix + chunk) for tag, chunk in calls]
         try:
             results = run(self.redis, commands, per_trip=self.PIPELINE)

@@ -198,14 +198,15 @@ def test_the_rebuilds_bulk_writes_pack_winners_and_pairs(store: TimelineStore) -
     assert page.body.endswith(b'"next_max_id":39}')  # 45, 40: two entries past 50's hiding
 
 
+@pytest.mark.parametrize("window", [3, 32])
 def test_long_runs_and_many_originals_in_one_add_as_the_model_says(
-    redis_client: redis.Redis,
+    redis_client: redis.Redis, window: int
 ) -> None:
     """The short path's cases beyond the property test's usual sizes: a run of
-    pairs longer than the chunk it reads first, several originals (old ones,
+    pairs longer than the window it reads first, several originals (old ones,
     posts it holds, a post and its repost) in one add, each batch's result
     the model's."""
-    store = TimelineStore(redis_client, cap=40, slack=10)
+    store = TimelineStore(redis_client, cap=40, slack=10, window=window)
     store.create_generation(GEN)
     model = TimelineModel(cap=40, slack=10)
     originals = {300 + k: 5 for k in range(12)}  # twelve reposts of 5

@@ -509,7 +509,7 @@ def test_a_script_error_names_the_lua_file_and_line(store: TimelineStore) -> Non
 
     apply = Script(store.redis, "apply")
     with pytest.raises(redis.ResponseError) as failure:
-        apply(args=[GEN, 5, 2, 1, 7, "not a number", 1, b"", b""])  # an add with a bad horizon
+        apply(args=[GEN, 5, 2, 32, 1, 7, "not a number", 1, b"", b""])  # an add with a bad horizon
     message = str(failure.value)
     assert "fanout/store/lua/apply.lua:" in message and "user_script" not in message
     line = int(message.split("fanout/store/lua/apply.lua:")[1].split(":")[0])
@@ -679,17 +679,20 @@ def _pages(store: TimelineStore, model: TimelineModel, rnd: random.Random) -> No
     seed=st.integers(0, 2**32),
     cap=st.integers(2, 6),
     slack=st.integers(1, 3),
+    window=st.integers(1, 4),
 )
 def test_the_lua_store_does_what_the_model_does_with_reposts(
-    request: pytest.FixtureRequest, layout: str, seed: int, cap: int, slack: int
+    request: pytest.FixtureRequest, layout: str, seed: int, cap: int, slack: int, window: int
 ) -> None:
     """Random mutations with reposts (new and late ones, undos, deletes of
     reposted originals, merges and removals, horizons, resets with pairs,
     pulled lists with reposts, pulls and unpulls, counts), idle drops and
     regenerations between batches: Redis holds what the model says after
-    every batch, and the merged views dedup per original across sources."""
+    every batch, and the merged views dedup per original across sources. The
+    script's window (the newest winners and pairs it reads first for a
+    repost) is smaller than the timelines, so both its reads are taken."""
     client, shards = layout_client(request, layout)
-    store = TimelineStore(client, cap=cap, slack=slack, shards=shards)
+    store = TimelineStore(client, cap=cap, slack=slack, shards=shards, window=window)
     assert store.ensure_active_generation() == GEN
     model = TimelineModel(cap=cap, slack=slack)
     rnd = random.Random(seed)
@@ -717,9 +720,9 @@ def test_the_lua_store_does_what_the_model_does_with_reposts(
 
 @settings(max_examples=30, deadline=None)
 @pytest.mark.usefixtures("redis_url")
-@given(seed=st.integers(0, 2**32), cap=st.integers(2, 6))
+@given(seed=st.integers(0, 2**32), cap=st.integers(2, 6), window=st.integers(1, 4))
 def test_replaying_a_batch_with_reposts_changes_nothing(
-    request: pytest.FixtureRequest, seed: int, cap: int
+    request: pytest.FixtureRequest, seed: int, cap: int, window: int
 ) -> None:
     """Every batch applied twice: the second time leaves the timelines, lists and
     pairs as they were (only a version may move, as without reposts). A batch
@@ -727,7 +730,7 @@ def test_replaying_a_batch_with_reposts_changes_nothing(
     it removed, which may trim the timeline before the removal comes again
     (with or without reposts), and fences a timeline it created."""
     client, _ = layout_client(request, "single")
-    store = TimelineStore(client, cap=cap, slack=2)
+    store = TimelineStore(client, cap=cap, slack=2, window=window)
     store.create_generation(GEN)
     rnd = random.Random(seed)
     workload = repost_workload.RepostWorkload(rnd)

@@ -1,5 +1,6 @@
 -- Apply a batch's timeline operations (fanout.store.timelines.TimelineStore.apply).
--- Arguments (after the prefixes): generation, cap, slack, then operations
+-- Arguments (after the prefixes): generation, cap, slack, window (see WINDOW
+-- below), then operations
 -- (see fanout/store/ops.py encode_ops):
 --   4 packed-ids                     delete tweet bodies (comes first)
 --   3 tweet-id body                  put a tweet body
@@ -60,6 +61,11 @@
 -- into the refill set; the web tier answers it with a reset.
 
 local gen, cap, slack = arg(1), tonumber(arg(2)), tonumber(arg(3))
+-- add_newest reads a timeline's newest WINDOW winners and pairs (a GETRANGE
+-- each; a kilobyte costs a script about a microsecond to read), and the whole
+-- strings only when an original is older than what those hold: a repost is
+-- most often of a recent tweet, whose entries are among a timeline's newest.
+local WINDOW = tonumber(arg(4))
 if redis.call('EXISTS', P.generation .. gen .. T) == 0 then
   return redis.error_reply('NOGEN generation ' .. gen .. ' is not in Redis (was Redis flushed?)')
 end
@@ -401,27 +407,24 @@ local function add_raw(owner, key, s, new, orig, hm, seq)
   return n
 end
 
--- Index (1-based) of the first id of the timeline at `key` (`n` ids) at or above
--- `id`, n + 1 if none: a binary search reading 8 bytes a probe (GETRANGE), for
--- reading a whole timeline (GET) costs more than a dozen probes.
-local function index_in(key, n, id)
-  local lo, hi = 1, n
+-- Index (1-based) of the first of the winners `base` to `n` (packed in `t` from
+-- its first byte) at or above `id`, n + 1 if none.
+local function index_in(t, base, n, id)
+  local lo, hi = base, n
   while lo <= hi do
     local mid = math.floor((lo + hi) / 2)
-    local at = HEADER + (mid - 1) * 8
-    if upk(redis.call('GETRANGE', key, at, at + 7)) < id then lo = mid + 1 else hi = mid - 1 end
+    if upk(t, (mid - base) * 8 + 1) < id then lo = mid + 1 else hi = mid - 1 end
   end
   return lo
 end
 
--- Index (1-based) of the first record of the pairs at `pkey` (`np` of them)
--- whose original is at or above `o`, np + 1 if none; GETRANGE probes too.
-local function pair_index_in(pkey, np, o)
-  local lo, hi = 1, np
+-- Index (1-based) of the first of the pairs' records `base` to `np` (packed in
+-- `p` from its first byte) whose original is at or above `o`, np + 1 if none.
+local function pair_index_in(p, base, np, o)
+  local lo, hi = base, np
   while lo <= hi do
     local mid = math.floor((lo + hi) / 2)
-    local at = (mid - 1) * PAIR
-    if upk(redis.call('GETRANGE', pkey, at, at + 7)) < o then lo = mid + 1 else hi = mid - 1 end
+    if upk(p, (mid - base) * PAIR + 1) < o then lo = mid + 1 else hi = mid - 1 end
   end
   return lo
 end
@@ -429,42 +432,51 @@ end
 -- Entries newer than every winner (and than `top`), some of them reposts: each
 -- one's original's old winner (the last of its run of pairs, or the post itself)
 -- leaves the winners, the newest entry of each original joins them at the end,
--- and the pairs get the new reposts (and a displaced post). Binary searches by
--- GETRANGE and range writes (APPEND, SETRANGE of the tails after the changes):
--- no string is read or decoded whole. `h`: the header, `n` ids.
-local function add_newest(owner, key, h, n, blob, orig, seq)
-  local pkey = pairs_key(owner)
-  local np = redis.call('STRLEN', pkey) / PAIR
+-- and the pairs get the new reposts (and a displaced post). Each string is read
+-- from the first place an original's entries can be (see WINDOW) and written
+-- from its first change on (one SETRANGE or APPEND). `h`: the header, `n` ids,
+-- `t` the winners `base` to `n`, packed.
+local function add_newest(owner, key, h, n, t, base, blob, orig, seq)
   local best, order, posted, recs = {}, {}, {}, {}
+  local low = math.huge  -- the oldest original
   for pos = 1, #blob, 8 do
     local e = upk(blob, pos)
     local o = orig[e] or e
-    if best[o] == nil then order[#order + 1] = o end
+    if best[o] == nil then
+      order[#order + 1] = o
+      if o < low then low = o end
+    end
     best[o] = e  -- ascending: the last one is the newest
     if e == o then posted[o] = true else recs[#recs + 1] = {o, e} end
   end
+  -- Every entry of an original is at or above it: the winners from `low` on and
+  -- the pairs from the last of `low`'s run on are what the searches need (a run
+  -- that starts before the window ends in it when the window starts with it).
+  if base > 1 and upk(t, 1) > low then
+    t, base = string.sub(redis.call('GET', key), HEADER + 1), 1
+  end
+  local pkey = pairs_key(owner)
+  local np = redis.call('STRLEN', pkey) / PAIR
+  local pbase = math.max(1, np - WINDOW + 1)
+  local p = np > 0 and redis.call('GETRANGE', pkey, (pbase - 1) * PAIR, -1) or ''
+  if pbase > 1 and upk(p, 1) > low then p, pbase = redis.call('GET', pkey), 1 end
   -- drop: the indexes of the old winners that leave; at: where each original's
-  -- new records go in the pairs.
+  -- new records go in the pairs (after its run: the run's entries are older).
   local drop, fresh, at = {}, {}, {}
   for _, o in ipairs(order) do
     fresh[#fresh + 1] = best[o]
     if posted[o] and best[o] ~= o then recs[#recs + 1] = {o, o} end
-    local lo = pair_index_in(pkey, np, o)
+    local lo = pair_index_in(p, pbase, np, o)
     local run_end = lo - 1
-    if lo <= np then  -- o's run: the records from lo on whose original is o
-      local chunk = redis.call('GETRANGE', pkey, (lo - 1) * PAIR, lo * PAIR + 7 * PAIR - 1)
-      local k = 0
-      while k * PAIR < #chunk and upk(chunk, k * PAIR + 1) == o do k = k + 1 end
-      run_end = k * PAIR < #chunk and lo + k - 1 or pair_index_in(pkey, np, o + 1) - 1
+    while run_end < np and upk(p, (run_end + 1 - pbase) * PAIR + 1) == o do
+      run_end = run_end + 1
     end
     at[o] = run_end + 1
     if run_end >= lo then  -- the old winner: the run's last repost
-      local last = redis.call('GETRANGE', pkey, (run_end - 1) * PAIR, run_end * PAIR - 1)
-      drop[#drop + 1] = index_in(key, n, upk(last, 9))
+      drop[#drop + 1] = index_in(t, base, n, upk(p, (run_end - pbase) * PAIR + 9))
     elseif not posted[o] and o >= h.horizon then  -- the post itself, if it is there
-      local i = index_in(key, n, o)
-      if i <= n and upk(redis.call('GETRANGE', key, HEADER + (i - 1) * 8, HEADER + i * 8 - 1)) == o
-      then
+      local i = index_in(t, base, n, o)
+      if i <= n and upk(t, (i - base) * 8 + 1) == o then
         drop[#drop + 1] = i
         recs[#recs + 1] = {o, o}
       end
@@ -478,34 +490,32 @@ local function add_newest(owner, key, h, n, blob, orig, seq)
   else
     -- The winners from the first dropped one on, without the dropped ones, then
     -- the new ones: at least as long as what it replaces.
-    local pos = drop
-    table.sort(pos)
-    local from = HEADER + (pos[1] - 1) * 8
-    local tail = redis.call('GETRANGE', key, from, -1)
-    local parts, next_at = {}, 1
-    for _, k in ipairs(pos) do
-      local off = (k - pos[1]) * 8
-      parts[#parts + 1] = string.sub(tail, next_at, off)
+    table.sort(drop)
+    local parts, next_at = {}, (drop[1] - base) * 8 + 1
+    for _, k in ipairs(drop) do
+      local off = (k - base) * 8
+      parts[#parts + 1] = string.sub(t, next_at, off)
       next_at = off + 9
     end
-    parts[#parts + 1] = string.sub(tail, next_at)
+    parts[#parts + 1] = string.sub(t, next_at)
     parts[#parts + 1] = pack_ids(fresh)
-    len = redis.call('SETRANGE', key, from, table.concat(parts))
+    len = redis.call('SETRANGE', key, HEADER + (drop[1] - 1) * 8, table.concat(parts))
   end
-  -- The new records, each original's after its run (the runs' entries are all
-  -- older), from the last place on: the places before it do not move.
-  table.sort(recs, function(a, b) return a[1] > b[1] or (a[1] == b[1] and a[2] > b[2]) end)
-  local i = 1
-  while i <= #recs do
-    local o, group = recs[i][1], {}
-    while i <= #recs and recs[i][1] == o do
-      table.insert(group, 1, struct.pack('>I8I8', o, recs[i][2]))
-      i = i + 1
+  if #recs > 0 then
+    -- The new records in order (original, entry), each original's at its place.
+    table.sort(recs, function(a, b) return a[1] < b[1] or (a[1] == b[1] and a[2] < b[2]) end)
+    local first = at[recs[1][1]]
+    local parts, next_at = {}, (first - pbase) * PAIR + 1
+    for _, r in ipairs(recs) do
+      local off = (at[r[1]] - pbase) * PAIR
+      if off + 1 > next_at then
+        parts[#parts + 1] = string.sub(p, next_at, off)
+        next_at = off + 1
+      end
+      parts[#parts + 1] = struct.pack('>I8I8', r[1], r[2])
     end
-    local off = (at[o] - 1) * PAIR
-    local rest = off < np * PAIR and redis.call('GETRANGE', pkey, off, -1) or ''
-    redis.call('SETRANGE', pkey, off, table.concat(group) .. rest)
-    np = np + #group
+    parts[#parts + 1] = string.sub(p, next_at)
+    redis.call('SETRANGE', pkey, (first - 1) * PAIR, table.concat(parts))
   end
   trim(key, len, seq, owner)
   return #blob / 8
@@ -525,10 +535,15 @@ local function add(owner, key, blob, hm, seq, pblob)
     if #blob == 0 then return 0 end
     local h = read_header(redis.call('GETRANGE', key, 0, HEADER - 1))
     local n = (s_len - HEADER) / 8
-    local last = n > 0 and upk(redis.call('GETRANGE', key, -8, -1)) or 0
+    -- With reposts, the newest winners (add_newest searches them); else the newest.
+    local base = #pblob > 0 and math.max(1, n - WINDOW + 1) or n
+    local t = n > 0 and redis.call('GETRANGE', key, HEADER + (base - 1) * 8, -1) or ''
+    local last = n > 0 and upk(t, #t - 7) or 0
     local first = upk(blob, 1)
     if first > math.max(h.top, last) and first >= h.horizon then
-      if #pblob > 0 then return add_newest(owner, key, h, n, blob, originals_of(pblob), seq) end
+      if #pblob > 0 then
+        return add_newest(owner, key, h, n, t, base, blob, originals_of(pblob), seq)
+      end
       -- Posts newer than every winner are new winners (a repost of one would be
       -- newer still): the pairs need no look.
       local len = redis.call('APPEND', key, blob)
@@ -540,8 +555,8 @@ local function add(owner, key, blob, hm, seq, pblob)
       -- The newest entries first: another executor's share of this batch is there.
       local window = 2 * #blob / 8 + 8
       if n > window then
-        local t = redis.call('GETRANGE', key, s_len - window * 8, -1)
-        local added_here = add_inside(key, h, n, t, 0, n - window + 1, blob, seq)
+        local tail = redis.call('GETRANGE', key, s_len - window * 8, -1)
+        local added_here = add_inside(key, h, n, tail, 0, n - window + 1, blob, seq)
         if added_here ~= nil then return added_here end
       end
       return add_inside(key, h, n, redis.call('GET', key), HEADER, 1, blob, seq)
@@ -781,7 +796,7 @@ local function unpull(owner, key, author, listed, blob, hm, seq, pblob)
 end
 
 local timelines = P.timeline .. gen .. ':' .. T
-local i = 4
+local i = 5
 while i <= nargs() do
   local op = arg(i)
   if op == '1' then                       -- add: owner, horizon, seq, ids, pairs
