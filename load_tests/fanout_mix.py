@@ -13,6 +13,7 @@ per kind, as the database's unique keys make it.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import itertools
 import random
@@ -109,9 +110,12 @@ class Reactions:
 def mixed(
     posts: Sequence[events.TweetPosted], reactions: Reactions, gen: ids.IdGenerator
 ) -> list[events.Event]:
-    """``posts``, each followed by what it draws."""
+    """``posts``, each followed by what it draws, ids minted in that order (as
+    the web mints them: a repost's id is above the posts before it and below
+    those after it)."""
     out: list[events.Event] = []
-    for post in posts:
+    for drawn in posts:
+        post = dataclasses.replace(drawn, tweet_id=gen.next_id())
         out.append(post)
         out += reactions.after(post, gen)
     return out

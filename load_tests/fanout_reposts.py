@@ -71,13 +71,14 @@ def run_mix(args: argparse.Namespace) -> int:
         reactions = Reactions(
             followers_of(pairs), args.users, random.Random(args.seed + 3), args.mix_window
         )
-        stream = mixed(make_tweets(args.backlog, authors, args.users, rnd, gen), reactions, gen)
+        drafts = make_tweets(args.backlog, authors, args.users, rnd, gen)
         figures: dict[str, dict[str, Any]] = {}
         between: list[events.Event] = []  # the posts-only steady phase's posts
-        for name, backlog, load_reactions in (
-            ("posts", posts, None),
-            ("mix", stream, reactions),
-        ):
+        stream: list[events.Event] = []
+        for name, load_reactions in (("posts", None), ("mix", reactions)):
+            # The mix's ids are minted after the posts-only phase's, as a backlog
+            # written after it would be: its entries are newer than the timelines'.
+            backlog = posts if name == "posts" else (stream := mixed(drafts, reactions, gen))
             delivered, e2e, drain = drain_encoded(log, store, job, backlog)
             load = MixedLoad(
                 log,

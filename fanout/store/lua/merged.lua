@@ -142,16 +142,24 @@ local function view(gen, uid, s, given)
   for _, src in ipairs(sources) do src.lo = above(src.s, 1, src.n, floor - 1) end
   sources.hidden, sources.hide = {}, {}
   if #sources > 1 then  -- reposts may repeat an original across the sources
-    local any = false
+    local any, shown = false, 0
+    for _, src in ipairs(sources) do
+      if src.lo <= src.n then shown = shown + 1 end
+    end
     for i, src in ipairs(sources) do
-      if i == 1 then
-        src.p = redis.call('GET', P.reposts .. gen .. ':' .. T .. uid)
-      elseif given then
-        src.p = given.pairs[src.author]
-      else
-        src.p = redis.call('GET', P.list_reposts .. gen .. ':' .. src.author)
+      -- A source with nothing at or above the floor shows nothing and hides
+      -- nothing (its entries are older than its newest winner): its pairs are
+      -- not read. Neither are any when only one source shows.
+      if shown > 1 and src.lo <= src.n then
+        if i == 1 then
+          src.p = redis.call('GET', P.reposts .. gen .. ':' .. T .. uid)
+        elseif given then
+          src.p = given.pairs[src.author]
+        else
+          src.p = redis.call('GET', P.list_reposts .. gen .. ':' .. src.author)
+        end
+        any = any or (src.p and #src.p > 0)
       end
-      any = any or (src.p and #src.p > 0)
     end
     if any then sources.hidden, sources.hide = hidden(sources, floor) end
   end
