@@ -202,6 +202,13 @@ def main(argv: list[str] | None = None) -> int:
         "0 (the default) seeds as the code before reposts can",
     )
     parser.add_argument(
+        "--interleave",
+        action="store_true",
+        help="mint the pulled authors' entries in the same rounds as the timelines' "
+        "(every source of a merged read overlaps the others; by default the lists "
+        "come after the timelines, one after another, and a merged reader sees one)",
+    )
+    parser.add_argument(
         "--runs", type=int, default=1, help="measure this many times, alternated; report medians"
     )
     parser.add_argument(
@@ -272,11 +279,17 @@ def against_raw_script(
 
     config = StarlingConfig.from_env()
     store = store_for(config)
-    datasets = {"posts": fill(store, config, args.users)}
+    datasets = {"posts": fill(store, config, args.users, interleave=args.interleave)}
     made: set[int] = set()
     if args.reposts > 0:
         datasets["reposts"] = fill(
-            store, config, args.users, base=args.users + 100, reposts=args.reposts, made=made
+            store,
+            config,
+            args.users,
+            base=args.users + 100,
+            reposts=args.reposts,
+            made=made,
+            interleave=args.interleave,
         )
     generation = store.ensure_active_generation()
     meta: dict[str, Any] = {}

@@ -23,12 +23,19 @@ def fill(
     base: int = 0,
     reposts: float = 0.0,
     made: set[int] | None = None,
+    interleave: bool = False,
 ) -> tuple[list[int], list[int]]:
     """Fill ``store`` (seeded: every store gets the same network): timelines of
     STARLING_TIMELINE_SIZE entries for users ``base + 1 ..`` following 200 pushed
     authors each, and 20 pulled authors with full lists followed by the second
     half of the users. Returns the readers of one list and the readers of
-    merged lists; ``made`` gets the ids of the repost entries."""
+    merged lists; ``made`` gets the ids of the repost entries.
+
+    The pulled authors' entries are minted after the timelines', one author
+    after another: a merged reader sees the newest list only (every other
+    source is below its horizon). With ``interleave`` they are minted in the
+    same rounds as the timelines' (all the sources overlap in time, and a
+    merged read combines them all)."""
     from fanout.model import events, ids
     from fanout.model.author_state import AuthorState
     from fanout.model.join import Mutation, Op, join_events, newest
@@ -66,10 +73,27 @@ def fill(
         posts.append(ev.tweet_id)
         return ev
 
-    for _ in range(cap // 200 + 4):
+    rounds = cap // 200 + 4
+    pulled = range(base + n_users + 1, base + n_users + 21)
+    listed: dict[int, list[Any]] = {author: [] for author in pulled}  # their entries
+    list_bodies: dict[int, bytes] = {}
+
+    def list_entry(author: int) -> None:
+        ev = entry(author)
+        list_bodies[ev.tweet_id] = events.tweet_json(ev)
+        listed[author].append(ev)
+
+    per_list = keep + 10
+    due = per_list * len(pulled)  # the lists' entries, interleaved: one after every few posts
+    minted = 0
+    for k in range(rounds):
         bodies: dict[int, bytes] = {}
         mutations: list[Mutation] = []
-        for author in users:
+        for j, author in enumerate(users):
+            if interleave:  # the lists' entries, round-robin, spread over the rounds' posts
+                for _ in range(due * (k * n_users + j + 1) // (rounds * n_users) - minted):
+                    list_entry(pulled[minted % len(pulled)])
+                    minted += 1
             result = join_events(
                 author,
                 AuthorState(followers=followers[author]),
@@ -79,17 +103,17 @@ def fill(
             bodies |= result.bodies
             mutations += result.mutations
         store.apply(generation, bodies, mutations)
+    if not interleave:
+        for author in pulled:
+            for _ in range(per_list):
+                list_entry(author)
     merged_readers = list(users)[n_users // 2 :]
-    bodies, mutations = {}, []
-    for author in range(base + n_users + 1, base + n_users + 21):
-        tweets = []
-        originals: dict[int, int] = {}
-        for _ in range(keep + 10):
-            ev = entry(author)
-            bodies[ev.tweet_id] = events.tweet_json(ev)
-            tweets.append(ev.tweet_id)
-            if reposts > 0 and ev.repost_of:
-                originals[ev.tweet_id] = ev.repost_of
+    bodies, mutations = list_bodies, []
+    for author in pulled:
+        tweets = [ev.tweet_id for ev in listed[author]]
+        originals = {
+            ev.tweet_id: ev.repost_of for ev in listed[author] if reposts > 0 and ev.repost_of
+        }
         kept, horizon = newest(tweets, keep)
         if originals:
             pairs = tuple((t, originals[t]) for t in kept if t in originals)
