@@ -88,24 +88,20 @@ local function hidden(sources, floor)
       end
     end
   end
-  -- The posts among those originals: binary searches, or one pass over a
-  -- source's entries when that is cheaper.
-  table.sort(reposted)
-  for _, src in ipairs(sources) do
-    local len = src.n - src.lo + 1
-    if len > 0 and #reposted > 0 then
-      local first, last = id_at(src.s, src.lo), id_at(src.s, src.n)
-      local a, b = above_in(reposted, first - 1), above_in(reposted, last) - 1
-      if (b - a + 1) * 10 > len then
+  -- The posts among those originals: one pass over each source's entries in
+  -- their range (a post is hidden by a repost of it in another source).
+  if #reposted > 0 then
+    local low, high = math.huge, -1
+    for _, o in ipairs(reposted) do
+      if o < low then low = o end
+      if o > high then high = o end
+    end
+    for _, src in ipairs(sources) do
+      local len = src.n - src.lo + 1
+      if len > 0 and id_at(src.s, src.lo) <= high and id_at(src.s, src.n) >= low then
         local ids = bulk_ids(src.s, HEADER + (src.lo - 1) * 8 + 1, len)
         for _, id in ipairs(ids) do
           if best[id] then losers[#losers + 1] = id end
-        end
-      else
-        for x = a, b do
-          local o = reposted[x]
-          local i = above(src.s, src.lo, src.n, o - 1)
-          if i <= src.n and id_at(src.s, i) == o then losers[#losers + 1] = o end
         end
       end
     end
