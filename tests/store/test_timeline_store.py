@@ -13,6 +13,7 @@ import redis
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from fanout.model import events
 from fanout.model.author_state import AuthorState
 from fanout.model.join import Mutation, Op, join_events
 from fanout.store import keys
@@ -634,10 +635,11 @@ def _state(client: redis.Redis, shards: keys.Shards, model: TimelineModel) -> No
     assert counts == model.counts
 
 
-def _pages(store: TimelineStore, model: TimelineModel, rnd: random.Random) -> None:
-    """Pages (any count, max_id, since_id, at hidden duplicates too) are the
-    model's merged view's, each entry composed with its original and counts as
-    fanout.store.reads.compose does (entries.lua inside a one-shard read)."""
+def _pages(store: TimelineStore, model: TimelineModel, rnd: random.Random, rounds: int = 4) -> None:
+    """Pages (any count, max_id, since_id, at hidden duplicates too; ``rounds``
+    of them per user) are the model's merged view's, each entry composed with
+    its original and counts as fanout.store.reads.compose does (entries.lua
+    inside a one-shard read)."""
     for user in repost_workload.OWNERS:
         merged = model.merged(user)
         if merged is None or user in model.regenerating:
@@ -648,7 +650,7 @@ def _pages(store: TimelineStore, model: TimelineModel, rnd: random.Random) -> No
         tl = model.timelines[user]
         lists = [model.lists[a] for a in model.pulls.get(user, ()) if a in model.lists]
         raw = sorted({t for s in (tl, *lists) for t in s.raw})  # hidden entries too
-        for _ in range(4):
+        for _ in range(rounds):
             count = rnd.randint(1, 4)
             near = [t + d for t in rnd.sample(raw, min(2, len(raw))) for d in (-1, 0, 1)]
             max_id = rnd.choice([0, *near, *visible[:2]])
@@ -716,6 +718,56 @@ def test_the_lua_store_does_what_the_model_does_with_reposts(
         _pages(store, model, rnd)
     assert skipped == model.skipped
     assert set(store.take_refills(100)) == model.refill
+
+
+@pytest.mark.parametrize(("originals", "everywhere"), [(3, True), (4, True), (8, True), (8, False)])
+def test_a_merged_view_whose_entries_hide_each_other_pages_as_the_model_says(
+    request: pytest.FixtureRequest, originals: int, everywhere: bool
+) -> None:
+    """A timeline and two pulled lists holding posts and reposts of the same
+    originals (each reposted in every source, or every other one in one): most
+    of the sources' entries hide each other. A read computes the hidden
+    entries above a bound with twice cap + 1 entries, and from the floor when
+    fewer than cap + 1 of those stay visible: pages and counts are the
+    model's for views shorter than the cap, at it, and longer."""
+    client, shards = layout_client(request, "single")
+    cap = 3
+    store = TimelineStore(client, cap=cap, slack=30, shards=shards)  # nothing trimmed
+    assert store.ensure_active_generation() == GEN
+    model = TimelineModel(cap=cap, slack=30)
+    owners = (1, 101, 102)  # the timeline of user 1, and the lists of 101 and 102
+    held: dict[int, list[int]] = {owner: [] for owner in owners}
+    bodies: dict[int, bytes] = {}
+    of: dict[int, int] = {}  # repost -> original
+    t = 1000
+    for k in range(originals):
+        t += 10
+        o = t
+        bodies[o] = b'{"id":%d,"author":"a","text":"t%d","created_at":"c"}' % (o, o)
+        held[owners[k % 3]].append(o)
+        for owner in owners if everywhere or k % 2 else owners[:1]:
+            t += 1
+            of[t] = o
+            bodies[t] = events.repost_json(t, f"r{owner}", o)
+            held[owner].append(t)
+
+    def add(owner: int, seq: int) -> Mutation:
+        ids = tuple(sorted(held[owner]))
+        pairs = tuple((e, of[e]) for e in ids if e in of)
+        if owner == 1:
+            return Mutation(Op.ADD, (1,), ids, 0, seq, reposts=pairs)
+        return Mutation(Op.LIST, (owner,), ids, 0, reposts=pairs)
+
+    mutations = [
+        *(add(owner, 1) for owner in owners),
+        *(Mutation(Op.PULL, (1,), (), 0, 2 + i, 0, (a,)) for i, a in enumerate(owners[1:])),
+    ]
+    model.apply(bodies, mutations, {})
+    store.apply(GEN, bodies, mutations)
+    _state(client, shards, model)
+    _pages(store, model, random.Random(originals), rounds=100)
+    merged = model.merged(1)
+    assert merged is not None and len(merged[1]) == originals  # one entry per original
 
 
 @settings(max_examples=30, deadline=None)

@@ -63,24 +63,25 @@ local function bulk_ids(s, from, k)
   return out
 end
 
--- The entries of the sources that are not in the view, ascending, and as a set:
--- per original, every winner of a source but the greatest across them (a
--- source's repost winners are the last entries of its runs of pairs; a post o
--- is the entry of original o, hidden by any repost of o).
-local function hidden(sources, floor)
+-- The entries of the sources at or above `b` that are not in the view, ascending,
+-- and as a set: per original, every winner of a source but the greatest across
+-- them (a source's repost winners are the last entries of its runs of pairs; a
+-- post o is the entry of original o, hidden by any repost of o). Whether an
+-- entry at or above `b` is hidden depends on the entries above it only.
+local function hidden(sources, b)
   local best, losers, reposted = {}, {}, {}
   for _, src in ipairs(sources) do
     local p = src.p
     local flat = (p and #p > 0) and bulk_ids(p, 1, #p / 8) or {}  -- original, entry, ...
     for x = 1, #flat, 2 do
       local o, e = flat[x], flat[x + 1]
-      if flat[x + 2] ~= o and e >= floor then  -- the last of o's run: o's winner here
-        local b = best[o]
-        if b == nil then
+      if flat[x + 2] ~= o and e >= b then  -- the last of o's run: o's winner here
+        local was = best[o]
+        if was == nil then
           best[o] = e
-          if o >= floor then reposted[#reposted + 1] = o end
-        elseif e > b then
-          losers[#losers + 1] = b
+          if o >= b then reposted[#reposted + 1] = o end
+        elseif e > was then
+          losers[#losers + 1] = was
           best[o] = e
         else
           losers[#losers + 1] = e
@@ -97,9 +98,10 @@ local function hidden(sources, floor)
       if o > high then high = o end
     end
     for _, src in ipairs(sources) do
-      local len = src.n - src.lo + 1
-      if len > 0 and id_at(src.s, src.lo) <= high and id_at(src.s, src.n) >= low then
-        local ids = bulk_ids(src.s, HEADER + (src.lo - 1) * 8 + 1, len)
+      local from = above(src.s, src.lo, src.n, b - 1)
+      local len = src.n - from + 1
+      if len > 0 and id_at(src.s, from) <= high and id_at(src.s, src.n) >= low then
+        local ids = bulk_ids(src.s, HEADER + (from - 1) * 8 + 1, len)
         for _, id in ipairs(ids) do
           if best[id] then losers[#losers + 1] = id end
         end
@@ -112,11 +114,44 @@ local function hidden(sources, floor)
   return losers, set
 end
 
+-- How many of the sources' entries are at or above `b`.
+local function entries_from(sources, b)
+  local total = 0
+  for _, src in ipairs(sources) do
+    total = total + src.n - above(src.s, src.lo, src.n, b - 1) + 1
+  end
+  return total
+end
+
+-- An id above the floor with at least `k` of the sources' entries at or above
+-- it, as high as a few steps find (ids are minted in time order: each step
+-- interpolates between the last two), or the floor.
+local function bound(sources, floor, k)
+  local oldest, top = math.huge, floor
+  for _, src in ipairs(sources) do
+    if src.n >= src.lo then
+      oldest = math.min(oldest, id_at(src.s, src.lo))
+      top = math.max(top, id_at(src.s, src.n))
+    end
+  end
+  if oldest >= top then return floor end
+  local b_lo, c_lo = oldest, entries_from(sources, floor)  -- none between the two
+  local b_hi, c_hi = top + 1, 0
+  for _ = 1, 4 do
+    if c_lo <= k then break end
+    local b = b_lo + math.floor((b_hi - b_lo) * (c_lo - k) / (c_lo - c_hi))
+    if b <= b_lo or b >= b_hi then break end
+    local c = entries_from(sources, b)
+    if c >= k then b_lo, c_lo = b, c else b_hi, c_hi = b, c end
+  end
+  return b_lo > oldest and b_lo or floor
+end
+
 -- The sources of a view: {s = packed, lo, n} (entries lo..n are at or above the
 -- floor), the floor and the version (the timeline's plus its lists').
 -- With `given` lists that are not the ones the user reads, returns nil and the
 -- authors the user reads: the caller fetches their lists and calls again.
-local function view(gen, uid, s, given)
+local function view(gen, uid, s, given, cap)
   local h = read_header(s)
   local sources, floor, version = {{s = s, n = count(s)}}, h.horizon, h.version
   local authors = redis.call('SMEMBERS', P.pulls .. gen .. ':' .. T .. uid)
@@ -157,7 +192,18 @@ local function view(gen, uid, s, given)
         any = any or (src.p and #src.p > 0)
       end
     end
-    if any then sources.hidden, sources.hide = hidden(sources, floor) end
+    if any then
+      -- A read needs the newest cap + 1 entries of the view exactly (which are
+      -- visible, and that more exist): the hidden entries from a bound with
+      -- twice that many entries above it, or from the floor if that many do not
+      -- stay. Counts below the bound are then over cap either way.
+      local b = bound(sources, floor, 2 * (cap + 1))
+      local hid, set = hidden(sources, b)
+      if b > floor and entries_from(sources, b) - #hid <= cap then
+        hid, set = hidden(sources, floor)
+      end
+      sources.hidden, sources.hide = hid, set
+    end
   end
   return sources, floor, version
 end

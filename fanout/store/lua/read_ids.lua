@@ -9,7 +9,7 @@
 local gen, uid, cap = arg(1), arg(2), tonumber(arg(3))
 local s = redis.call('GET', P.timeline .. gen .. ':' .. T .. uid)
 if not s or #s < HEADER then return false end
-local sources, floor, version = view(gen, uid, s, given_lists(4))
+local sources, floor, version = view(gen, uid, s, given_lists(4), cap)
 if not sources then return {'lists', gen, unpack(floor)} end
 local out = {num(floor), num(version)}
 for _, id in ipairs(take(sources, math.huge, cap)) do out[#out + 1] = num(id) end

@@ -34,7 +34,7 @@ if not gen then return {'nogen'} end
 local s = redis.call('GET', P.timeline .. gen .. ':' .. T .. uid)
 local sources, floor, version
 if s and #s >= HEADER then
-  sources, floor, version = view(gen, uid, s, given)
+  sources, floor, version = view(gen, uid, s, given, cap)
   if not sources then return {'lists', gen, unpack(floor)} end  -- nothing written yet
 end
 local first = '0'
