@@ -179,8 +179,9 @@ local function view(gen, uid, s, given, cap)
     end
     for i, src in ipairs(sources) do
       -- A source with nothing at or above the floor shows nothing and hides
-      -- nothing (its entries are older than its newest winner): its pairs are
-      -- not read. Neither are any when only one source shows.
+      -- nothing (every entry of its pairs is below the floor too): its pairs
+      -- are not read. Nor are any when one source shows (a source's winners
+      -- are one per original already).
       if shown > 1 and src.lo <= src.n then
         if i == 1 then
           src.p = redis.call('GET', P.reposts .. gen .. ':' .. T .. uid)
