@@ -407,24 +407,14 @@ local function add_raw(owner, key, s, new, orig, hm, seq)
   return n
 end
 
--- Index (1-based) of the first of the winners `base` to `n` (packed in `t` from
--- its first byte) at or above `id`, n + 1 if none.
-local function index_in(t, base, n, id)
-  local lo, hi = base, n
+-- Index (1-based) of the first of the records `base` to `last`, packed `stride`
+-- bytes apart in `s` from its first byte, whose first 8-byte id is at or above
+-- `id`, last + 1 if none: winners (stride 8) or pairs by original (PAIR).
+local function index_in(s, base, last, id, stride)
+  local lo, hi = base, last
   while lo <= hi do
     local mid = math.floor((lo + hi) / 2)
-    if upk(t, (mid - base) * 8 + 1) < id then lo = mid + 1 else hi = mid - 1 end
-  end
-  return lo
-end
-
--- Index (1-based) of the first of the pairs' records `base` to `np` (packed in
--- `p` from its first byte) whose original is at or above `o`, np + 1 if none.
-local function pair_index_in(p, base, np, o)
-  local lo, hi = base, np
-  while lo <= hi do
-    local mid = math.floor((lo + hi) / 2)
-    if upk(p, (mid - base) * PAIR + 1) < o then lo = mid + 1 else hi = mid - 1 end
+    if upk(s, (mid - base) * stride + 1) < id then lo = mid + 1 else hi = mid - 1 end
   end
   return lo
 end
@@ -453,7 +443,7 @@ local function add_newest(owner, key, h, n, t, base, blob, orig, seq)
   -- the pairs from the last of `low`'s run on are what the searches need (a run
   -- that starts before the window ends in it when the window starts with it).
   if base > 1 and upk(t, 1) > low then
-    t, base = string.sub(redis.call('GET', key), HEADER + 1), 1
+    t, base = redis.call('GETRANGE', key, HEADER, -1), 1
   end
   local pkey = pairs_key(owner)
   local np = redis.call('STRLEN', pkey) / PAIR
@@ -466,16 +456,16 @@ local function add_newest(owner, key, h, n, t, base, blob, orig, seq)
   for _, o in ipairs(order) do
     fresh[#fresh + 1] = best[o]
     if posted[o] and best[o] ~= o then recs[#recs + 1] = {o, o} end
-    local lo = pair_index_in(p, pbase, np, o)
+    local lo = index_in(p, pbase, np, o, PAIR)
     local run_end = lo - 1
     while run_end < np and upk(p, (run_end + 1 - pbase) * PAIR + 1) == o do
       run_end = run_end + 1
     end
     at[o] = run_end + 1
     if run_end >= lo then  -- the old winner: the run's last repost
-      drop[#drop + 1] = index_in(t, base, n, upk(p, (run_end - pbase) * PAIR + 9))
+      drop[#drop + 1] = index_in(t, base, n, upk(p, (run_end - pbase) * PAIR + 9), 8)
     elseif not posted[o] and o >= h.horizon then  -- the post itself, if it is there
-      local i = index_in(t, base, n, o)
+      local i = index_in(t, base, n, o, 8)
       if i <= n and upk(t, (i - base) * 8 + 1) == o then
         drop[#drop + 1] = i
         recs[#recs + 1] = {o, o}

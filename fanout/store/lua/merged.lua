@@ -211,10 +211,8 @@ end
 
 -- How many entries of the view are above x.
 local function count_above(sources, x)
-  local total = 0
-  for _, src in ipairs(sources) do total = total + src.n - above(src.s, src.lo, src.n, x) + 1 end
   local h = sources.hidden
-  return total - (#h - above_in(h, x) + 1)
+  return entries_from(sources, x + 1) - (#h - above_in(h, x) + 1)
 end
 
 -- Up to `want` entries at or below `top`, newest first.
