@@ -6,7 +6,8 @@ by :mod:`fanout.store.scripts`), the packed format and the batching of writes fr
 writes a new one and switches readers to it at once; their lifecycle is
 :mod:`fanout.store.generations`, part of this store); tweet bodies are shared by
 all generations. The reads are :mod:`fanout.store.reads`, the rebuild's
-bulk writes :mod:`fanout.store.bulk`: parts of this store too.
+bulk writes :mod:`fanout.store.bulk`, its dead letters and figures
+:mod:`fanout.store.bookkeeping`: parts of this store too.
 
 Every write is idempotent, so replaying a micro-batch changes nothing.
 
@@ -35,6 +36,7 @@ from fanout.config import StarlingConfig
 from fanout.model.join import SLACK, Mutation
 from fanout.model.watermark import Watermark
 from fanout.store import keys
+from fanout.store.bookkeeping import Bookkeeping
 from fanout.store.bulk import TimelineBulk
 from fanout.store.generations import GenerationMissing, GenerationStore
 from fanout.store.ops import (
@@ -100,7 +102,7 @@ def store_for(config: StarlingConfig, *, timeout: float = 5.0) -> TimelineStore:
     )
 
 
-class TimelineStore(TimelineReads, TimelineBulk, GenerationStore, RebuildChannel):
+class TimelineStore(TimelineReads, TimelineBulk, GenerationStore, RebuildChannel, Bookkeeping):
     """Reads and idempotent bulk writes of timelines, bodies and bookkeeping."""
 
     #: Units of work per script call (ids, body bytes, ops: timeline_ops.encode_ops):
@@ -321,13 +323,6 @@ class TimelineStore(TimelineReads, TimelineBulk, GenerationStore, RebuildChannel
             )
         return recorded
 
-    def dead_letter(self, records: Iterable[Mapping[str, Any]]) -> int:
-        """Set bad records aside, keyed by ``topic/partition/offset`` (idempotent)."""
-        mapping = {_position(r): orjson.dumps(r) for r in records}
-        if mapping:
-            self.redis.hset(keys.DEAD_LETTERS, mapping=mapping)  # type: ignore[arg-type]
-        return len(mapping)
-
     def contiguous_watermark(self, generation: int) -> int:
         """Every seq up to this one is applied in ``generation`` (0 if unknown)."""
         return int(self.redis.hget(keys.watermark(generation), "contiguous") or 0)
@@ -403,36 +398,6 @@ class TimelineStore(TimelineReads, TimelineBulk, GenerationStore, RebuildChannel
         queues = [keys.resets(generation, tag) for tag in self.shards.tags()]
         return sum(int(n) for n in run(self.redis, [command("ZCARD", k) for k in queues]))
 
-    def clear_dead_letters(self, records: Iterable[Mapping[str, Any]]) -> int:
-        """Forget these dead letters (as :meth:`dead_letters` returned them);
-        records set aside since stay. Returns how many were forgotten."""
-        fields = [_position(r) for r in records]
-        return int(self.redis.hdel(keys.DEAD_LETTERS, *fields)) if fields else 0
-
-    def dead_letters(self) -> list[dict[str, Any]]:
-        return [orjson.loads(v) for v in self.redis.hgetall(keys.DEAD_LETTERS).values()]
-
-    def dead_letter_count(self) -> int:
-        return int(self.redis.hlen(keys.DEAD_LETTERS))
-
-    # --- the figures /metrics shows without SQL
-
-    def keep_database_figures(self, figures: Mapping[str, float]) -> None:
-        """The figures that need SQL (computed by a beat task), for scrapes to read."""
-        self.redis.hset(keys.DB_GAUGES, mapping=dict(figures))  # type: ignore[arg-type]
-
-    def database_figures(self) -> dict[str, float]:
-        return _floats(self.redis.hgetall(keys.DB_GAUGES))
-
-    def relay_figures(self) -> dict[str, float]:
-        """``published`` (rows put on Kafka, ever) and ``failures`` (runs failed
-        in a row) of the outbox relay (feed.relay.RelayCoordinator)."""
-        published, failures = run(
-            self.redis,
-            [command("HGET", keys.RELAY_STATS, "published"), command("GET", keys.RELAY_FAILURES)],
-        )
-        return {"published": float(published or 0), "failures": float(failures or 0)}
-
 
 def _reset_ids(member: bytes) -> list[int]:
     """The tweet ids of a reset waiting in Redis, its entries and their originals
@@ -442,13 +407,3 @@ def _reset_ids(member: bytes) -> list[int]:
     start = 48 + 8 * int.from_bytes(member[32:40], "big")
     end = start + 8 * int.from_bytes(member[40:48], "big")
     return unpack_ids(member[start:end]) + [o for _, o in unpack_pairs(member[end:])]
-
-
-def _position(record: Mapping[str, Any]) -> str:
-    """A dead letter's field: where the record was, ``topic/partition/offset``."""
-    return f"{record['topic']}/{record['partition']}/{record['offset']}"
-
-
-def _floats(raw: Mapping[Any, Any]) -> dict[str, float]:
-    """A Redis hash of numbers, by name."""
-    return {(k.decode() if isinstance(k, bytes) else k): float(v) for k, v in raw.items()}
