@@ -1,29 +1,39 @@
 """Extract: the changelogs as the streaming job reads them (the rebuild
 decodes them in its read tasks instead: spark.rebuild.read, spark.rebuild.decode).
 
-The job hands the join two columns: ``bucket``, what it groups by (the
-state bucket of the record's join key: :func:`bucket_column`), and
-``record``, everything else about the Kafka record packed into one binary
-value (:class:`ChangelogRecord`: the source's ``topic``, ``partition``,
+Each record becomes ``bucket``, what the join groups by (the state bucket of
+the record's join key: :func:`bucket_column`), and ``record``, everything
+else about the Kafka record packed into one binary value
+(:class:`ChangelogRecord`: the source's ``topic``, ``partition``,
 ``offset``, ``timestamp``, ``key`` and ``value``, plus the headers parsed
 once here in SQL: ``seq``, the outbox seq; ``jk``, the join key the header
-names; ``mark``, set on the relay's marks only).
+names; ``mark``, set on the relay's marks only). Then each Arrow batch of
+those is cut into *runs*, one row per bucket (:func:`runs`: the records'
+lengths and the records one after another), and the runs are what the join
+receives.
 
 The join key is ``jk``; :data:`MARKS` for the relay's marks; a negative
 per-partition key for a record without a usable one (decoding then fails
 and dead-letters it). The join reads each author's id back from ``jk``.
 
-Why one packed column: PySpark hands a stateful operator its input as one
-``Row`` per record, built cell by cell from Arrow (a pyarrow scalar and its
-``as_py()`` per cell). With ten columns that conversion cost about as much
-as the join itself; packed, it is two cells and one ``bytes.partition``
+Why packed, and why runs: PySpark hands a stateful operator its input as
+one ``Row`` per input row, built cell by cell from Arrow (a pyarrow scalar
+and its ``as_py()`` per cell), and shuffles it row by row. With ten columns
+per record that conversion cost about as much as the join itself; packed,
+it is two cells and one ``bytes.partition``; in runs, three cells per
+bucket and batch, and a slice per record. A like, which delivers nothing,
+costs about half as much in the job in runs as one row per record
 (docs/performance.md has the figures).
 """
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple
 
+import numpy as np
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -134,6 +144,51 @@ def pack_record(record: ChangelogRecord) -> bytes:
     return "|".join(head).encode() + b"\n" + (record.key or b"") + (record.value or b"")
 
 
+#: What :func:`read_changelogs` hands the join: runs of records of one bucket.
+RUNS_SCHEMA = "bucket bigint, lengths binary, records binary"
+_LENGTH = np.dtype("<i4")
+
+
+def runs(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """The (``bucket``, ``record``) rows of ``batch`` as one row per bucket:
+    ``lengths``, the records' byte lengths (little-endian int32), and
+    ``records``, the records one after another, in the batch's order."""
+    buckets = batch.column(0).to_numpy(zero_copy_only=False)
+    order = np.argsort(buckets, kind="stable")
+    records = batch.column(1).take(pa.array(order)).cast(pa.large_binary())
+    buckets = buckets[order]
+    _, offsets_buffer, data = records.buffers()
+    first = records.offset
+    offsets = np.frombuffer(offsets_buffer, np.int64)[first : first + len(records) + 1]
+    lengths = np.diff(offsets).astype(_LENGTH)
+    cuts = [0, *(np.flatnonzero(np.diff(buckets)) + 1).tolist(), len(buckets)]
+    spans = list(itertools.pairwise(cuts))
+    view = memoryview(data)
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array([int(buckets[i]) for i, _ in spans], pa.int64()),
+            pa.array([lengths[i:j].tobytes() for i, j in spans], pa.binary()),
+            pa.array([view[offsets[i] : offsets[j]].tobytes() for i, j in spans], pa.binary()),
+        ],
+        names=["bucket", "lengths", "records"],
+    )
+
+
+def batch_runs(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """:func:`runs` of each non-empty batch (a ``mapInArrow`` function)."""
+    for batch in batches:
+        if batch.num_rows:
+            yield runs(batch)
+
+
+def records_of(lengths: bytes, records: bytes) -> Iterator[bytes]:
+    """The packed records of one run (:func:`runs`)."""
+    start = 0
+    for n in np.frombuffer(lengths, _LENGTH).tolist():
+        yield records[start : start + n]
+        start += n
+
+
 def read_changelogs(
     spark: SparkSession,
     config: StarlingConfig,
@@ -156,4 +211,5 @@ def read_changelogs(
         .withColumn("jk", header_column(events.HEADER_JOIN_KEY))
         .withColumn("mark", header_column(events.HEADER_MARK))
         .select(bucket_column(join_key_column()).alias("bucket"), record_column().alias("record"))
+        .mapInArrow(batch_runs, RUNS_SCHEMA)
     )

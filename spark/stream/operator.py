@@ -47,13 +47,15 @@ from spark.stream.changelog import (
     STATE_BUCKETS,
     ChangelogRecord,
     bucket_column,
+    records_of,
     unpack_record,
 )
 from spark.stream.state_calls import get_values, update_values
 
-#: Where ``record`` is in an input row (spark.stream.changelog.read_changelogs: ``bucket``,
-#: ``record``): by position, PySpark's ``Row`` finds a field by name with a list search.
-RECORD = 1
+#: Where a run's ``lengths`` and ``records`` are in an input row
+#: (spark.stream.changelog.RUNS_SCHEMA): by position, PySpark's ``Row`` finds a
+#: field by name with a list search.
+LENGTHS, RECORDS = 1, 2
 STATE_SCHEMA = StructType([StructField("blob", BinaryType())])
 AUTHOR_KEY = StructType([StructField("author", LongType())])
 TWEET_KEY = StructType([StructField("tweet", LongType())])
@@ -83,6 +85,8 @@ class JoinProcessor(StatefulProcessor):
         self.slack = slack
         self.pull_threshold = pull_threshold
         self.routes = routes
+        #: Physical topic name → logical (a dict: it is looked up once per record).
+        self.logical = {name: topics.logical(name) for name in topics.all()}
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         task_started()
@@ -107,12 +111,12 @@ class JoinProcessor(StatefulProcessor):
         out = Bundle()
         by_author: dict[int, list[events.Envelope]] = {}
         by_tweet: dict[int, list[events.Envelope]] = {}
-        for row in rows:
-            record = unpack_record(row[RECORD])
+        for raw in _records(rows):
+            record = unpack_record(raw)
             out.ts = max(out.ts, record.timestamp or 0)
             try:
                 envelope = events.decode_record(
-                    self.topics.logical(record.topic),
+                    self.logical[record.topic],
                     record.key,
                     record.value,
                     record.seq,
@@ -223,12 +227,17 @@ def join_by_author(
 def _marks(rows: Iterator[Row]) -> Bundle:
     """The relay marks of a micro-batch: the newest per partition."""
     out = Bundle()
-    for row in rows:
-        record = unpack_record(row[RECORD])
+    for raw in _records(rows):
+        record = unpack_record(raw)
         out.ts = max(out.ts, record.timestamp or 0)
         name = mark_name(record.topic, record.partition)
         out.marks[name] = max(out.marks.get(name, 0), record.mark or 0)
     return out
+
+
+def _records(rows: Iterator[Row]) -> Iterator[bytes]:
+    for row in rows:
+        yield from records_of(row[LENGTHS], row[RECORDS])
 
 
 def _b64(value: bytes | None) -> str | None:

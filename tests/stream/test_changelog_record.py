@@ -3,9 +3,17 @@ its Python codec, and the job's SQL packing it exactly as Python does."""
 
 from __future__ import annotations
 
+import pyarrow as pa
 import pytest
 
-from spark.stream.changelog import ChangelogRecord, pack_record, record_column, unpack_record
+from spark.stream.changelog import (
+    ChangelogRecord,
+    pack_record,
+    record_column,
+    records_of,
+    runs,
+    unpack_record,
+)
 
 AWKWARD = [
     ChangelogRecord("p.tweets", 0, 0, 1_000, b"12", b'{"id":12}', 7, 3),
@@ -40,3 +48,16 @@ def test_sql_packs_records_as_python_does(spark) -> None:
     packed = [bytes(row.record) for row in df.select(record_column().alias("record")).collect()]
     assert packed == [pack_record(r) for r in AWKWARD]
     assert [unpack_record(raw) for raw in packed] == AWKWARD
+
+
+def test_runs_group_a_batch_by_bucket_keeping_each_buckets_order() -> None:
+    buckets = [5, -2, 5, 0, 7, 5, -2, 0]
+    raws = [pack_record(AWKWARD[i % len(AWKWARD)]._replace(offset=i)) for i in range(len(buckets))]
+    batch = pa.RecordBatch.from_pydict({"bucket": buckets, "record": raws})
+    out = runs(batch.slice(1))  # a sliced batch: its buffers start before its rows
+    got = {
+        row["bucket"]: list(records_of(row["lengths"], row["records"])) for row in out.to_pylist()
+    }
+    assert list(got) == sorted(set(buckets[1:]))
+    for bucket, records in got.items():
+        assert records == [raw for b, raw in zip(buckets[1:], raws[1:], strict=True) if b == bucket]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 from pyspark.sql import Row
 
 from fanout.config import TopicNames
@@ -15,7 +16,7 @@ from fanout.model.engagements import Engagements
 from fanout.model.join import Mutation, Op
 from spark.rebuild.tasks import ENGAGEMENTS_STATE
 from spark.stream.bundles import FIRST, Bundle, decode_bundle
-from spark.stream.changelog import MARKS, ChangelogRecord, pack_record
+from spark.stream.changelog import MARKS, ChangelogRecord, pack_record, runs
 from spark.stream.operator import JoinProcessor
 
 TOPICS = TopicNames("p.")
@@ -43,8 +44,12 @@ class FakeHandle:
 
 
 def packed(bucket: int, **fields: Any) -> Row:
-    """An input row as the job's changelog read makes it (spark.stream.changelog)."""
-    return Row(bucket=bucket, record=pack_record(ChangelogRecord(**fields)))
+    """An input row as the job's changelog read makes it (spark.stream.changelog):
+    a run of one record."""
+    batch = pa.RecordBatch.from_pydict(
+        {"bucket": [bucket], "record": [pack_record(ChangelogRecord(**fields))]}
+    )
+    return Row(**runs(batch).to_pylist()[0])
 
 
 def row(event: events.Event, seq: int, offset: int = 0) -> Row:
