@@ -125,7 +125,8 @@ end
 
 -- An id above the floor with at least `k` of the sources' entries at or above
 -- it, as high as a few steps find (ids are minted in time order: each step
--- interpolates between the last two), or the floor.
+-- interpolates between the last two), and how many entries are at or above it;
+-- or the floor (and nil).
 local function bound(sources, floor, k)
   local oldest, top = math.huge, floor
   for _, src in ipairs(sources) do
@@ -144,7 +145,8 @@ local function bound(sources, floor, k)
     local c = entries_from(sources, b)
     if c >= k then b_lo, c_lo = b, c else b_hi, c_hi = b, c end
   end
-  return b_lo > oldest and b_lo or floor
+  if b_lo > oldest then return b_lo, c_lo end
+  return floor, nil
 end
 
 -- The sources of a view: {s = packed, lo, n} (entries lo..n are at or above the
@@ -198,9 +200,9 @@ local function view(gen, uid, s, given, cap)
       -- visible, and that more exist): the hidden entries from a bound with
       -- twice that many entries above it, or from the floor if that many do not
       -- stay. Counts below the bound are then over cap either way.
-      local b = bound(sources, floor, 2 * (cap + 1))
+      local b, from_b = bound(sources, floor, 2 * (cap + 1))
       local hid, set = hidden(sources, b)
-      if b > floor and entries_from(sources, b) - #hid <= cap then
+      if from_b and from_b - #hid <= cap then
         hid, set = hidden(sources, floor)
       end
       sources.hidden, sources.hide = hid, set
