@@ -137,6 +137,8 @@ class Follow(models.Model):
     follower = models.ForeignKey(User, on_delete=models.PROTECT, related_name="following_set")
     followee = models.ForeignKey(User, on_delete=models.PROTECT, related_name="follower_set")
     created_at = models.DateTimeField(auto_now_add=True)
+    #: Whether the followee's reposts show in the follower's home timeline.
+    reposts = models.BooleanField(default=True)
 
     class Meta:
         constraints = [
@@ -147,6 +149,47 @@ class Follow(models.Model):
 
     def __str__(self) -> str:
         return f"{self.follower_id} -> {self.followee_id}"
+
+
+class Block(models.Model):
+    """``blocker`` blocks ``blocked``: neither sees the other's entries at home,
+    neither can follow, repost, like or reply to the other."""
+
+    blocker = models.ForeignKey(User, on_delete=models.PROTECT, related_name="blocking_set")
+    blocked = models.ForeignKey(User, on_delete=models.PROTECT, related_name="blocked_by_set")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["blocker", "blocked"], name="block_unique_pair"),
+            models.CheckConstraint(condition=~Q(blocker=F("blocked")), name="block_not_self"),
+        ]
+        indexes = [
+            models.Index(fields=["blocker", "-id"], name="block_blocker_id_idx"),
+            models.Index(fields=["blocked"], name="block_blocked_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.blocker_id} blocks {self.blocked_id}"
+
+
+class Mute(models.Model):
+    """``muter`` mutes ``muted``: private, one-way, hides ``muted``'s entries
+    (and reposts of their tweets) from ``muter``'s home timeline."""
+
+    muter = models.ForeignKey(User, on_delete=models.PROTECT, related_name="muting_set")
+    muted = models.ForeignKey(User, on_delete=models.PROTECT, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["muter", "muted"], name="mute_unique_pair"),
+            models.CheckConstraint(condition=~Q(muter=F("muted")), name="mute_not_self"),
+        ]
+        indexes = [models.Index(fields=["muter", "-id"], name="mute_muter_id_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.muter_id} mutes {self.muted_id}"
 
 
 class OutboxEvent(models.Model):

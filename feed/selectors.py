@@ -16,7 +16,7 @@ from django.db import connection
 from django.db.models import Count, Exists, OuterRef, Q, QuerySet
 
 from fanout.model import events, ids
-from feed.models import Follow, Like, OutboxEvent, Tweet, User
+from feed.models import Block, Follow, Like, Mute, OutboxEvent, Tweet, User
 
 if TYPE_CHECKING:
     from feed.timeline import TimelineQuery
@@ -232,16 +232,26 @@ def follow_page(
 
 
 def _audience_sql(excluded: int) -> str:
-    """The CTE ``aud`` of the actors whose entries one user's home timeline
-    shows: the user and their followees (active ones), leaving out
-    ``excluded`` followees. Parameters: user, user, the excluded."""
+    """The CTEs of one user's home timeline: ``me`` (the user), ``hid`` (the
+    users the view hides from them: blocked, blocking them, muted) and
+    ``aud``, the actors whose entries it shows with ``reposts``, whether their
+    reposts show: the user and their followees (active ones, not hidden),
+    leaving out ``excluded`` followees. Parameters: the user, the excluded."""
     # Only placeholders are spliced in: the ids are parameters.
     leave_out = f"AND followee_id NOT IN ({', '.join(['%s'] * excluded)})" if excluded else ""
     return f"""
+        me AS (SELECT CAST(%s AS bigint) AS id),
+        hid AS (
+            SELECT blocked_id AS user_id FROM feed_block WHERE blocker_id = (SELECT id FROM me)
+            UNION SELECT blocker_id FROM feed_block WHERE blocked_id = (SELECT id FROM me)
+            UNION SELECT muted_id FROM feed_mute WHERE muter_id = (SELECT id FROM me)
+        ),
         aud AS (
-            SELECT a.author_id FROM (
-                SELECT CAST(%s AS bigint) AS author_id
-                UNION SELECT followee_id FROM feed_follow WHERE follower_id = %s {leave_out}
+            SELECT a.author_id, a.reposts FROM (
+                SELECT id AS author_id, TRUE AS reposts FROM me
+                UNION SELECT followee_id, reposts FROM feed_follow
+                WHERE follower_id = (SELECT id FROM me) {leave_out}
+                  AND followee_id NOT IN (SELECT user_id FROM hid)
             ) AS a JOIN feed_user u ON u.id = a.author_id AND u.is_active
         )"""  # noqa: S608 (placeholders only)
 
@@ -253,15 +263,28 @@ _VISIBLE_ORIGINAL = """
     LEFT JOIN feed_user oa ON oa.id = o.author_id
 """
 _VISIBLE_WHERE = "(e.repost_of_id IS NULL OR oa.is_active)"
-#: ... and the greatest entry of its original in the view (no newer one by
-#: an actor of the audience, whatever the page's bounds). Only a repost can
-#: be newer than an entry of the same original (reposts' ids are greater
-#: than their original's): served by the (repost_of, id) index, or by the
-#: (author, repost_of) unique index probed per actor.
+#: The author of ``e``'s original is not hidden from the user (``e`` by the
+#: user shows whatever its original).
+_ORIGINAL_SHOWN = """(
+    e.author_id = (SELECT id FROM me)
+    OR COALESCE(o.author_id, e.author_id) NOT IN (SELECT user_id FROM hid)
+)"""
+#: ``e`` is an entry of the view for the user: its actor ``ea`` (a row of
+#: ``aud``) shows its reposts if ``e`` is one, and its original's author
+#: is not hidden.
+_ENTRY_SHOWN = f"(e.repost_of_id IS NULL OR ea.reposts) AND {_ORIGINAL_SHOWN}"
+#: ... and the greatest entry of its original in the view (no newer entry of
+#: the view: by an actor of the audience who shows reposts, of an original
+#: not hidden, whatever the page's bounds). Only a repost can be newer than
+#: an entry of the same original (reposts' ids are greater than their
+#: original's): served by the (repost_of, id) index, or by the (author,
+#: repost_of) unique index probed per actor.
 _NEWEST_OF_ITS_ORIGINAL = """
     NOT EXISTS (
-        SELECT 1 FROM feed_tweet n JOIN aud na ON na.author_id = n.author_id
+        SELECT 1 FROM feed_tweet n JOIN aud na ON na.author_id = n.author_id AND na.reposts
         WHERE n.repost_of_id = COALESCE(e.repost_of_id, e.id) AND n.id > e.id
+          AND (n.author_id = (SELECT id FROM me)
+               OR COALESCE(o.author_id, e.author_id) NOT IN (SELECT user_id FROM hid))
     )
 """
 
@@ -285,19 +308,19 @@ def _join_sql(vendor: str, excluded: int = 0) -> str:
     if vendor == "postgresql":
         return f"""
             WITH {audience}
-            SELECT t.id FROM aud CROSS JOIN LATERAL (
+            SELECT t.id FROM aud ea CROSS JOIN LATERAL (
                 SELECT e.id FROM feed_tweet e {_VISIBLE_ORIGINAL}
-                WHERE e.author_id = aud.author_id AND e.id <= %s AND e.id > %s
-                  AND {_VISIBLE_WHERE} AND {_NEWEST_OF_ITS_ORIGINAL}
+                WHERE e.author_id = ea.author_id AND e.id <= %s AND e.id > %s
+                  AND {_VISIBLE_WHERE} AND {_ENTRY_SHOWN} AND {_NEWEST_OF_ITS_ORIGINAL}
                 ORDER BY e.id DESC LIMIT %s
             ) AS t
             ORDER BY t.id DESC LIMIT %s
         """  # noqa: S608 (constants and placeholders only)
     return f"""
         WITH {audience}
-        SELECT e.id FROM feed_tweet e {_VISIBLE_ORIGINAL}
-        WHERE e.author_id IN (SELECT author_id FROM aud) AND e.id <= %s AND e.id > %s
-          AND {_VISIBLE_WHERE} AND {_NEWEST_OF_ITS_ORIGINAL}
+        SELECT e.id FROM feed_tweet e JOIN aud ea ON ea.author_id = e.author_id {_VISIBLE_ORIGINAL}
+        WHERE e.id <= %s AND e.id > %s
+          AND {_VISIBLE_WHERE} AND {_ENTRY_SHOWN} AND {_NEWEST_OF_ITS_ORIGINAL}
         ORDER BY e.id DESC LIMIT %s
     """  # noqa: S608 (constants and placeholders only)
 
@@ -316,7 +339,7 @@ def home_timeline_ids(
     ``excluded`` left out."""
     high = ids.MAX_ID if max_id is None else max_id
     low = 0 if since_id is None else since_id
-    params = [user_id, user_id, *excluded, high, low, limit]
+    params = [user_id, *excluded, high, low, limit]
     if connection.vendor == "postgresql":
         params.append(limit)
     with connection.cursor() as cursor:
@@ -334,12 +357,12 @@ def home_timeline_entries(
     sql = f"""
         WITH {_audience_sql(len(excluded))}
         SELECT e.id, COALESCE(e.repost_of_id, e.id)
-        FROM aud JOIN feed_tweet e ON e.author_id = aud.author_id {_VISIBLE_ORIGINAL}
-        WHERE e.id >= %s AND {_VISIBLE_WHERE}
+        FROM aud ea JOIN feed_tweet e ON e.author_id = ea.author_id {_VISIBLE_ORIGINAL}
+        WHERE e.id >= %s AND {_VISIBLE_WHERE} AND {_ENTRY_SHOWN}
         ORDER BY e.id
     """  # noqa: S608 (constants and placeholders only)
     with connection.cursor() as cursor:
-        cursor.execute(sql, [user_id, user_id, *excluded, low])
+        cursor.execute(sql, [user_id, *excluded, low])
         return [(int(e), int(o)) for e, o in cursor.fetchall()]
 
 
@@ -369,21 +392,40 @@ def home_timeline_fallback(user_id: int, issued_at: float, query: TimelineQuery)
     return orjson.dumps(home_timeline_page(user_id, query))
 
 
+def hidden_from(user_id: int) -> set[int]:
+    """The users whose entries (and reposts of whose tweets) the view hides
+    from ``user_id``: those the user blocks, who block the user, or whom the
+    user mutes."""
+    blocks = Block.objects.filter(Q(blocker_id=user_id) | Q(blocked_id=user_id))
+    hidden = {b if a == user_id else a for a, b in blocks.values_list("blocker_id", "blocked_id")}
+    return hidden | set(Mute.objects.filter(muter_id=user_id).values_list("muted_id", flat=True))
+
+
 def home_timeline_oracle(user_ids: Sequence[int], cap: int) -> dict[int, list[int]]:
     """The view the timelines maintain, computed by the database with the ORM,
     independently of :func:`home_timeline_ids`: each user's newest ``cap``
-    entries (of the user and their followees, active, of visible originals),
-    per original only the greatest, newest first. What a rebuild verifies its
-    sample against."""
+    entries (of the user and their followees, active, of visible originals,
+    leaving out what the user's blocks and mutes hide and the reposts of
+    followees whose reposts the user turned off), per original only the
+    greatest, newest first. What a rebuild verifies its sample against."""
     out: dict[int, list[int]] = {}
     for user_id in user_ids:
-        followees = Follow.objects.filter(follower_id=user_id).values("followee_id")
-        actors = Q(author_id=user_id) | Q(author_id__in=followees)
-        rows = visible_entries(Tweet.objects.filter(actors, author__is_active=True))
+        hidden = hidden_from(user_id)
+        follows = Follow.objects.filter(follower_id=user_id).exclude(followee_id__in=hidden)
+        no_reposts = follows.filter(reposts=False).values("followee_id")
+        actors = Q(author_id=user_id) | Q(author_id__in=follows.values("followee_id"))
+        rows = visible_entries(Tweet.objects.filter(actors, author__is_active=True)).exclude(
+            Q(repost_of__isnull=False) & Q(author_id__in=no_reposts)
+        )
         seen: set[int] = set()
         newest: list[int] = []
         # Newest first: the first entry of an original is its greatest.
-        for entry, original in rows.order_by("-id").values_list("id", "repost_of_id").iterator():
+        entries = rows.order_by("-id").values_list(
+            "id", "author_id", "repost_of_id", "repost_of__author_id"
+        )
+        for entry, actor, original, original_author in entries.iterator():
+            if actor != user_id and (original_author or actor) in hidden:
+                continue
             key = original or entry
             if key in seen:
                 continue

@@ -1,20 +1,21 @@
 """The database's side of the view with reposts (docs/design.md, "The view"):
 the deep-page SQL (:func:`feed.selectors.home_timeline_ids`), the ORM oracle
 and the refills' contents, against a plain-Python computation of the view on
-random tweets, reposts, follows and suspensions. Runs on PostgreSQL (the
+random tweets, reposts, follows (some with reposts off), blocks, mutes and
+suspensions. Runs on PostgreSQL (the
 LATERAL query) and, with ``STARLING_TEST_DATABASE=sqlite``, on SQLite."""
 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import pytest
 
 from fanout.config import StarlingConfig
 from fanout.model import events, ids
 from feed import selectors, services
-from feed.models import Follow, OutboxEvent, Tweet, User
+from feed.models import Block, Follow, Mute, OutboxEvent, Tweet, User
 from tests.support.factories import UserFactory
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("starling")]
@@ -27,16 +28,33 @@ class World:
     follows: set[tuple[int, int]]
     #: entry id -> (author, original or 0)
     tweets: dict[int, tuple[int, int]]
+    blocks: set[tuple[int, int]] = field(default_factory=set)
+    mutes: set[tuple[int, int]] = field(default_factory=set)
+    #: Follows whose follower does not want the followee's reposts.
+    no_reposts: set[tuple[int, int]] = field(default_factory=set)
+
+    def hidden(self, owner: int) -> set[int]:
+        return (
+            {b for a, b in self.blocks if a == owner}
+            | {a for a, b in self.blocks if b == owner}
+            | {m for a, m in self.mutes if a == owner}
+        )
 
     def entries(self, owner: int, excluded: frozenset[int] = frozenset()) -> list[tuple[int, int]]:
         """(entry, original) of every visible raw entry of owner's home timeline."""
-        actors = {owner} | {g for f, g in self.follows if f == owner}
+        hidden = self.hidden(owner)
+        actors = {owner} | {g for f, g in self.follows if f == owner and g not in hidden}
         actors = {a for a in actors - excluded if self.active[a]}
         out = []
         for entry, (author, original) in self.tweets.items():
             if author not in actors:
                 continue
             if original and not self.active[self.tweets[original][0]]:
+                continue
+            if original and (owner, author) in self.no_reposts:
+                continue
+            original_author = self.tweets[original][0] if original else author
+            if author != owner and original_author in hidden:
                 continue
             out.append((entry, original or entry))
         return sorted(out)
@@ -52,8 +70,21 @@ class World:
 def make_world(seed: int, *, users: int = 7, posts: int = 60, reposts: int = 50) -> World:
     rng = random.Random(seed)
     people = [UserFactory(username=f"u{seed}x{i}").pk for i in range(users)]
-    follows = {(f, g) for f in people for g in people if f != g and rng.random() < 0.45}
-    Follow.objects.bulk_create(Follow(follower_id=f, followee_id=g) for f, g in follows)
+    pairs = [(f, g) for f in people for g in people if f != g]
+    blocks = {p for p in pairs if rng.random() < 0.06}
+    mutes = {p for p in pairs if rng.random() < 0.08}
+    # No follow stands across a block (blocking removes them, both ways).
+    follows = {
+        (f, g)
+        for f, g in pairs
+        if rng.random() < 0.45 and (f, g) not in blocks and (g, f) not in blocks
+    }
+    no_reposts = {p for p in sorted(follows) if rng.random() < 0.2}
+    Follow.objects.bulk_create(
+        Follow(follower_id=f, followee_id=g, reposts=(f, g) not in no_reposts) for f, g in follows
+    )
+    Block.objects.bulk_create(Block(blocker_id=a, blocked_id=b) for a, b in blocks)
+    Mute.objects.bulk_create(Mute(muter_id=a, muted_id=b) for a, b in mutes)
     ms = 1_800_000_000_000
     tweets: dict[int, tuple[int, int]] = {}
     rows = []
@@ -88,17 +119,19 @@ def make_world(seed: int, *, users: int = 7, posts: int = 60, reposts: int = 50)
     suspended = set(rng.sample(people, 1))
     User.objects.filter(pk__in=suspended).update(is_active=False)
     active = {u: u not in suspended for u in people}
-    return World(people, active, follows, tweets)
+    return World(people, active, follows, tweets, blocks, mutes, no_reposts)
 
 
 @pytest.mark.parametrize("seed", range(4))
 def test_deep_pages_follow_the_view_over_the_whole_timeline(seed: int) -> None:
     world = make_world(seed)
+    unfiltered = replace(world, blocks=set(), mutes=set(), no_reposts=set())
     rng = random.Random(seed)
-    hidden = 0
+    hidden = filtered = 0
     for owner in world.users:
         view = world.view(owner)
         hidden += len(world.entries(owner)) - len(view)
+        filtered += len(unfiltered.entries(owner)) - len(world.entries(owner))
         assert selectors.home_timeline_ids(owner, limit=1000) == view
         # Paging by max_id (the API's next_max_id): every entry once, in order.
         for limit in (1, 3, 7):
@@ -125,6 +158,7 @@ def test_deep_pages_follow_the_view_over_the_whole_timeline(seed: int) -> None:
             got = selectors.home_timeline_ids(owner, limit=1000, excluded=sorted(left_out))
             assert got == world.view(owner, left_out)
     assert hidden > 10  # the rule had entries to hide
+    assert filtered > 10  # and blocks, mutes and reposts turned off too
 
 
 def test_the_oracle_is_the_view_capped() -> None:
