@@ -23,7 +23,7 @@ from rest_framework.views import APIView
 from fanout.model import ids
 from feed import selectors, services
 from feed.auth import InvalidToken, bearer_token
-from feed.errors import NotFound
+from feed.errors import Blocked, NotFound
 from feed.health import cached_check_all, public
 from feed.models import User
 from feed.schema import BearerTokenScheme  # noqa: F401  (registers the auth scheme)
@@ -104,7 +104,7 @@ def error_responses(*codes: int) -> dict[int, type[serializers.Serializer]]:
     return {code: ErrorSerializer for code in codes}
 
 
-def _query(serializer_class: type[serializers.Serializer], request: Request) -> dict[str, Any]:
+def query_of(serializer_class: type[serializers.Serializer], request: Request) -> dict[str, Any]:
     serializer = serializer_class(data=request.query_params)
     serializer.is_valid(raise_exception=True)
     return dict(serializer.validated_data)
@@ -132,6 +132,20 @@ MAX_PARAM = 2**63 - 1
 
 def _id_param(help_text: str) -> serializers.IntegerField:
     return WholeNumberParam(min_value=1, max_value=ids.MAX_ID, required=False, help_text=help_text)
+
+
+def reader(request: Request) -> User | None:
+    """The authenticated user, or ``None`` for an anonymous request."""
+    user = request.user
+    return user if isinstance(user, User) else None
+
+
+def refuse_blocked_reader(request: Request, author_id: int) -> None:
+    """403 ``blocked`` for a reader whom ``author_id`` blocks (reading that
+    author's tweets); a user timeline is otherwise not filtered by blocks."""
+    user = reader(request)
+    if user is not None and user.pk != author_id and selectors.blocks(author_id, user.pk):
+        raise Blocked("this account blocks you")
 
 
 def current_user(request: Request) -> User:
@@ -174,11 +188,12 @@ class TweetDetailApi(View):
     def get_permissions(self) -> list[Any]:
         return [IsAuthenticated()] if self.request.method == "DELETE" else [AllowAny()]
 
-    @extend_schema(responses={200: TweetOut, **error_responses(404)})
+    @extend_schema(responses={200: TweetOut, **error_responses(403, 404)})
     def get(self, request: Request, tweet_id: int) -> Response:
         tweet = selectors.tweet_detail(tweet_id)  # a suspended author's: gone
         if tweet is None:
             raise NotFound(f"no tweet with id {tweet_id}")
+        refuse_blocked_reader(request, selectors.author_of(tweet_id))
         return Response(tweet)
 
     @extend_schema(
@@ -260,16 +275,52 @@ class LikeApi(View):
 class FollowApi(View):
     permission_classes = [IsAuthenticated]
 
+    class InputSerializer(serializers.Serializer):
+        reposts = serializers.BooleanField(
+            required=False,
+            help_text="Show their reposts in your home timeline (default true; "
+            "left out: an existing follow keeps its flag).",
+        )
+
+    class FlagSerializer(serializers.Serializer):
+        reposts = serializers.BooleanField()
+
+    class FlagOut(SeqOut):
+        reposts = serializers.BooleanField()
+
     @extend_schema(
-        request=None, responses={200: SeqOut, 201: SeqOut, **error_responses(400, 401, 404)}
+        request=InputSerializer,
+        responses={200: SeqOut, 201: SeqOut, **error_responses(400, 401, 403, 404)},
     )
     def post(self, request: Request, username: str) -> Response:
+        data = self.InputSerializer(data=request.data or {})
+        data.is_valid(raise_exception=True)
         followee = services.user_by_username(username)
-        written = services.follow_create(follower=current_user(request), followee=followee)
+        written = services.follow_create(
+            follower=current_user(request),
+            followee=followee,
+            reposts=data.validated_data.get("reposts"),
+        )
         return Response(
             {"seq": written.seq},
             status=status.HTTP_201_CREATED if written.created else status.HTTP_200_OK,
         )
+
+    @extend_schema(
+        request=FlagSerializer,
+        description="Show (or not) a followee's reposts in your home timeline.",
+        responses={200: FlagOut, **error_responses(400, 401, 404)},
+    )
+    def patch(self, request: Request, username: str) -> Response:
+        data = self.FlagSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        reposts = data.validated_data["reposts"]
+        seq = services.follow_reposts_set(
+            follower=current_user(request),
+            followee=services.user_by_username(username),
+            reposts=reposts,
+        )
+        return Response({"seq": seq, "reposts": reposts})
 
     @extend_schema(request=None, responses={200: SeqOut, **error_responses(401, 404)})
     def delete(self, request: Request, username: str) -> Response:
@@ -290,6 +341,13 @@ class UserDetailApi(View):
         followers_count = serializers.IntegerField()
         following_count = serializers.IntegerField()
         tweets_count = serializers.IntegerField()
+        following = inline_serializer(
+            "Following",
+            {"reposts": serializers.BooleanField()},
+            allow_null=True,
+            help_text="Whether you (the authenticated reader) follow this user, and "
+            "whether their reposts show; null if not (or anonymous).",
+        )
 
     @extend_schema(responses={200: OutputSerializer, **error_responses(404)})
     def get(self, request: Request, username: str) -> Response:
@@ -303,6 +361,7 @@ class UserDetailApi(View):
                     "followers_count": p.followers_count,
                     "following_count": p.following_count,
                     "tweets_count": p.tweets_count,
+                    "following": selectors.following(reader(request), p.user),
                 }
             ).data
         )
@@ -326,8 +385,9 @@ class UserTweetsApi(View):
     def get(self, request: Request, username: str) -> Response:
         """The user's posts and reposts, newest first (per original only the
         newest: their repost of their own post hides the post)."""
-        query = _query(self.QuerySerializer, request)
+        query = query_of(self.QuerySerializer, request)
         user = services.user_by_username(username)
+        refuse_blocked_reader(request, user.pk)
         entries = selectors.user_tweets(
             user, count=query["count"], max_id=query.get("max_id"), since_id=query.get("since_id")
         )
@@ -353,7 +413,7 @@ class UserLikesApi(View):
     )
     def get(self, request: Request, username: str) -> Response:
         """The tweets the user liked, newest like first."""
-        query = _query(self.QuerySerializer, request)
+        query = query_of(self.QuerySerializer, request)
         user = services.user_by_username(username)
         tweets, next_cursor = selectors.user_likes(
             user, count=query["count"], cursor=query.get("cursor")
@@ -377,7 +437,7 @@ class _FollowListApi(View):
         parameters=[QuerySerializer], responses={200: OutputSerializer, **error_responses(400, 404)}
     )
     def get(self, request: Request, username: str) -> Response:
-        query = _query(self.QuerySerializer, request)
+        query = query_of(self.QuerySerializer, request)
         user = services.user_by_username(username)
         page, next_cursor = selectors.follow_page(
             user, direction=self.direction, count=query["count"], cursor=query.get("cursor")

@@ -43,6 +43,12 @@ class Forbidden(ApplicationError):
     status_code, code = status.HTTP_403_FORBIDDEN, "forbidden"
 
 
+class Blocked(Forbidden):
+    """Refused because a block stands between the two users, either way."""
+
+    code = "blocked"
+
+
 class Conflict(ApplicationError):
     status_code, code = status.HTTP_409_CONFLICT, "conflict"
 

@@ -1,44 +1,25 @@
-"""Write use-cases of who sees whom: blocks, mutes, and a follow's ``reposts``
-flag. Each changes its rows and appends its outbox events in one transaction,
-like every write (feed.services).
+"""Write use-cases of who sees whom: blocks and mutes (a follow's ``reposts``
+flag is :func:`feed.services.follow_reposts_set`). Each changes its rows and
+appends its outbox events in one transaction, like every write
+(feed.services).
 
 A block stands in both directions: it removes the follows between the two
 users (as unfollows, with their counts), and while it stands neither can
-follow the other (:func:`blocked_between`, checked under the same row locks
-as a follow, a repost or a like, so a block and a follow of the other side
-never both commit). A mute is private and one-way, and keeps the follow.
+follow the other (:func:`feed.services.refuse_if_blocked`, checked under the
+same row locks as a follow, a repost or a like, so a block and a follow of
+the other side never both commit). A mute is private and one-way, and keeps
+the follow.
 """
 
 from __future__ import annotations
 
 from django.db import IntegrityError, transaction
-from django.db.models import Q
 
 from fanout.model import events
 from feed import outbox
-from feed.errors import ApplicationError, Forbidden, NotFound
+from feed.errors import ApplicationError, NotFound
 from feed.models import Block, Follow, Mute, User
-from feed.services import Written, _count_follows, _lock_users
-
-#: What a refusal because of a block says (403, code ``blocked``).
-BLOCKED = "blocked"
-
-
-class Blocked(Forbidden):
-    code = BLOCKED
-
-
-def blocked_between(a: int, b: int) -> bool:
-    """Whether a block stands between users ``a`` and ``b``, either way."""
-    return Block.objects.filter(
-        Q(blocker_id=a, blocked_id=b) | Q(blocker_id=b, blocked_id=a)
-    ).exists()
-
-
-def refuse_if_blocked(a: int, b: int, what: str) -> None:
-    """403 ``blocked`` when a block stands between ``a`` and ``b``."""
-    if a != b and blocked_between(a, b):
-        raise Blocked(f"a block stands between you and this account: you cannot {what}")
+from feed.services import Written, count_follows, lock_users
 
 
 def _not_self(user: User, other: User, what: str) -> None:
@@ -51,7 +32,7 @@ def block_create(*, blocker: User, blocked: User) -> Written:
     """Block ``blocked``; blocking again changes nothing (200). The follows
     between the two go, both ways, as unfollows."""
     _not_self(blocker, blocked, "block")
-    active = _lock_users(blocker.pk, blocked.pk)  # serialized with follows of either side
+    active = lock_users(blocker.pk, blocked.pk)  # serialized with follows of either side
     if not active.get(blocked.pk):
         raise NotFound(f"no user named {blocked.username!r}")
     try:
@@ -63,7 +44,7 @@ def block_create(*, blocker: User, blocked: User) -> Written:
     for follower, followee in ((blocker.pk, blocked.pk), (blocked.pk, blocker.pk)):
         deleted, _ = Follow.objects.filter(follower_id=follower, followee_id=followee).delete()
         if deleted:
-            _count_follows(follower, followee, -1, active)
+            count_follows(follower, followee, -1, active)
             seq = outbox.append(events.Unfollowed(follower_id=follower, followee_id=followee))
     return Written(created=True, seq=seq or outbox.high_water_seq())
 
@@ -71,7 +52,7 @@ def block_create(*, blocker: User, blocked: User) -> Written:
 @transaction.atomic
 def block_delete(*, blocker: User, blocked: User) -> int:
     """Unblock; idempotent. No follow comes back."""
-    _lock_users(blocker.pk, blocked.pk)
+    lock_users(blocker.pk, blocked.pk)
     Block.objects.filter(blocker=blocker, blocked=blocked).delete()
     return outbox.high_water_seq()
 
@@ -92,17 +73,4 @@ def mute_create(*, muter: User, muted: User) -> Written:
 def mute_delete(*, muter: User, muted: User) -> int:
     """Unmute; idempotent."""
     Mute.objects.filter(muter=muter, muted=muted).delete()
-    return outbox.high_water_seq()
-
-
-@transaction.atomic
-def follow_reposts_set(*, follower: User, followee: User, reposts: bool) -> int:
-    """Show (or not) ``followee``'s reposts at home; 404 when not following."""
-    _lock_users(follower.pk, followee.pk)
-    follow = Follow.objects.select_for_update().filter(follower=follower, followee=followee).first()
-    if follow is None:
-        raise NotFound(f"you do not follow {followee.username!r}")
-    if follow.reposts != reposts:
-        follow.reposts = reposts
-        follow.save(update_fields=["reposts"])
     return outbox.high_water_seq()

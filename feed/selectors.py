@@ -94,6 +94,11 @@ def tweet_detail(tweet_id: int) -> dict[str, Any] | None:
     return found[0] if found else None
 
 
+def author_of(tweet_id: int) -> int:
+    """The author of an existing tweet (the actor of an entry)."""
+    return Tweet.objects.filter(id=tweet_id).values_list("author_id", flat=True).get()
+
+
 # --- tweet objects ----------------------------------------------------------------
 
 #: The counts of a tweet nobody liked or reposted.
@@ -229,6 +234,35 @@ def follow_page(
     rows = list(qs.order_by("-id")[: count + 1])
     page = [(f.id, f.follower if direction == "followers" else f.followee) for f in rows[:count]]
     return page, (page[-1][0] if len(rows) > count else None)
+
+
+def relation_page(
+    model: type[Block] | type[Mute], user: User, *, count: int, cursor: int | None = None
+) -> tuple[list[User], int | None]:
+    """One page of the users ``user`` blocks (``Block``) or mutes (``Mute``),
+    newest first, and the cursor of the next page (the row's id; ``None`` on
+    the last page)."""
+    if model is Block:
+        blocks = Block.objects.filter(blocker=user).select_related("blocked")
+        if cursor is not None:
+            blocks = blocks.filter(id__lt=cursor)
+        pairs = [(b.id, b.blocked) for b in blocks.order_by("-id")[: count + 1]]
+    else:
+        mutes = Mute.objects.filter(muter=user).select_related("muted")
+        if cursor is not None:
+            mutes = mutes.filter(id__lt=cursor)
+        pairs = [(m.id, m.muted) for m in mutes.order_by("-id")[: count + 1]]
+    return [u for _, u in pairs[:count]], (pairs[count - 1][0] if len(pairs) > count else None)
+
+
+def following(reader: User | None, user: User) -> dict[str, bool] | None:
+    """``{"reposts"}`` of the reader's follow of ``user``; ``None`` when not
+    following (or anonymous)."""
+    if reader is None:
+        return None
+    flag = Follow.objects.filter(follower=reader, followee=user).values_list("reposts", flat=True)
+    found = flag.first()
+    return None if found is None else {"reposts": bool(found)}
 
 
 def _audience_sql(excluded: int) -> str:
@@ -390,6 +424,18 @@ def home_timeline_fallback(user_id: int, issued_at: float, query: TimelineQuery)
     if user.tokens_valid_after and issued_at < int(user.tokens_valid_after.timestamp()):
         return None
     return orjson.dumps(home_timeline_page(user_id, query))
+
+
+def blocks(blocker: int, blocked: int) -> bool:
+    """Whether ``blocker`` blocks ``blocked``."""
+    return Block.objects.filter(blocker_id=blocker, blocked_id=blocked).exists()
+
+
+def blocked_between(a: int, b: int) -> bool:
+    """Whether a block stands between users ``a`` and ``b``, either way."""
+    return Block.objects.filter(
+        Q(blocker_id=a, blocked_id=b) | Q(blocker_id=b, blocked_id=a)
+    ).exists()
 
 
 def hidden_from(user_id: int) -> set[int]:

@@ -21,7 +21,14 @@ from django.utils import timezone
 
 from fanout.model import events, ids
 from feed import outbox, selectors
-from feed.errors import ApplicationError, Conflict, Forbidden, NotFound, ServiceUnavailable
+from feed.errors import (
+    ApplicationError,
+    Blocked,
+    Conflict,
+    Forbidden,
+    NotFound,
+    ServiceUnavailable,
+)
 from feed.idgen import next_tweet_id
 from feed.models import Follow, Like, ModerationAction, Tweet, User
 from feed.validation import InvalidInput, normalize_tweet_text, validate_username
@@ -126,7 +133,7 @@ def user_rename(*, user: User, username: str) -> int:
         .order_by("id")
         .values_list("id", "text", "repost_of_id")
     )
-    active = _lock_users(user.pk)
+    active = lock_users(user.pk)
     try:
         with transaction.atomic():
             User.objects.filter(pk=user.pk).update(username=username)
@@ -273,7 +280,14 @@ def _engageable(user: User, tweet_id: int) -> tuple[int, int]:
         raise NotFound(f"no tweet with id {tweet_id}")  # a suspended author's
     if not active.get(user.pk):
         raise Forbidden("this account is suspended")
+    refuse_if_blocked(user.pk, author_id, "engage with this account's tweets")
     return original, author_id
+
+
+def refuse_if_blocked(a: int, b: int, what: str) -> None:
+    """403 ``blocked`` when a block stands between users ``a`` and ``b``."""
+    if a != b and selectors.blocked_between(a, b):
+        raise Blocked(f"a block stands between you and this account: you cannot {what}")
 
 
 def _lock_tweet_shared(tweet_id: int) -> bool:
@@ -286,7 +300,7 @@ def _lock_tweet_shared(tweet_id: int) -> bool:
 
 
 def _lock_users_shared(*user_ids: int) -> dict[int, bool]:
-    """:func:`_lock_users` with a shared lock: writes of many users engaging
+    """:func:`lock_users` with a shared lock: writes of many users engaging
     with one author's tweets do not wait for each other, and a suspension
     (an update of the row) waits for them all."""
     if connection.vendor != "postgresql":
@@ -423,20 +437,45 @@ def like_delete(*, user: User, tweet_id: int) -> int:
 
 
 @transaction.atomic
-def follow_create(*, follower: User, followee: User) -> Written:
+def follow_create(*, follower: User, followee: User, reposts: bool | None = None) -> Written:
+    """Follow ``followee``, showing their reposts unless ``reposts`` is False;
+    following again changes nothing but the flag, when given. 403 ``blocked``
+    while a block stands either way (checked under both users' row locks,
+    which a block takes too: the two never both commit)."""
     if follower.pk == followee.pk:
         raise ApplicationError("you cannot follow yourself", field="username")
-    active = _lock_users(follower.pk, followee.pk)  # their counts change
+    active = lock_users(follower.pk, followee.pk)  # their counts change
     if not active.get(followee.pk):
         raise NotFound(f"no user named {followee.username!r}")  # suspended
+    refuse_if_blocked(follower.pk, followee.pk, "follow this account")
     try:
         with transaction.atomic():
-            Follow.objects.create(follower=follower, followee=followee)
+            Follow.objects.create(
+                follower=follower, followee=followee, reposts=reposts is not False
+            )
     except IntegrityError:
+        if reposts is not None:
+            return Written(
+                created=False,
+                seq=follow_reposts_set(follower=follower, followee=followee, reposts=reposts),
+            )
         return Written(created=False, seq=outbox.high_water_seq())
-    _count_follows(follower.pk, followee.pk, +1, active)
+    count_follows(follower.pk, followee.pk, +1, active)
     seq = outbox.append(events.Followed(follower_id=follower.pk, followee_id=followee.pk))
     return Written(created=True, seq=seq)
+
+
+@transaction.atomic
+def follow_reposts_set(*, follower: User, followee: User, reposts: bool) -> int:
+    """Show (or not) ``followee``'s reposts at home; 404 when not following."""
+    lock_users(follower.pk, followee.pk)
+    follow = Follow.objects.select_for_update().filter(follower=follower, followee=followee).first()
+    if follow is None:
+        raise NotFound(f"you do not follow {followee.username!r}")
+    if follow.reposts != reposts:
+        follow.reposts = reposts
+        follow.save(update_fields=["reposts"])
+    return outbox.high_water_seq()
 
 
 @transaction.atomic
@@ -447,17 +486,17 @@ def follow_delete(*, follower: User, followee: User, moderator: User | None = No
         check_moderator(moderator, "delete_follow")
         record_moderation(moderator, ModerationAction.Kind.DELETE_FOLLOW, follower.pk)
     # Serialized with timeline_reset of the follower (see there); both counts change.
-    active = _lock_users(follower.pk, followee.pk)
+    active = lock_users(follower.pk, followee.pk)
     deleted, _ = Follow.objects.filter(follower=follower, followee=followee).delete()
     if not deleted:
         return outbox.high_water_seq()
-    _count_follows(follower.pk, followee.pk, -1, active)
+    count_follows(follower.pk, followee.pk, -1, active)
     return outbox.append(events.Unfollowed(follower_id=follower.pk, followee_id=followee.pk))
 
 
-def _count_follows(follower_id: int, followee_id: int, delta: int, active: dict[int, bool]) -> None:
+def count_follows(follower_id: int, followee_id: int, delta: int, active: dict[int, bool]) -> None:
     """Both sides' counts, in the write's transaction (the rows are locked:
-    ``active`` is :func:`_lock_users`'). A follow counts on one side only while
+    ``active`` is :func:`lock_users`'). A follow counts on one side only while
     the other side is not suspended."""
     if active.get(followee_id):
         _count(follower_id, "following_count", delta)
@@ -484,7 +523,7 @@ def _count(user_id: int, column: str, delta: int, *, if_active: bool = False) ->
         return bool(cursor.rowcount)
 
 
-def _lock_users(*user_ids: int) -> dict[int, bool]:
+def lock_users(*user_ids: int) -> dict[int, bool]:
     """Lock these users' rows until the transaction ends, in id order (two
     writes locking the same two rows then never wait for each other in a
     circle; SQLite runs one write transaction at a time anyway). Returns
@@ -516,7 +555,7 @@ def timeline_reset(user_id: int) -> int:
     as_of = outbox.settled_high()  # the read below sees every write up to there
     if as_of is None:
         raise ServiceUnavailable("writes in flight hold the database; try again")
-    if user_id not in _lock_users(user_id):
+    if user_id not in lock_users(user_id):
         raise NotFound(f"no user with id {user_id}")
     from fanout.store.timelines import store_for
 

@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from feed import apis, apis_accounts
+from feed import apis, apis_accounts, apis_relations
 
 # GET /api/v1/timeline and /metrics are not here: the WSGI front
 # (feed.fastpath, in feed.wsgi) answers them before Django.
@@ -17,6 +17,10 @@ api_v1 = [
     path("tweets/<int:tweet_id>/like", apis.LikeApi.as_view(), name="tweet-like"),
     path("users/<str:username>", apis.UserDetailApi.as_view(), name="user-detail"),
     path("users/<str:username>/follow", apis.FollowApi.as_view(), name="follow"),
+    path("users/<str:username>/block", apis_relations.BlockApi.as_view(), name="block"),
+    path("users/<str:username>/mute", apis_relations.MuteApi.as_view(), name="mute"),
+    path("blocks", apis_relations.BlockListApi.as_view(), name="blocks"),
+    path("mutes", apis_relations.MuteListApi.as_view(), name="mutes"),
     path(
         "users/<str:username>/suspension",
         apis_accounts.SuspensionApi.as_view(),

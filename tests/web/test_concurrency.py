@@ -131,3 +131,23 @@ def test_likes_and_reposts_racing_the_delete_of_their_tweet_leave_nothing_behind
     for key, value in rows.values_list("key", "value"):
         last[key] = value
     assert str(tweet.id) in last and all(value is None for value in last.values()), last
+
+
+def test_a_block_racing_a_follow_of_the_other_side_leaves_no_edge(starling) -> None:
+    for round_ in range(8):
+        ann, bob = UserFactory(username=f"ann{round_}"), UserFactory(username=f"bob{round_}")
+
+        def act(i: int, ann: User = ann, bob: User = bob) -> int:
+            if i == 0:
+                return client(bob).post(f"/api/v1/users/{ann.username}/block").status_code
+            return client(ann).post(f"/api/v1/users/{bob.username}/follow").status_code
+
+        block, follow = race(2, act)
+        assert block == 201
+        assert follow in (201, 403), follow
+        assert not Follow.objects.filter(follower=ann, followee=bob).exists()
+        follows = OutboxEvent.objects.filter(topic="follows", key=f"{ann.pk}:{bob.pk}")
+        # A follow that won is undone by the block after it: its event, then a tombstone.
+        assert [e.value is None for e in follows.order_by("id")] == (
+            [False, True] if follow == 201 else []
+        )
