@@ -18,12 +18,14 @@ from django.contrib.auth.admin import UserAdmin as DjangoUserAdmin
 from django.contrib.auth.forms import AdminUserCreationForm, UserChangeForm
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from django.db.models import QuerySet
+from django.db.models import Count, OuterRef, QuerySet, Subquery
+from django.db.models.functions import Coalesce
 from django.http import HttpRequest, HttpResponse
 
 from feed import moderation, services
 from feed.errors import NotFound
 from feed.models import (
+    Block,
     Follow,
     Like,
     ModerationAction,
@@ -70,7 +72,15 @@ class UserEditForm(UserChangeForm):
 class UserAdmin(DjangoUserAdmin):
     form = UserEditForm
     add_form = UserAddForm
-    list_display = ("id", "username", "is_active", "is_staff", "date_joined", "last_active")
+    list_display = (
+        "id",
+        "username",
+        "is_active",
+        "is_staff",
+        "date_joined",
+        "last_active",
+        "blocked_by",
+    )
     list_filter = ("is_active", "is_staff")
     readonly_fields = ("last_active",)
     fieldsets = (
@@ -84,6 +94,25 @@ class UserAdmin(DjangoUserAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[User]:
+        # Counted per row shown (a subquery on the blocked user's index), not
+        # by grouping the whole table.
+        blockers = (
+            Block.objects.filter(blocked=OuterRef("pk"))
+            .order_by()
+            .values("blocked")
+            .annotate(n=Count("*"))
+            .values("n")
+        )
+        return (
+            super().get_queryset(request).annotate(blocked_by_count=Coalesce(Subquery(blockers), 0))
+        )
+
+    @admin.display(description="blocked by", ordering="blocked_by_count")
+    def blocked_by(self, obj: Any) -> int:
+        """How many users block this one: a user blocked by many is a signal."""
+        return int(obj.blocked_by_count)
 
     def save_model(self, request: HttpRequest, obj: User, form: Any, change: bool) -> None:
         """Each change through its use-case, so the changelogs, the timelines
@@ -244,6 +273,19 @@ class LikeAdmin(_ReadOnlyAdmin):
     list_select_related = ("user", "tweet", "tweet__author")
     search_fields = ("user__username",)
     raw_id_fields = ("user", "tweet")
+    ordering = ("-id",)
+    show_full_result_count = False
+
+
+@admin.register(Block)
+class BlockAdmin(_ReadOnlyAdmin):
+    """Who blocks whom (read-only: blocks change through the API's use-cases).
+    Search by the blocked user's name to see who blocks them."""
+
+    list_display = ("id", "blocker", "blocked", "created_at")
+    list_select_related = ("blocker", "blocked")
+    search_fields = ("blocked__username", "blocker__username")
+    raw_id_fields = ("blocker", "blocked")
     ordering = ("-id",)
     show_full_result_count = False
 

@@ -242,3 +242,20 @@ def test_the_admin_shows_reposts_and_likes_and_deletes_an_original_with_them(
     assert not Tweet.objects.exists() and not Like.objects.exists()
     tombstones = OutboxEvent.objects.filter(topic="tweets", value__isnull=True)
     assert sorted(int(k) for k in tombstones.values_list("key", flat=True)) == [original, repost]
+
+
+def test_the_users_list_counts_who_blocks_each_user_and_sorts_by_it(
+    moderator_client: Client,
+) -> None:
+    from feed.relations import block_create
+
+    troll, *others = (UserFactory(username=n) for n in ("troll", "ann", "bob", "cat"))
+    for other in others:
+        block_create(blocker=other, blocked=troll)
+    block_create(blocker=troll, blocked=others[0])
+    page = moderator_client.get("/admin/feed/user/?o=-7")  # the "blocked by" column, descending
+    assert page.status_code == 200
+    rows = page.context["cl"].result_list
+    assert [(u.username, u.blocked_by_count) for u in rows[:2]] == [("troll", 3), ("ann", 1)]
+    listed = moderator_client.get("/admin/feed/block/?q=troll")
+    assert listed.status_code == 200 and listed.context["cl"].result_count == 4
