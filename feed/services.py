@@ -131,7 +131,7 @@ def user_rename(*, user: User, username: str) -> int:
             Tweet.objects.select_for_update(of=("self",)).filter(author_id=user.pk)
         )
         .order_by("id")
-        .values_list("id", "text", "repost_of_id")
+        .values_list("id", "text", "repost_of_id", "repost_of__author_id")
     )
     active = lock_users(user.pk)
     try:
@@ -146,9 +146,14 @@ def user_rename(*, user: User, username: str) -> int:
     # names the reposter; reposts of its tweets by others name the original).
     again = [
         events.TweetPosted(
-            tweet_id=t, author_id=user.pk, author=username, text=text, repost_of=o or 0
+            tweet_id=t,
+            author_id=user.pk,
+            author=username,
+            text=text,
+            repost_of=o or 0,
+            repost_of_author=o_author or 0,
         )
-        for t, text, o in rows
+        for t, text, o, o_author in rows
     ]
     return outbox.append_many(again) if again else outbox.high_water_seq()
 
@@ -328,7 +333,7 @@ def repost_create(*, user: User, tweet_id: int) -> Reposted:
     (keyed by the reposter) and its engagement (keyed by the original).
     Reposting again returns the repost already there. Reposts do not count in
     the reposter's ``tweets_count`` (posts only)."""
-    original, _ = _engageable(user, tweet_id)
+    original, original_author = _engageable(user, tweet_id)
     existing = _repost_by(user.pk, original)
     if existing is not None:
         return Reposted(created=False, repost_id=existing, seq=outbox.high_water_seq())
@@ -359,6 +364,7 @@ def repost_create(*, user: User, tweet_id: int) -> Reposted:
                 author=user.username,
                 text="",
                 repost_of=original,
+                repost_of_author=original_author,
             ),
             events.Engaged(events.REPOST, user.pk, original),
         ]

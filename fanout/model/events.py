@@ -76,6 +76,9 @@ class TweetPosted:
     text: str
     #: The original's id for a repost (its text is empty); 0 for a post.
     repost_of: int = 0
+    #: A repost: the original's author (fixed: a tweet's author never changes);
+    #: 0 for a post, and in records written before it was carried.
+    repost_of_author: int = 0
 
     @property
     def original(self) -> int:
@@ -252,6 +255,8 @@ def encode(event: Event) -> Record:
         }
         if event.repost_of:
             row["repost_of"] = event.repost_of
+            if event.repost_of_author:
+                row["repost_of_author"] = event.repost_of_author
         value = orjson.dumps(row)
         return Record(TWEETS, str(event.tweet_id).encode("ascii"), value, event.author_id)
     if isinstance(event, Engaged | Disengaged):
@@ -465,11 +470,14 @@ def decode_record(
                 author=author,
                 text=text,
                 repost_of=repost_of,
+                repost_of_author=_id(obj, "repost_of_author") if "repost_of_author" in obj else 0,
             )
             if event.tweet_id != tweet_id:
                 raise BadEvent(f"key {tweet_id} does not match tweet id {event.tweet_id}")
             if repost_of and (repost_of >= tweet_id or text):
                 raise BadEvent("a repost needs an empty text and an older original")
+            if event.repost_of_author and not repost_of:
+                raise BadEvent("a post has no 'repost_of_author'")
     elif topic == ENGAGEMENTS:
         kind, _, rest = key.decode("ascii", "replace").partition(":")
         user_raw, colon, tweet_raw = rest.partition(":")

@@ -20,13 +20,14 @@ EVENTS = st.one_of(
     st.builds(events.Followed, follower_id=ID, followee_id=ID),
     st.builds(events.Unfollowed, follower_id=ID, followee_id=ID),
     st.builds(
-        lambda original, gap, author_id, author: events.TweetPosted(
-            original + gap, author_id, author, "", original
+        lambda original, gap, author_id, author, original_author: events.TweetPosted(
+            original + gap, author_id, author, "", original, original_author
         ),
         st.integers(min_value=1, max_value=ids.MAX_ID // 2),
         st.integers(min_value=1, max_value=ids.MAX_ID // 2),
         ID,
         st.text(max_size=30),
+        st.one_of(st.just(0), ID),  # 0: a record written before it was carried
     ),
     st.builds(events.Engaged, kind=st.sampled_from(events.KINDS), user_id=ID, tweet_id=ID),
     st.builds(events.Disengaged, kind=st.sampled_from(events.KINDS), user_id=ID, tweet_id=ID),
@@ -285,6 +286,21 @@ def test_a_repost_names_an_older_original_and_has_no_text() -> None:
     ):
         with pytest.raises(events.BadEvent):
             events.decode(topic, key, value, hdrs)
+
+
+def test_a_repost_carries_its_original_s_author_and_older_records_decode_without() -> None:
+    repost = events.TweetPosted(50, 7, "b", "", 40, repost_of_author=9)
+    topic, key, value, hdrs = wire(repost)
+    assert orjson.loads(value)["repost_of_author"] == 9
+    assert events.decode(topic, key, value, hdrs).event == repost
+    older = b'{"v":1,"id":50,"author_id":7,"author":"b","text":"","repost_of":40}'
+    assert events.decode(topic, key, older, hdrs).event.repost_of_author == 0  # type: ignore[union-attr]
+    for bad in (
+        b'{"v":1,"id":50,"author_id":7,"author":"b","text":"x","repost_of_author":9}',
+        b'{"v":1,"id":50,"author_id":7,"author":"b","text":"","repost_of":40,"repost_of_author":0}',
+    ):
+        with pytest.raises(events.BadEvent):
+            events.decode(topic, key, bad, hdrs)
 
 
 def test_an_engagement_is_routed_by_its_tweet_and_checked_against_its_key() -> None:

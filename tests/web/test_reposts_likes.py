@@ -63,7 +63,9 @@ def test_a_repost_is_an_entry_of_its_own_and_an_engagement() -> None:
     repost = Tweet.objects.get(id=body["id"])
     assert (repost.author, repost.repost_of_id, repost.text) == (bob, original, "")
     assert outbox_after(before) == [
-        events.TweetPosted(body["id"], bob.pk, "bob", "", repost_of=original),
+        events.TweetPosted(
+            body["id"], bob.pk, "bob", "", repost_of=original, repost_of_author=ann.pk
+        ),
         events.Engaged(events.REPOST, bob.pk, original),
     ]
     assert body["seq"] == high()
@@ -357,10 +359,14 @@ def test_a_suspension_tombstones_reposts_and_likes_and_a_reinstatement_brings_th
     assert sorted(outbox_after(before), key=repr) == sorted(
         [
             events.TweetPosted(a_post, ann.pk, "ann", "ann's"),
-            events.TweetPosted(a_repost, ann.pk, "ann", "", repost_of=c_post),
+            events.TweetPosted(
+                a_repost, ann.pk, "ann", "", repost_of=c_post, repost_of_author=cat.pk
+            ),
             events.Engaged(events.REPOST, ann.pk, c_post),
             events.Engaged(events.LIKE, ann.pk, c_post),
-            events.TweetPosted(b_repost, bob.pk, "bob", "", repost_of=a_post),
+            events.TweetPosted(
+                b_repost, bob.pk, "bob", "", repost_of=a_post, repost_of_author=ann.pk
+            ),
         ],
         key=repr,
     )
@@ -382,7 +388,7 @@ def test_a_reinstated_reposter_s_repost_of_a_suspended_author_stays_out() -> Non
     moderation.user_reinstate(user=ann, moderator=mod)
     assert outbox_after(before) == [
         events.TweetPosted(a_post, ann.pk, "ann", "hello"),
-        events.TweetPosted(b_repost, bob.pk, "bob", "", repost_of=a_post),
+        events.TweetPosted(b_repost, bob.pk, "bob", "", repost_of=a_post, repost_of_author=ann.pk),
     ]
 
 
@@ -401,14 +407,16 @@ def test_republish_and_rename_post_reposts_with_their_original() -> None:
     before = high()
     services.user_rename(user=bob, username="bobby")
     assert outbox_after(before) == [
-        events.TweetPosted(b_repost, bob.pk, "bobby", "", repost_of=a_post)
+        events.TweetPosted(b_repost, bob.pk, "bobby", "", repost_of=a_post, repost_of_author=ann.pk)
     ]
     before = high()
     call_command("republish_changelogs", stdout=io.StringIO())
     republished = [e for e in outbox_after(before) if not isinstance(e, events.Followed)]
     assert republished == [
         events.TweetPosted(a_post, ann.pk, "ann", "hello"),
-        events.TweetPosted(b_repost, bob.pk, "bobby", "", repost_of=a_post),
+        events.TweetPosted(
+            b_repost, bob.pk, "bobby", "", repost_of=a_post, repost_of_author=ann.pk
+        ),
         events.Engaged(events.REPOST, bob.pk, a_post),
         events.Engaged(events.REPOST, bob.pk, c_post),  # its reposter is active
         events.Engaged(events.LIKE, bob.pk, a_post),

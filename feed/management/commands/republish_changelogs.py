@@ -52,11 +52,12 @@ def _tweets(after: int) -> tuple[list[events.Event], int]:
             "author__is_active",
             "text",
             "repost_of_id",
+            "repost_of__author_id",
             "repost_of__author__is_active",
         )[:BATCH]
     )
     out: list[events.Event] = []
-    for t, a, name, active, text, original, original_active in rows:
+    for t, a, name, active, text, original, original_author, original_active in rows:
         # A suspended author's tweets and reposts are tombstoned on the
         # changelogs (the view is of the visible rows): posting them again
         # would bring them back; so are reposts of a suspended author's tweets.
@@ -66,7 +67,12 @@ def _tweets(after: int) -> tuple[list[events.Event], int]:
         if original is None or original_active:
             out.append(
                 events.TweetPosted(
-                    tweet_id=t, author_id=a, author=name, text=text, repost_of=original or 0
+                    tweet_id=t,
+                    author_id=a,
+                    author=name,
+                    text=text,
+                    repost_of=original or 0,
+                    repost_of_author=original_author or 0,
                 )
             )
         if original is not None:
