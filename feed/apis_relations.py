@@ -4,7 +4,7 @@ serializers and helpers are :mod:`feed.apis`'."""
 
 from __future__ import annotations
 
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import serializers, status
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
@@ -20,65 +20,72 @@ from feed.apis import (
     error_responses,
     query_of,
 )
-from feed.models import Block, Mute
+from feed.models import Block, Mute, User
 
 
-class BlockApi(View):
+class _RelationApi(View):
+    """POST creates the relation with the user named in the path (201, or 200
+    if it stood already), DELETE removes it (idempotent)."""
+
     permission_classes = [IsAuthenticated]
 
-    @extend_schema(
+    def create(self, user: User, other: User) -> services.Written:
+        raise NotImplementedError
+
+    def remove(self, user: User, other: User) -> int:
+        raise NotImplementedError
+
+    def post(self, request: Request, username: str) -> Response:
+        written = self.create(current_user(request), services.user_by_username(username))
+        return Response(
+            {"seq": written.seq},
+            status=status.HTTP_201_CREATED if written.created else status.HTTP_200_OK,
+        )
+
+    def delete(self, request: Request, username: str) -> Response:
+        # Always allowed, of a suspended account too.
+        other = services.user_by_username(username, suspended=True)
+        return Response({"seq": self.remove(current_user(request), other)})
+
+
+_CREATED = {201: SeqOut, 200: SeqOut, **error_responses(400, 401, 404)}
+_REMOVED = {200: SeqOut, **error_responses(401, 404)}
+
+
+@extend_schema_view(
+    post=extend_schema(
         request=None,
         description="Block a user: the follows between you go, both ways, and neither "
         "can follow, repost or like the other while the block stands. 200 if already.",
-        responses={201: SeqOut, 200: SeqOut, **error_responses(400, 401, 404)},
-    )
-    def post(self, request: Request, username: str) -> Response:
-        written = relations.block_create(
-            blocker=current_user(request), blocked=services.user_by_username(username)
-        )
-        return Response(
-            {"seq": written.seq},
-            status=status.HTTP_201_CREATED if written.created else status.HTTP_200_OK,
-        )
+        responses=_CREATED,
+    ),
+    delete=extend_schema(
+        request=None, description="Unblock; idempotent. No follow comes back.", responses=_REMOVED
+    ),
+)
+class BlockApi(_RelationApi):
+    def create(self, user: User, other: User) -> services.Written:
+        return relations.block_create(blocker=user, blocked=other)
 
-    @extend_schema(
-        request=None,
-        description="Unblock; idempotent. No follow comes back.",
-        responses={200: SeqOut, **error_responses(401, 404)},
-    )
-    def delete(self, request: Request, username: str) -> Response:
-        blocked = services.user_by_username(username, suspended=True)
-        return Response(
-            {"seq": relations.block_delete(blocker=current_user(request), blocked=blocked)}
-        )
+    def remove(self, user: User, other: User) -> int:
+        return relations.block_delete(blocker=user, blocked=other)
 
 
-class MuteApi(View):
-    permission_classes = [IsAuthenticated]
-
-    @extend_schema(
+@extend_schema_view(
+    post=extend_schema(
         request=None,
         description="Mute a user (private: nothing tells them): their entries, and reposts "
         "of their tweets, leave your home timeline; the follow stays. 200 if already.",
-        responses={201: SeqOut, 200: SeqOut, **error_responses(400, 401, 404)},
-    )
-    def post(self, request: Request, username: str) -> Response:
-        written = relations.mute_create(
-            muter=current_user(request), muted=services.user_by_username(username)
-        )
-        return Response(
-            {"seq": written.seq},
-            status=status.HTTP_201_CREATED if written.created else status.HTTP_200_OK,
-        )
+        responses=_CREATED,
+    ),
+    delete=extend_schema(request=None, description="Unmute; idempotent.", responses=_REMOVED),
+)
+class MuteApi(_RelationApi):
+    def create(self, user: User, other: User) -> services.Written:
+        return relations.mute_create(muter=user, muted=other)
 
-    @extend_schema(
-        request=None,
-        description="Unmute; idempotent.",
-        responses={200: SeqOut, **error_responses(401, 404)},
-    )
-    def delete(self, request: Request, username: str) -> Response:
-        muted = services.user_by_username(username, suspended=True)
-        return Response({"seq": relations.mute_delete(muter=current_user(request), muted=muted)})
+    def remove(self, user: User, other: User) -> int:
+        return relations.mute_delete(muter=user, muted=other)
 
 
 class _RelationListApi(View):

@@ -149,18 +149,19 @@ def user_reinstate(*, user: User, moderator: User, reason: str = "") -> Written:
     for t, author, author_active, text, original, original_author in rows:
         if author == user.pk:
             if original is None or original_author in active_authors:
-                back.append(_posted(t, author, names[author], text, original, original_author))
+                back.append(posted(t, author, names[author], text, original, original_author))
             if original is not None:
                 back.append(events.Engaged(events.REPOST, author, original))
         elif author_active:  # another's repost of the user's tweet
-            back.append(_posted(t, author, names[author], text, original, original_author))
+            back.append(posted(t, author, names[author], text, original, original_author))
     back.extend(events.Engaged(events.LIKE, user.pk, t) for t in liked)
     return Written(True, outbox.append_many(back) if back else outbox.high_water_seq())
 
 
-def _posted(
+def posted(
     t: int, author: int, name: str, text: str, original: int | None, original_author: int | None
 ) -> events.Event:
+    """A tweet row posted again (a reinstatement, a republish)."""
     return events.TweetPosted(
         tweet_id=t,
         author_id=author,

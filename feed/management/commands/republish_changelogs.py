@@ -20,6 +20,7 @@ from django.db import transaction
 from fanout.model import events
 from feed import outbox
 from feed.models import Follow, Like, Tweet, User
+from feed.moderation import posted
 
 BATCH = 5000
 
@@ -65,16 +66,7 @@ def _tweets(after: int) -> tuple[list[events.Event], int]:
         if not active:
             continue
         if original is None or original_active:
-            out.append(
-                events.TweetPosted(
-                    tweet_id=t,
-                    author_id=a,
-                    author=name,
-                    text=text,
-                    repost_of=original or 0,
-                    repost_of_author=original_author or 0,
-                )
-            )
+            out.append(posted(t, a, name, text, original, original_author))
         if original is not None:
             out.append(events.Engaged(events.REPOST, a, original))
     return out, rows[-1][0] if rows else 0
