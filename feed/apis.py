@@ -421,17 +421,23 @@ class UserLikesApi(View):
         return Response({"tweets": tweets, "next_cursor": next_cursor})
 
 
+class UserPageQuery(serializers.Serializer):
+    """A page of a list of users: how many, and the cursor of a previous page."""
+
+    count = WholeNumberParam(min_value=1, max_value=200, default=50)
+    cursor = WholeNumberParam(min_value=1, required=False)
+
+
+class UserPageOut(serializers.Serializer):
+    users = UserRef(many=True)
+    next_cursor = serializers.IntegerField(allow_null=True)
+
+
 class _FollowListApi(View):
     permission_classes = [AllowAny]
     direction = ""
-
-    class QuerySerializer(serializers.Serializer):
-        count = WholeNumberParam(min_value=1, max_value=200, default=50)
-        cursor = WholeNumberParam(min_value=1, required=False)
-
-    class OutputSerializer(serializers.Serializer):
-        users = UserRef(many=True)
-        next_cursor = serializers.IntegerField(allow_null=True)
+    QuerySerializer = UserPageQuery
+    OutputSerializer = UserPageOut
 
     @extend_schema(
         parameters=[QuerySerializer], responses={200: OutputSerializer, **error_responses(400, 404)}

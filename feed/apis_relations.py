@@ -5,7 +5,7 @@ serializers and helpers are :mod:`feed.apis`'."""
 from __future__ import annotations
 
 from drf_spectacular.utils import extend_schema, extend_schema_view
-from rest_framework import serializers, status
+from rest_framework import status
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -13,9 +13,9 @@ from rest_framework.response import Response
 from feed import relations, selectors, services
 from feed.apis import (
     SeqOut,
-    UserRef,
+    UserPageOut,
+    UserPageQuery,
     View,
-    WholeNumberParam,
     current_user,
     error_responses,
     query_of,
@@ -92,19 +92,11 @@ class _RelationListApi(View):
     permission_classes = [IsAuthenticated]
     model: type[Block] | type[Mute] = Block
 
-    class QuerySerializer(serializers.Serializer):
-        count = WholeNumberParam(min_value=1, max_value=200, default=50)
-        cursor = WholeNumberParam(min_value=1, required=False)
-
-    class OutputSerializer(serializers.Serializer):
-        users = UserRef(many=True)
-        next_cursor = serializers.IntegerField(allow_null=True)
-
     @extend_schema(
-        parameters=[QuerySerializer], responses={200: OutputSerializer, **error_responses(400, 401)}
+        parameters=[UserPageQuery], responses={200: UserPageOut, **error_responses(400, 401)}
     )
     def get(self, request: Request) -> Response:
-        query = query_of(self.QuerySerializer, request)
+        query = query_of(UserPageQuery, request)
         users, next_cursor = selectors.relation_page(
             self.model, current_user(request), count=query["count"], cursor=query.get("cursor")
         )
