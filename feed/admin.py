@@ -22,7 +22,7 @@ from django.db.models import Count, OuterRef, QuerySet, Subquery
 from django.db.models.functions import Coalesce
 from django.http import HttpRequest, HttpResponse
 
-from feed import moderation, services
+from feed import moderation, relations, services
 from feed.errors import NotFound
 from feed.models import (
     Block,
@@ -299,7 +299,7 @@ class FollowAdmin(_DeleteThroughServiceAdmin):
     show_full_result_count = False
 
     def delete_row(self, request: HttpRequest, obj: Follow) -> None:
-        services.follow_delete(
+        relations.follow_delete(
             follower=obj.follower,
             followee=obj.followee,
             moderator=request.user,  # type: ignore[arg-type]

@@ -21,7 +21,7 @@ from rest_framework.throttling import BaseThrottle
 from rest_framework.views import APIView
 
 from fanout.model import ids
-from feed import selectors, services
+from feed import relations, selectors, services
 from feed.auth import InvalidToken, bearer_token
 from feed.errors import Blocked, NotFound
 from feed.health import cached_check_all, public
@@ -296,7 +296,7 @@ class FollowApi(View):
         data = self.InputSerializer(data=request.data or {})
         data.is_valid(raise_exception=True)
         followee = services.user_by_username(username)
-        written = services.follow_create(
+        written = relations.follow_create(
             follower=current_user(request),
             followee=followee,
             reposts=data.validated_data.get("reposts"),
@@ -315,7 +315,7 @@ class FollowApi(View):
         data = self.FlagSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         reposts = data.validated_data["reposts"]
-        seq = services.follow_reposts_set(
+        seq = relations.follow_reposts_set(
             follower=current_user(request),
             followee=services.user_by_username(username),
             reposts=reposts,
@@ -327,7 +327,7 @@ class FollowApi(View):
         # Unfollowing is always allowed, a suspended account too.
         followee = services.user_by_username(username, suspended=True)
         return Response(
-            {"seq": services.follow_delete(follower=current_user(request), followee=followee)}
+            {"seq": relations.follow_delete(follower=current_user(request), followee=followee)}
         )
 
 

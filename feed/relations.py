@@ -1,7 +1,6 @@
-"""Write use-cases of who sees whom: blocks and mutes (a follow's ``reposts``
-flag is :func:`feed.services.follow_reposts_set`). Each changes its rows and
-appends its outbox events in one transaction, like every write
-(feed.services).
+"""Write use-cases of who sees whom: follows (and their ``reposts`` flag),
+blocks and mutes. Each changes its rows and appends its outbox events in one
+transaction, like every write (feed.services).
 
 A block stands in both directions: it removes the follows between the two
 users (as unfollows, with their counts), and while it stands neither can
@@ -18,8 +17,83 @@ from django.db import IntegrityError, transaction
 from fanout.model import events
 from feed import outbox
 from feed.errors import ApplicationError, NotFound
-from feed.models import Block, Follow, Mute, User
-from feed.services import Written, count_follows, lock_users
+from feed.models import Block, Follow, ModerationAction, Mute, User
+from feed.services import (
+    Written,
+    add_to_count,
+    check_moderator,
+    lock_users,
+    record_moderation,
+    refuse_if_blocked,
+)
+
+
+@transaction.atomic
+def follow_create(*, follower: User, followee: User, reposts: bool | None = None) -> Written:
+    """Follow ``followee``, showing their reposts unless ``reposts`` is False;
+    following again changes nothing but the flag, when given. 403 ``blocked``
+    while a block stands either way (checked under both users' row locks,
+    which a block takes too: the two never both commit)."""
+    if follower.pk == followee.pk:
+        raise ApplicationError("you cannot follow yourself", field="username")
+    active = lock_users(follower.pk, followee.pk)  # their counts change
+    if not active.get(followee.pk):
+        raise NotFound(f"no user named {followee.username!r}")  # suspended
+    refuse_if_blocked(follower.pk, followee.pk, "follow this account")
+    try:
+        with transaction.atomic():
+            Follow.objects.create(
+                follower=follower, followee=followee, reposts=reposts is not False
+            )
+    except IntegrityError:
+        if reposts is not None:
+            return Written(
+                created=False,
+                seq=follow_reposts_set(follower=follower, followee=followee, reposts=reposts),
+            )
+        return Written(created=False, seq=outbox.high_water_seq())
+    count_follows(follower.pk, followee.pk, +1, active)
+    seq = outbox.append(events.Followed(follower_id=follower.pk, followee_id=followee.pk))
+    return Written(created=True, seq=seq)
+
+
+@transaction.atomic
+def follow_reposts_set(*, follower: User, followee: User, reposts: bool) -> int:
+    """Show (or not) ``followee``'s reposts at home; 404 when not following."""
+    lock_users(follower.pk, followee.pk)
+    follow = Follow.objects.select_for_update().filter(follower=follower, followee=followee).first()
+    if follow is None:
+        raise NotFound(f"you do not follow {followee.username!r}")
+    if follow.reposts != reposts:
+        follow.reposts = reposts
+        follow.save(update_fields=["reposts"])
+    return outbox.high_water_seq()
+
+
+@transaction.atomic
+def follow_delete(*, follower: User, followee: User, moderator: User | None = None) -> int:
+    """Unfollow; idempotent. A ``moderator`` removing someone else's follow
+    needs ``delete_follow`` and leaves a record."""
+    if moderator is not None and moderator.pk != follower.pk:
+        check_moderator(moderator, "delete_follow")
+        record_moderation(moderator, ModerationAction.Kind.DELETE_FOLLOW, follower.pk)
+    # Serialized with timeline_reset of the follower (see there); both counts change.
+    active = lock_users(follower.pk, followee.pk)
+    deleted, _ = Follow.objects.filter(follower=follower, followee=followee).delete()
+    if not deleted:
+        return outbox.high_water_seq()
+    count_follows(follower.pk, followee.pk, -1, active)
+    return outbox.append(events.Unfollowed(follower_id=follower.pk, followee_id=followee.pk))
+
+
+def count_follows(follower_id: int, followee_id: int, delta: int, active: dict[int, bool]) -> None:
+    """Both sides' counts, in the write's transaction (the rows are locked:
+    ``active`` is :func:`lock_users`'). A follow counts on one side only while
+    the other side is not suspended."""
+    if active.get(followee_id):
+        add_to_count(follower_id, "following_count", delta)
+    if active.get(follower_id):
+        add_to_count(followee_id, "followers_count", delta)
 
 
 def _not_self(user: User, other: User, what: str) -> None:

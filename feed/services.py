@@ -30,7 +30,7 @@ from feed.errors import (
     ServiceUnavailable,
 )
 from feed.idgen import next_tweet_id
-from feed.models import Follow, Like, ModerationAction, Tweet, User
+from feed.models import Like, ModerationAction, Tweet, User
 from feed.validation import InvalidInput, normalize_tweet_text, validate_username
 
 log = logging.getLogger(__name__)
@@ -176,7 +176,7 @@ def tweet_create(*, author: User, text: str) -> TweetWrite:
                 raise
     # Locks the author's row: a suspension is either before (nothing updated:
     # refused) or after (it sees this tweet and tombstones it too).
-    if not _count(author.pk, "tweets_count", 1, if_active=True):
+    if not add_to_count(author.pk, "tweets_count", 1, if_active=True):
         raise Forbidden("this account is suspended")
     seq = outbox.append(
         events.TweetPosted(
@@ -227,7 +227,7 @@ def tweet_delete(*, tweet_id: int, actor: User) -> int:
     Like.objects.filter(tweet_id=tweet_id).delete()
     Tweet.objects.filter(repost_of_id=tweet_id).delete()
     tweet.delete()
-    _count(author_id, "tweets_count", -1)
+    add_to_count(author_id, "tweets_count", -1)
     gone: list[events.Event] = [events.TweetDeleted(tweet_id=tweet_id, author_id=author_id)]
     for repost_id, reposter in reposts:
         gone.append(events.TweetDeleted(tweet_id=repost_id, author_id=reposter))
@@ -442,79 +442,11 @@ def like_delete(*, user: User, tweet_id: int) -> int:
     return outbox.append(events.Disengaged(events.LIKE, user.pk, resolved[0]))
 
 
-@transaction.atomic
-def follow_create(*, follower: User, followee: User, reposts: bool | None = None) -> Written:
-    """Follow ``followee``, showing their reposts unless ``reposts`` is False;
-    following again changes nothing but the flag, when given. 403 ``blocked``
-    while a block stands either way (checked under both users' row locks,
-    which a block takes too: the two never both commit)."""
-    if follower.pk == followee.pk:
-        raise ApplicationError("you cannot follow yourself", field="username")
-    active = lock_users(follower.pk, followee.pk)  # their counts change
-    if not active.get(followee.pk):
-        raise NotFound(f"no user named {followee.username!r}")  # suspended
-    refuse_if_blocked(follower.pk, followee.pk, "follow this account")
-    try:
-        with transaction.atomic():
-            Follow.objects.create(
-                follower=follower, followee=followee, reposts=reposts is not False
-            )
-    except IntegrityError:
-        if reposts is not None:
-            return Written(
-                created=False,
-                seq=follow_reposts_set(follower=follower, followee=followee, reposts=reposts),
-            )
-        return Written(created=False, seq=outbox.high_water_seq())
-    count_follows(follower.pk, followee.pk, +1, active)
-    seq = outbox.append(events.Followed(follower_id=follower.pk, followee_id=followee.pk))
-    return Written(created=True, seq=seq)
-
-
-@transaction.atomic
-def follow_reposts_set(*, follower: User, followee: User, reposts: bool) -> int:
-    """Show (or not) ``followee``'s reposts at home; 404 when not following."""
-    lock_users(follower.pk, followee.pk)
-    follow = Follow.objects.select_for_update().filter(follower=follower, followee=followee).first()
-    if follow is None:
-        raise NotFound(f"you do not follow {followee.username!r}")
-    if follow.reposts != reposts:
-        follow.reposts = reposts
-        follow.save(update_fields=["reposts"])
-    return outbox.high_water_seq()
-
-
-@transaction.atomic
-def follow_delete(*, follower: User, followee: User, moderator: User | None = None) -> int:
-    """Unfollow; idempotent. A ``moderator`` removing someone else's follow
-    needs ``delete_follow`` and leaves a record."""
-    if moderator is not None and moderator.pk != follower.pk:
-        check_moderator(moderator, "delete_follow")
-        record_moderation(moderator, ModerationAction.Kind.DELETE_FOLLOW, follower.pk)
-    # Serialized with timeline_reset of the follower (see there); both counts change.
-    active = lock_users(follower.pk, followee.pk)
-    deleted, _ = Follow.objects.filter(follower=follower, followee=followee).delete()
-    if not deleted:
-        return outbox.high_water_seq()
-    count_follows(follower.pk, followee.pk, -1, active)
-    return outbox.append(events.Unfollowed(follower_id=follower.pk, followee_id=followee.pk))
-
-
-def count_follows(follower_id: int, followee_id: int, delta: int, active: dict[int, bool]) -> None:
-    """Both sides' counts, in the write's transaction (the rows are locked:
-    ``active`` is :func:`lock_users`'). A follow counts on one side only while
-    the other side is not suspended."""
-    if active.get(followee_id):
-        _count(follower_id, "following_count", delta)
-    if active.get(follower_id):
-        _count(followee_id, "followers_count", delta)
-
-
-#: The counts kept on the user's row (migration 0004), which _count may change.
+#: The counts kept on the user's row (migration 0004), which add_to_count may change.
 COUNTS = frozenset({"tweets_count", "followers_count", "following_count"})
 
 
-def _count(user_id: int, column: str, delta: int, *, if_active: bool = False) -> bool:
+def add_to_count(user_id: int, column: str, delta: int, *, if_active: bool = False) -> bool:
     """Add ``delta`` to one of a user's counts (only if the user is active,
     with ``if_active``); whether a row changed. One statement of our own: the
     ORM's ``filter().update(F() + 1)`` spent 0.5 ms building it, a third of a

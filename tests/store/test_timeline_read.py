@@ -27,7 +27,8 @@ from fanout.model.join import Mutation, Op, join_events
 from fanout.store.timelines import TimelineStore, store_for
 from feed.auth import issue_token
 from feed.models import OutboxEvent, User
-from feed.services import follow_create, tweet_create, tweet_delete
+from feed.relations import follow_create
+from feed.services import tweet_create, tweet_delete
 from tests.support.clients import StarlingClient, client_for
 from tests.support.factories import PASSWORD, UserFactory
 

@@ -6,7 +6,8 @@ import pytest
 from django.test import Client
 
 from feed.models import Follow, OutboxEvent, Tweet, User
-from feed.services import follow_create, tweet_create
+from feed.relations import follow_create
+from feed.services import tweet_create
 from tests.support.clients import client_for
 from tests.support.factories import UserFactory
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from fanout.model import events
-from feed import selectors, services
+from feed import relations, selectors, services
 from feed.models import Block, Follow, Like, Mute, User
 from tests.support.clients import client_for
 from tests.support.factories import UserFactory
@@ -23,8 +23,8 @@ def users(*names: str) -> list[User]:
 
 def test_a_block_removes_the_follows_both_ways_as_unfollows_with_their_counts() -> None:
     ann, bob = users("ann", "bob")
-    services.follow_create(follower=ann, followee=bob)
-    services.follow_create(follower=bob, followee=ann)
+    relations.follow_create(follower=ann, followee=bob)
+    relations.follow_create(follower=bob, followee=ann)
     before = high()
     response = client_for(ann).post("/api/v1/users/bob/block")
     assert response.status_code == 201, response.content
@@ -104,7 +104,7 @@ def test_the_blocked_user_cannot_read_the_blocker_s_tweets_others_can() -> None:
 
 def test_a_mute_keeps_the_follow_and_is_idempotent_both_ways() -> None:
     ann, bob = users("ann", "bob")
-    services.follow_create(follower=ann, followee=bob)
+    relations.follow_create(follower=ann, followee=bob)
     first = client_for(ann).post("/api/v1/users/bob/mute")
     assert first.status_code == 201, first.content
     assert client_for(ann).post("/api/v1/users/bob/mute").status_code == 200

@@ -13,14 +13,8 @@ from fanout.model import events
 from fanout.store.timelines import store_for
 from feed.models import OutboxEvent
 from feed.moderation import moderator_create, user_suspend
-from feed.services import (
-    follow_create,
-    like_create,
-    repost_create,
-    tweet_create,
-    tweet_delete,
-    user_register,
-)
+from feed.relations import follow_create
+from feed.services import like_create, repost_create, tweet_create, tweet_delete, user_register
 
 pytestmark = pytest.mark.django_db
 

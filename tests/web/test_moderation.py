@@ -12,8 +12,9 @@ from django.core.management import call_command
 from django.test import Client
 
 from feed.models import ModerationAction, OutboxEvent, User
+from feed.relations import follow_create
 from feed.selectors import home_timeline_ids
-from feed.services import follow_create, tweet_create
+from feed.services import tweet_create
 from tests.support.clients import StarlingClient, client_for
 from tests.support.factories import UserFactory
 

@@ -8,7 +8,8 @@ from django.db import connection
 from rest_framework.test import APIClient
 
 from feed.models import User
-from feed.services import follow_create, follow_delete, tweet_create, tweet_delete
+from feed.relations import follow_create, follow_delete
+from feed.services import tweet_create, tweet_delete
 from tests.support.factories import UserFactory
 
 pytestmark = pytest.mark.django_db

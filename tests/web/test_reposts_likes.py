@@ -15,7 +15,7 @@ import pytest
 from fanout.config import StarlingConfig
 from fanout.model import events
 from fanout.store import keys
-from feed import moderation, selectors, services
+from feed import moderation, relations, selectors, services
 from feed.models import Like, OutboxEvent, Tweet, User
 from tests.support.clients import client_for
 from tests.support.factories import ModeratorFactory, UserFactory
@@ -307,7 +307,7 @@ def test_a_user_s_tweets_show_a_repost_of_their_own_post_once() -> None:
 def test_a_timeline_from_the_database_shows_each_original_once() -> None:
     ann, bob, cat = (UserFactory(username=n) for n in ("ann", "bob", "cat"))
     for followee in (ann, cat):
-        services.follow_create(follower=bob, followee=followee)
+        relations.follow_create(follower=bob, followee=followee)
     first = post(ann, "first")
     second = post(ann, "second")
     cats = services.repost_create(user=cat, tweet_id=first).repost_id
