@@ -62,7 +62,7 @@ def user_register_many(*, usernames: list[str], password: str) -> list[User]:
 
 @transaction.atomic
 def follow_create_many(*, pairs: list[tuple[int, int]]) -> int:
-    """:func:`follow_create` for many (follower id, followee id) pairs.
+    """:func:`feed.relations.follow_create` for many (follower id, followee id) pairs.
 
     Pairs already followed are skipped without an event, as there. Returns
     the seq of the last event written (the high-water seq if none was).
