@@ -170,13 +170,17 @@ class TopicNames:
     def timelines(self) -> str:
         return f"{self.prefix}timelines"
 
+    @property
+    def filters(self) -> str:
+        return f"{self.prefix}filters"
+
     def tables(self) -> tuple[str, str, str]:
         """The changelogs of the tables (what a rebuild reads)."""
         return (self.tweets, self.follows, self.engagements)
 
-    def all(self) -> tuple[str, str, str, str]:
+    def all(self) -> tuple[str, ...]:
         """Every topic the fanout job reads."""
-        return (self.tweets, self.follows, self.engagements, self.timelines)
+        return (self.tweets, self.follows, self.engagements, self.timelines, self.filters)
 
     def physical(self, logical: str) -> str:
         """A logical name (``"tweets"``, ``"timelines"``, ...) → the topic's name."""

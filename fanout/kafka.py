@@ -28,7 +28,13 @@ def topic_configs(config: StarlingConfig) -> dict[str, dict[str, str]]:
     table = {"cleanup.policy": "compact", "delete.retention.ms": str(tombstones)}
     commands = {"cleanup.policy": "delete", "retention.ms": str(tombstones // 2)}
     t = config.topics
-    return {t.tweets: table, t.follows: table, t.engagements: table, t.timelines: commands}
+    return {
+        t.tweets: table,
+        t.follows: table,
+        t.engagements: table,
+        t.filters: table,
+        t.timelines: commands,
+    }
 
 
 #: librdkafka settings of the outbox producer (docs/decisions.md D7).

@@ -15,7 +15,7 @@ from __future__ import annotations
 from django.db import IntegrityError, transaction
 
 from fanout.model import events
-from feed import outbox
+from feed import outbox, selectors
 from feed.errors import ApplicationError, NotFound
 from feed.models import Block, Follow, ModerationAction, Mute, User
 from feed.services import (
@@ -53,8 +53,29 @@ def follow_create(*, follower: User, followee: User, reposts: bool | None = None
             )
         return Written(created=False, seq=outbox.high_water_seq())
     count_follows(follower.pk, followee.pk, +1, active)
-    seq = outbox.append(events.Followed(follower_id=follower.pk, followee_id=followee.pk))
-    return Written(created=True, seq=seq)
+    return Written(created=True, seq=outbox.append(followed(follower.pk, followee.pk)))
+
+
+def followed(follower_id: int, followee_id: int) -> events.Followed:
+    """The follow's changelog record as the tables say now: whether the
+    follower mutes the followee, whether the followee's reposts show."""
+    follow = Follow.objects.filter(follower_id=follower_id, followee_id=followee_id)
+    flag = follow.values_list("reposts", flat=True).first()
+    return events.Followed(
+        follower_id=follower_id,
+        followee_id=followee_id,
+        muted=Mute.objects.filter(muter_id=follower_id, muted_id=followee_id).exists(),
+        reposts=flag is not False,
+    )
+
+
+def filters_set(owner_id: int) -> events.FiltersSet:
+    """The owner's hidden users as the tables say now (selectors.hidden_from)."""
+    return events.FiltersSet(owner_id, tuple(sorted(selectors.hidden_from(owner_id))))
+
+
+def _following(follower_id: int, followee_id: int) -> bool:
+    return Follow.objects.filter(follower_id=follower_id, followee_id=followee_id).exists()
 
 
 @transaction.atomic
@@ -64,10 +85,11 @@ def follow_reposts_set(*, follower: User, followee: User, reposts: bool) -> int:
     follow = Follow.objects.select_for_update().filter(follower=follower, followee=followee).first()
     if follow is None:
         raise NotFound(f"you do not follow {followee.username!r}")
-    if follow.reposts != reposts:
-        follow.reposts = reposts
-        follow.save(update_fields=["reposts"])
-    return outbox.high_water_seq()
+    if follow.reposts == reposts:
+        return outbox.high_water_seq()
+    follow.reposts = reposts
+    follow.save(update_fields=["reposts"])
+    return outbox.append(followed(follower.pk, followee.pk))
 
 
 @transaction.atomic
@@ -114,37 +136,55 @@ def block_create(*, blocker: User, blocked: User) -> Written:
             Block.objects.create(blocker=blocker, blocked=blocked)
     except IntegrityError:
         return Written(created=False, seq=outbox.high_water_seq())
-    seq = 0
+    written: list[events.Event] = []
     for follower, followee in ((blocker.pk, blocked.pk), (blocked.pk, blocker.pk)):
         deleted, _ = Follow.objects.filter(follower_id=follower, followee_id=followee).delete()
         if deleted:
             count_follows(follower, followee, -1, active)
-            seq = outbox.append(events.Unfollowed(follower_id=follower, followee_id=followee))
-    return Written(created=True, seq=seq or outbox.high_water_seq())
+            written.append(events.Unfollowed(follower_id=follower, followee_id=followee))
+    written += [filters_set(blocker.pk), filters_set(blocked.pk)]
+    return Written(created=True, seq=outbox.append_many(written))
 
 
 @transaction.atomic
 def block_delete(*, blocker: User, blocked: User) -> int:
     """Unblock; idempotent. No follow comes back."""
     lock_users(blocker.pk, blocked.pk)
-    Block.objects.filter(blocker=blocker, blocked=blocked).delete()
-    return outbox.high_water_seq()
+    deleted, _ = Block.objects.filter(blocker=blocker, blocked=blocked).delete()
+    if not deleted:
+        return outbox.high_water_seq()
+    return outbox.append_many([filters_set(blocker.pk), filters_set(blocked.pk)])
 
 
 @transaction.atomic
 def mute_create(*, muter: User, muted: User) -> Written:
     """Mute ``muted`` (private; the follow stays); muting again changes nothing."""
     _not_self(muter, muted, "mute")
+    lock_users(muter.pk, muted.pk)  # in order with a follow of the same pair
     try:
         with transaction.atomic():
             Mute.objects.create(muter=muter, muted=muted)
     except IntegrityError:
         return Written(created=False, seq=outbox.high_water_seq())
-    return Written(created=True, seq=outbox.high_water_seq())
+    return Written(created=True, seq=outbox.append_many(_muted_events(muter.pk, muted.pk)))
 
 
 @transaction.atomic
 def mute_delete(*, muter: User, muted: User) -> int:
     """Unmute; idempotent."""
-    Mute.objects.filter(muter=muter, muted=muted).delete()
-    return outbox.high_water_seq()
+    lock_users(muter.pk, muted.pk)
+    deleted, _ = Mute.objects.filter(muter=muter, muted=muted).delete()
+    if not deleted:
+        return outbox.high_water_seq()
+    return outbox.append_many(_muted_events(muter.pk, muted.pk))
+
+
+def _muted_events(muter_id: int, muted_id: int) -> list[events.Event]:
+    """After a mute or unmute: the follow's record with its new flag (when
+    the muter follows the muted: the join hides or shows the followee's
+    entries), and the muter's hidden users (reposts of the muted's tweets)."""
+    out: list[events.Event] = []
+    if _following(muter_id, muted_id):
+        out.append(followed(muter_id, muted_id))
+    out.append(filters_set(muter_id))
+    return out

@@ -51,6 +51,7 @@ TWEETS = "tweets"
 FOLLOWS = "follows"
 TIMELINES = "timelines"
 ENGAGEMENTS = "engagements"
+FILTERS = "filters"
 #: The kinds of engagement counted per original tweet.
 LIKE = "like"
 REPOST = "repost"
@@ -102,8 +103,14 @@ class TweetDeleted:
 
 @dataclass(frozen=True, slots=True)
 class Followed:
+    """A follow row, with what of the followee the follower's home timeline
+    leaves out: everything while the follower mutes them (``muted``), their
+    reposts when ``reposts`` is off."""
+
     follower_id: int
     followee_id: int
+    muted: bool = False
+    reposts: bool = True
 
     @property
     def join_key(self) -> int:
@@ -146,6 +153,21 @@ class TimelineReset:
 
 
 @dataclass(frozen=True, slots=True)
+class FiltersSet:
+    """The users whose tweets ``owner_id``'s home timeline hides when someone
+    the owner follows reposts them: those the owner blocks, who block the
+    owner, or whom the owner mutes (ascending). The owner's whole set, each
+    time it changes (a compacted changelog: the latest per owner)."""
+
+    owner_id: int
+    hidden: tuple[int, ...] = ()
+
+    @property
+    def join_key(self) -> int:
+        return self.owner_id
+
+
+@dataclass(frozen=True, slots=True)
 class Engaged:
     """``user_id`` likes (or reposts: ``kind``) the original tweet ``tweet_id``."""
 
@@ -171,7 +193,16 @@ class Disengaged:
         return self.tweet_id
 
 
-Event = TweetPosted | TweetDeleted | Followed | Unfollowed | TimelineReset | Engaged | Disengaged
+Event = (
+    TweetPosted
+    | TweetDeleted
+    | Followed
+    | Unfollowed
+    | TimelineReset
+    | Engaged
+    | Disengaged
+    | FiltersSet
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,13 +308,17 @@ def encode(event: Event) -> Record:
     if isinstance(event, TweetDeleted):
         return Record(TWEETS, str(event.tweet_id).encode("ascii"), None, event.author_id)
     if isinstance(event, Followed):
-        value = orjson.dumps(
-            {
-                "v": SCHEMA_VERSION,
-                "follower_id": event.follower_id,
-                "followee_id": event.followee_id,
-            }
-        )
+        follow: dict[str, Any] = {
+            "v": SCHEMA_VERSION,
+            "follower_id": event.follower_id,
+            "followee_id": event.followee_id,
+        }
+        # Only what differs from the default: most follows keep the canonical form.
+        if event.muted:
+            follow["muted"] = True
+        if not event.reposts:
+            follow["reposts"] = False
+        value = orjson.dumps(follow)
         return Record(
             FOLLOWS, follow_key(event.follower_id, event.followee_id), value, event.followee_id
         )
@@ -291,6 +326,9 @@ def encode(event: Event) -> Record:
         return Record(
             FOLLOWS, follow_key(event.follower_id, event.followee_id), None, event.followee_id
         )
+    if isinstance(event, FiltersSet):
+        value = orjson.dumps({"v": SCHEMA_VERSION, "hidden": list(event.hidden)})
+        return Record(FILTERS, str(event.owner_id).encode("ascii"), value, event.owner_id)
     if isinstance(event, TimelineReset):
         value = orjson.dumps(
             {
@@ -366,6 +404,13 @@ def _id(obj: Mapping[str, Any], name: str) -> int:
     if not ids.is_valid(value):
         raise BadEvent(f"field {name!r} is not a valid id: {value!r}")
     return int(value)  # type: ignore[arg-type]
+
+
+def _flag(obj: Mapping[str, Any], name: str, default: bool) -> bool:
+    value = obj.get(name, default)
+    if not isinstance(value, bool):
+        raise BadEvent(f"field {name!r} is not a boolean: {value!r}")
+    return value
 
 
 #: A decimal header's bounds: Spark reads headers as ``bigint``.
@@ -532,10 +577,21 @@ def decode_record(
         else:
             obj = _load(value)
             event = Followed(
-                follower_id=_id(obj, "follower_id"), followee_id=_id(obj, "followee_id")
+                follower_id=_id(obj, "follower_id"),
+                followee_id=_id(obj, "followee_id"),
+                muted=_flag(obj, "muted", False),
+                reposts=_flag(obj, "reposts", True),
             )
             if (event.follower_id, event.followee_id) != (follower_id, followee_id):
                 raise BadEvent("follow key does not match its value")
+    elif topic == FILTERS:
+        owner_id = _int_field(key, "filters owner key")
+        if value is None:
+            raise BadEvent("a filters record needs a value")
+        hidden = _load(value).get("hidden")
+        if not isinstance(hidden, list) or not all(ids.is_valid(u) for u in hidden):
+            raise BadEvent("field 'hidden' is not a list of user ids")
+        event = FiltersSet(owner_id, tuple(sorted(set(hidden))))
     else:
         raise BadEvent(f"unknown topic {topic!r}")
     if event.join_key != join_key:

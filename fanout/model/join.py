@@ -309,6 +309,11 @@ def join_events(
                 )
             )
             continue
+        elif isinstance(ev, events.FiltersSet):
+            # The owner's hidden users, for the store to apply to reposts (D28):
+            # not applied yet.
+            ignored += 1
+            continue
         else:  # an engagement: counted by fanout.model.engagements, not here
             raise ValueError(f"event {ev!r} is not the join's")
         cross(seq)

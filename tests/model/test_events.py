@@ -17,7 +17,18 @@ EVENTS = st.one_of(
         events.TweetPosted, tweet_id=ID, author_id=ID, author=st.text(max_size=30), text=TEXT
     ),
     st.builds(events.TweetDeleted, tweet_id=ID, author_id=ID),
-    st.builds(events.Followed, follower_id=ID, followee_id=ID),
+    st.builds(
+        events.Followed,
+        follower_id=ID,
+        followee_id=ID,
+        muted=st.booleans(),
+        reposts=st.booleans(),
+    ),
+    st.builds(
+        lambda owner, hidden: events.FiltersSet(owner, tuple(sorted(set(hidden)))),
+        ID,
+        st.lists(ID, max_size=20),
+    ),
     st.builds(events.Unfollowed, follower_id=ID, followee_id=ID),
     st.builds(
         lambda original, gap, author_id, author, original_author: events.TweetPosted(
@@ -301,6 +312,35 @@ def test_a_repost_carries_its_original_s_author_and_older_records_decode_without
     ):
         with pytest.raises(events.BadEvent):
             events.decode(topic, key, bad, hdrs)
+
+
+def test_a_follow_s_flags_are_written_only_when_not_the_default() -> None:
+    plain = events.encode(events.Followed(3, 4))
+    assert plain.value == b'{"v":1,"follower_id":3,"followee_id":4}'
+    flagged = events.encode(events.Followed(3, 4, muted=True, reposts=False))
+    assert orjson.loads(flagged.value or b"") == {  # type: ignore[arg-type]
+        "v": 1,
+        "follower_id": 3,
+        "followee_id": 4,
+        "muted": True,
+        "reposts": False,
+    }
+    hdrs = events.headers(1, 4)
+    for bad in (
+        b'{"v":1,"follower_id":3,"followee_id":4,"muted":1}',
+        b'{"v":1,"follower_id":3,"followee_id":4,"reposts":"no"}',
+    ):
+        with pytest.raises(events.BadEvent):
+            events.decode(events.FOLLOWS, b"3:4", bad, hdrs)
+
+
+def test_an_owner_s_filters_are_keyed_by_the_owner() -> None:
+    record = events.encode(events.FiltersSet(7, (2, 9)))
+    assert (record.topic, record.key, record.join_key) == (events.FILTERS, b"7", 7)
+    hdrs = events.headers(1, 7)
+    for bad in (None, b'{"v":1}', b'{"v":1,"hidden":[0]}', b'{"v":1,"hidden":"2"}'):
+        with pytest.raises(events.BadEvent):
+            events.decode(events.FILTERS, b"7", bad, hdrs)
 
 
 def test_an_engagement_is_routed_by_its_tweet_and_checked_against_its_key() -> None:

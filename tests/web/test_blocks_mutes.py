@@ -33,6 +33,8 @@ def test_a_block_removes_the_follows_both_ways_as_unfollows_with_their_counts() 
     assert outbox_after(before) == [
         events.Unfollowed(follower_id=ann.pk, followee_id=bob.pk),
         events.Unfollowed(follower_id=bob.pk, followee_id=ann.pk),
+        events.FiltersSet(ann.pk, (bob.pk,)),
+        events.FiltersSet(bob.pk, (ann.pk,)),
     ]
     assert response.json()["seq"] == high()
     for user in (ann, bob):
@@ -163,3 +165,64 @@ def test_a_follow_s_reposts_flag_is_set_kept_and_shown() -> None:
     assert_error(reader.patch("/api/v1/users/bob/follow", {}, format="json"), 400, "invalid")
     bad = reader.patch("/api/v1/users/bob/follow", {"reposts": "maybe"}, format="json")
     assert_error(bad, 400, "invalid")
+
+
+# --- what the join and the store are told ------------------------------------------
+
+
+def test_each_change_writes_the_follow_s_flags_and_the_owner_s_hidden_users() -> None:
+    ann, bob, cat = users("ann", "bob", "cat")
+    relations.follow_create(follower=ann, followee=bob)
+    before = high()
+    relations.mute_create(muter=ann, muted=bob)
+    assert outbox_after(before) == [
+        events.Followed(ann.pk, bob.pk, muted=True),
+        events.FiltersSet(ann.pk, (bob.pk,)),
+    ]
+    before = high()
+    relations.follow_reposts_set(follower=ann, followee=bob, reposts=False)
+    assert outbox_after(before) == [events.Followed(ann.pk, bob.pk, muted=True, reposts=False)]
+    before = high()
+    relations.mute_delete(muter=ann, muted=bob)
+    relations.mute_create(muter=ann, muted=cat)  # not followed: only the hidden users
+    assert outbox_after(before) == [
+        events.Followed(ann.pk, bob.pk, reposts=False),
+        events.FiltersSet(ann.pk, ()),
+        events.FiltersSet(ann.pk, (cat.pk,)),
+    ]
+    before = high()
+    relations.block_create(blocker=cat, blocked=ann)
+    relations.block_delete(blocker=cat, blocked=ann)
+    assert outbox_after(before) == [
+        events.FiltersSet(cat.pk, (ann.pk,)),
+        events.FiltersSet(ann.pk, (cat.pk,)),  # blocked by cat, and muting cat
+        events.FiltersSet(cat.pk, ()),
+        events.FiltersSet(ann.pk, (cat.pk,)),
+    ]
+    # Changing nothing writes nothing.
+    before = high()
+    relations.mute_delete(muter=ann, muted=bob)
+    relations.block_delete(blocker=cat, blocked=ann)
+    relations.follow_reposts_set(follower=ann, followee=bob, reposts=False)
+    assert high() == before
+
+
+def test_republishing_writes_the_flags_and_the_hidden_users() -> None:
+    import io
+
+    from django.core.management import call_command
+
+    ann, bob, cat = users("ann", "bob", "cat")
+    relations.follow_create(follower=ann, followee=bob, reposts=False)
+    relations.mute_create(muter=ann, muted=bob)
+    relations.block_create(blocker=cat, blocked=bob)
+    before = high()
+    call_command("republish_changelogs", stdout=io.StringIO())
+    republished = outbox_after(before)
+    assert events.Followed(ann.pk, bob.pk, muted=True, reposts=False) in republished
+    filters = [e for e in republished if isinstance(e, events.FiltersSet)]
+    assert filters == [
+        events.FiltersSet(ann.pk, (bob.pk,)),
+        events.FiltersSet(bob.pk, (cat.pk,)),
+        events.FiltersSet(cat.pk, (bob.pk,)),
+    ]

@@ -16,11 +16,13 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 from django.db import transaction
+from django.db.models import Exists, OuterRef
 
 from fanout.model import events
 from feed import outbox
-from feed.models import Follow, Like, Tweet, User
+from feed.models import Block, Follow, Like, Mute, Tweet, User
 from feed.moderation import posted
+from feed.relations import filters_set
 
 BATCH = 5000
 
@@ -31,13 +33,17 @@ def _users(after: int) -> list[events.Event]:
 
 
 def _follows(after: int) -> tuple[list[events.Event], int]:
+    muting = Mute.objects.filter(muter_id=OuterRef("follower_id"), muted_id=OuterRef("followee_id"))
     rows = list(
-        Follow.objects.select_for_update()
+        Follow.objects.select_for_update(of=("self",))
         .filter(pk__gt=after)
+        .annotate(muted=Exists(muting))
         .order_by("pk")
-        .values_list("pk", "follower_id", "followee_id")[:BATCH]
+        .values_list("pk", "follower_id", "followee_id", "muted", "reposts")[:BATCH]
     )
-    out: list[events.Event] = [events.Followed(follower_id=f, followee_id=g) for _, f, g in rows]
+    out: list[events.Event] = [
+        events.Followed(follower_id=f, followee_id=g, muted=m, reposts=r) for _, f, g, m, r in rows
+    ]
     return out, rows[-1][0] if rows else 0
 
 
@@ -72,6 +78,18 @@ def _tweets(after: int) -> tuple[list[events.Event], int]:
     return out, rows[-1][0] if rows else 0
 
 
+def _filters(after: int) -> tuple[list[events.Event], int]:
+    """The hidden users of each user who blocks, is blocked or mutes."""
+    involved = (
+        Block.objects.filter(blocker_id__gt=after)
+        .values_list("blocker_id", flat=True)
+        .union(Block.objects.filter(blocked_id__gt=after).values_list("blocked_id", flat=True))
+        .union(Mute.objects.filter(muter_id__gt=after).values_list("muter_id", flat=True))
+    )
+    owners = list(involved.order_by("blocker_id")[:BATCH])
+    return [filters_set(owner) for owner in owners], owners[-1] if owners else 0
+
+
 def _likes(after: int) -> tuple[list[events.Event], int]:
     rows = list(
         Like.objects.select_for_update(of=("self",))
@@ -87,7 +105,7 @@ def _likes(after: int) -> tuple[list[events.Event], int]:
 
 class Command(BaseCommand):
     help = (
-        "Append the current users, follows, tweets, reposts and likes to the outbox "
+        "Append the current users, follows, tweets, reposts, likes and filters to the outbox "
         "(re-seeds empty topics)."
     )
 
@@ -109,7 +127,12 @@ class Command(BaseCommand):
                 break
             after = max(e.follower_id for e in batch)  # type: ignore[union-attr]
             written += len(batch)
-        for name, read in (("follows", _follows), ("tweets", _tweets), ("likes", _likes)):
+        for name, read in (
+            ("follows", _follows),
+            ("tweets", _tweets),
+            ("likes", _likes),
+            ("filters", _filters),
+        ):
             after = 0
             while True:
                 with transaction.atomic():
