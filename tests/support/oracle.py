@@ -24,22 +24,34 @@ from tests.support.stack import Stack
 
 #: The view being maintained, as docs/design.md writes it: the entries (posts
 #: and reposts of visible tweets by active users) of each user's followees and
-#: their own, one per original (the newest). Rows (owner, entry).
+#: their own, leaving out what the user hides (blocks both ways and mutes, of
+#: the actor or the original's author; the reposts of followees with reposts
+#: off), one per original (the newest). Rows (owner, entry).
 ORACLE_SQL = """
     WITH entries AS (
       SELECT t.id AS entry_id, t.author_id AS actor_id,
-             COALESCE(t.repost_of_id, t.id) AS original_id
+             COALESCE(t.repost_of_id, t.id) AS original_id,
+             COALESCE(o.author_id, t.author_id) AS original_author_id,
+             t.repost_of_id IS NOT NULL AS is_repost
       FROM feed_tweet t
       JOIN feed_user a ON a.id = t.author_id AND a.is_active
       LEFT JOIN feed_tweet o ON o.id = t.repost_of_id
       LEFT JOIN feed_user oa ON oa.id = o.author_id
       WHERE t.repost_of_id IS NULL OR oa.is_active
+    ), hidden AS (
+      SELECT blocker_id AS owner_id, blocked_id AS user_id FROM feed_block
+      UNION SELECT blocked_id, blocker_id FROM feed_block
+      UNION SELECT muter_id, muted_id FROM feed_mute
     ), audience AS (
-      SELECT follower_id AS owner_id, followee_id AS actor_id FROM feed_follow
-      UNION ALL SELECT id, id FROM feed_user
+      SELECT follower_id AS owner_id, followee_id AS actor_id, reposts FROM feed_follow
+      UNION ALL SELECT id, id, TRUE FROM feed_user
     )
     SELECT au.owner_id, MAX(e.entry_id) AS entry_id
     FROM entries e JOIN audience au ON au.actor_id = e.actor_id
+    WHERE (NOT e.is_repost OR au.reposts)
+      AND (e.actor_id = au.owner_id OR NOT EXISTS (
+            SELECT 1 FROM hidden h WHERE h.owner_id = au.owner_id
+              AND h.user_id IN (e.actor_id, e.original_author_id)))
     GROUP BY au.owner_id, e.original_id
 """
 #: Every tweet's counts (docs/design.md): its likes and reposts by active users.

@@ -11,12 +11,14 @@ import random
 from dataclasses import dataclass, field, replace
 
 import pytest
+from django.db import connection
 
 from fanout.config import StarlingConfig
 from fanout.model import events, ids
 from feed import selectors, services
 from feed.models import Block, Follow, Mute, OutboxEvent, Tweet, User
 from tests.support.factories import UserFactory
+from tests.support.oracle import ORACLE_SQL
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("starling")]
 
@@ -165,6 +167,23 @@ def test_the_oracle_is_the_view_capped() -> None:
     world = make_world(11)
     oracle = selectors.home_timeline_oracle(world.users, 9)
     assert oracle == {u: world.view(u)[:9] for u in world.users}
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_design_s_sql_is_the_view(seed: int) -> None:
+    """docs/design.md's SQL of the view (the e2e tests' oracle) against the
+    plain-Python view."""
+    world = make_world(30 + seed)
+    with connection.cursor() as cursor:
+        cursor.execute(ORACLE_SQL)
+        rows = cursor.fetchall()
+    got: dict[int, list[int]] = {u: [] for u in world.users}
+    for owner, entry in rows:
+        if owner in got:
+            got[owner].append(int(entry))
+    assert {u: sorted(v, reverse=True) for u, v in got.items()} == {
+        u: world.view(u) for u in world.users
+    }
 
 
 @pytest.mark.parametrize("seed", range(3))
