@@ -516,7 +516,8 @@ def timeline_reset(user_id: int) -> int:
         horizon,
         as_of,
         pulled,
-        tuple(sorted((entry, original) for entry, original in raw if entry != original)),
+        # A reset is never screened: the read applied the owner's filter (``by`` 0).
+        tuple(sorted((entry, original, 0) for entry, original in raw if entry != original)),
     )
     return outbox.append(reset)
 

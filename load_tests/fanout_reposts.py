@@ -267,8 +267,10 @@ def entry_memory(
     for kind, group in owners.items():
         for owner in group:
             entry_ids = [gen.next_id() for _ in range(cap)]
-            pairs = tuple((e, next(originals)) for e in entry_ids[::3]) if kind == "mixed" else ()
-            repost_ids.update(e for e, _ in pairs)
+            pairs = (
+                tuple((e, next(originals), 0) for e in entry_ids[::3]) if kind == "mixed" else ()
+            )
+            repost_ids.update(e for e, _, _ in pairs)
             mutations.append(Mutation(Op.ADD, (owner,), tuple(entry_ids), 0, 1, reposts=pairs))
     spare.apply(generation, {}, mutations)
     used = {"posts": 0, "mixed": 0}

@@ -2,9 +2,11 @@
 
 The fanout job keeps one per join key in Spark's state store
 (spark/stream/operator.py): every follower and every live entry of the author
-(its posts and its reposts), as packed 8-byte ids behind a small header, and
-for each repost its original (16 bytes). A pulled author's follower ids
-(docs/decisions.md D18) are stored apart, in a value of their own.
+(its posts and its reposts), as packed 8-byte ids behind a small header, for
+each repost its original and the original's author (24 bytes), and the
+followers who follow with reposts off. A follower who mutes the author is not
+one here: the join treats the mute as an unfollow (docs/decisions.md D28). A
+pulled author's follower ids (D18) are stored apart, in a value of their own.
 """
 
 from __future__ import annotations
@@ -13,8 +15,9 @@ import struct
 from array import array
 from collections.abc import Callable, Iterable
 
-_STATE_VERSION = 4
-_HEADER = struct.Struct("<BIIBI")  # version, n_followers, n_tweets, flags, n_reposts
+_STATE_VERSION = 5
+_HEADER = struct.Struct("<BIIBII")  # version, n_followers, n_tweets, flags, n_reposts, n_quiet
+_HEADER_V4 = struct.Struct("<BIIBI")  # version 4 had no original authors nor quiet followers
 _HEADER_V3 = struct.Struct("<BIIB")  # version 3 had no reposts
 _HEADER_V2 = struct.Struct("<BII")  # version 2 had no flags (every author was pushed)
 _HEADER_V1 = struct.Struct("<BqII")  # version 1 also had a horizon (no longer kept)
@@ -26,7 +29,9 @@ _APART = 2  # flags: the follower ids are kept in a value of their own (encode_s
 class AuthorState:
     """An author's join state: its followers and every live entry (``tweets``:
     its posts and reposts, ascending), with the original of each repost
-    (``originals``: repost id → original id).
+    (``originals``: repost id → original id) and that original's author
+    (``original_authors``: repost id → user id, 0 where unknown), and the
+    followers who follow with reposts off (``quiet``, a subset of the followers).
 
     The followers are decoded on first use and written back as they were
     read when unchanged; a pulled author's are stored apart
@@ -34,7 +39,17 @@ class AuthorState:
     tweets, and a million followers are 8 MB to move, decode and sort.
     """
 
-    __slots__ = ("_apart", "_count", "_followers", "_load", "originals", "pulled", "tweets")
+    __slots__ = (
+        "_apart",
+        "_count",
+        "_followers",
+        "_load",
+        "original_authors",
+        "originals",
+        "pulled",
+        "quiet",
+        "tweets",
+    )
 
     def __init__(
         self,
@@ -45,10 +60,16 @@ class AuthorState:
         load: Callable[[], bytes] | None = None,
         count: int = 0,
         originals: dict[int, int] | None = None,
+        original_authors: dict[int, int] | None = None,
+        quiet: Iterable[int] = (),
     ) -> None:
         self.tweets: list[int] = list(tweets)  # ascending
         #: The reposts among ``tweets``: repost id → the original's id.
         self.originals: dict[int, int] = originals or {}
+        #: The reposts among ``tweets``: repost id → the original's author.
+        self.original_authors: dict[int, int] = original_authors or {}
+        #: Followers who do not receive the author's reposts.
+        self.quiet: set[int] = set(quiet)
         #: Followers read the author's list instead of receiving its tweets.
         self.pulled = pulled
         self._followers: set[int] | None = None if load is not None else set(followers)
@@ -75,31 +96,43 @@ class AuthorState:
     def followers_loaded(self) -> bool:
         return self._followers is not None
 
+    def _key(self) -> tuple[object, ...]:
+        authors = {r: a for r, a in self.original_authors.items() if a}
+        return (self.followers, self.tweets, self.pulled, self.originals, authors, self.quiet)
+
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, AuthorState):
             return NotImplemented
-        return (self.followers, self.tweets, self.pulled, self.originals) == (
-            other.followers,
-            other.tweets,
-            other.pulled,
-            other.originals,
-        )
+        return self._key() == other._key()
 
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
         followers = sorted(self.followers) if self.followers_loaded else f"<{self._count} ids>"
         reposts = f", originals={self.originals}" if self.originals else ""
+        if any(self.original_authors.values()):
+            reposts += f", original_authors={self.original_authors}"
+        quiet = f", quiet={sorted(self.quiet)}" if self.quiet else ""
         return (
             f"AuthorState(followers={followers}, tweets={self.tweets}, pulled={self.pulled}"
-            f"{reposts})"
+            f"{reposts}{quiet})"
         )
 
     def replaced(
-        self, tweets: Iterable[int], pulled: bool, originals: dict[int, int] | None = None
+        self,
+        tweets: Iterable[int],
+        pulled: bool,
+        originals: dict[int, int] | None = None,
+        original_authors: dict[int, int] | None = None,
     ) -> AuthorState:
         """The same followers (still undecoded if they were) with these entries."""
-        out = AuthorState(tweets=tweets, pulled=pulled, originals=originals)
+        out = AuthorState(
+            tweets=tweets,
+            pulled=pulled,
+            originals=originals,
+            original_authors=original_authors,
+            quiet=self.quiet,
+        )
         out._followers, out._load, out._count = self._followers, self._load, self._count
         out._apart = self._apart
         return out
@@ -114,19 +147,14 @@ class AuthorState:
         pushed author's whole state, and None."""
         if not self.pulled:
             return self.encode(), None
-        tweets = array("q", self.tweets)
-        flags = _PULLED | _APART
-        header = _HEADER.pack(
-            _STATE_VERSION, self.follower_count, len(tweets), flags, len(self.originals)
-        )
         unchanged = self._apart and not self.followers_loaded
-        packed = header + tweets.tobytes() + self._originals_packed()
+        packed = self._pack(b"", _PULLED | _APART, self.follower_count)
         return packed, None if unchanged else self._followers_packed()
 
     @staticmethod
     def apart(blob: bytes | None) -> bool:
         """Whether a value from :meth:`encode_split` left the follower ids out."""
-        if not blob or blob[0] not in (3, _STATE_VERSION):
+        if not blob or blob[0] not in (3, 4, _STATE_VERSION):
             return False
         return bool(blob[_HEADER_V3.size - 1] & _APART)
 
@@ -138,19 +166,27 @@ class AuthorState:
         return array("q", sorted(self._followers)).tobytes()
 
     def _originals_packed(self) -> bytes:
-        """(repost, original) pairs by repost id."""
-        pairs = array("q")
+        """(repost, original, original's author) triples by repost id."""
+        triples = array("q")
+        authors = self.original_authors
         for repost in sorted(self.originals):
-            pairs.append(repost)
-            pairs.append(self.originals[repost])
-        return pairs.tobytes()
+            triples.append(repost)
+            triples.append(self.originals[repost])
+            triples.append(authors.get(repost, 0))
+        return triples.tobytes()
 
-    def _pack(self, followers: bytes, flags: int) -> bytes:
+    def _pack(self, followers: bytes, flags: int, n_followers: int | None = None) -> bytes:
         tweets = array("q", self.tweets)
+        quiet = array("q", sorted(self.quiet))
         header = _HEADER.pack(
-            _STATE_VERSION, len(followers) // 8, len(tweets), flags, len(self.originals)
+            _STATE_VERSION,
+            len(followers) // 8 if n_followers is None else n_followers,
+            len(tweets),
+            flags,
+            len(self.originals),
+            len(quiet),
         )
-        return header + followers + tweets.tobytes() + self._originals_packed()
+        return header + followers + tweets.tobytes() + self._originals_packed() + quiet.tobytes()
 
     @classmethod
     def decode(
@@ -160,10 +196,13 @@ class AuthorState:
         ``followers`` gives them (packed) when they were stored apart."""
         if not blob:
             return cls()
-        version, flags, n_reposts = blob[0], 0, 0
+        version, flags, n_reposts, n_quiet, width = blob[0], 0, 0, 0, 2
         if version == _STATE_VERSION:
-            _, n_followers, n_tweets, flags, n_reposts = _HEADER.unpack_from(blob)
-            body = blob[_HEADER.size :]
+            _, n_followers, n_tweets, flags, n_reposts, n_quiet = _HEADER.unpack_from(blob)
+            body, width = blob[_HEADER.size :], 3
+        elif version == 4:
+            _, n_followers, n_tweets, flags, n_reposts = _HEADER_V4.unpack_from(blob)
+            body = blob[_HEADER_V4.size :]
         elif version == 3:
             _, n_followers, n_tweets, flags = _HEADER_V3.unpack_from(blob)
             body = blob[_HEADER_V3.size :]
@@ -176,15 +215,23 @@ class AuthorState:
         else:
             raise ValueError(f"unknown author-state version {version}")
         inline = 0 if flags & _APART else n_followers
-        if len(body) != 8 * (inline + n_tweets + 2 * n_reposts):
+        at = 8 * (inline + n_tweets)
+        end = at + 8 * width * n_reposts
+        if len(body) != end + 8 * n_quiet:
             raise ValueError("author state is truncated")
         tweets = array("q")
-        tweets.frombytes(body[8 * inline : 8 * (inline + n_tweets)])
+        tweets.frombytes(body[8 * inline : at])
         originals: dict[int, int] = {}
+        original_authors: dict[int, int] = {}
         if n_reposts:
-            pairs = array("q")
-            pairs.frombytes(body[8 * (inline + n_tweets) :])
-            originals = dict(zip(pairs[0::2], pairs[1::2], strict=True))
+            records = array("q")
+            records.frombytes(body[at:end])
+            reposts = records[0::width]
+            originals = dict(zip(reposts, records[1::width], strict=True))
+            if width == 3:
+                original_authors = dict(zip(reposts, records[2::width], strict=True))
+        quiet = array("q")
+        quiet.frombytes(body[end:])
         if flags & _APART:
             if followers is None:
                 raise ValueError("the author state's followers are stored apart")
@@ -195,6 +242,8 @@ class AuthorState:
                 load=lambda: load() or b"",
                 count=n_followers,
                 originals=originals,
+                original_authors=original_authors,
+                quiet=quiet,
             )
             state._apart = True
             return state
@@ -204,4 +253,6 @@ class AuthorState:
             load=lambda: body[: 8 * n_followers],
             count=n_followers,
             originals=originals,
+            original_authors=original_authors,
+            quiet=quiet,
         )

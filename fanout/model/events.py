@@ -144,8 +144,10 @@ class TimelineReset:
     horizon: int
     as_of: int
     pulled: tuple[int, ...] = ()
-    #: (entry, original) of the entries of ``tweet_ids`` that are reposts, by entry.
-    reposts: tuple[tuple[int, int], ...] = ()
+    #: (entry, original, by) of the entries of ``tweet_ids`` that are reposts, by
+    #: entry: ``by`` is the original's author, 0 for the owner's own reposts (the
+    #: user the owner's filter checks the entry against: fanout.model.join).
+    reposts: tuple[tuple[int, int, int], ...] = ()
 
     @property
     def join_key(self) -> int:
@@ -337,7 +339,7 @@ def encode(event: Event) -> Record:
                 "horizon": event.horizon,
                 "as_of": event.as_of,
                 "pulled": list(event.pulled),
-                "reposts": [list(pair) for pair in event.reposts],
+                "reposts": [list(r) if r[2] else [r[0], r[1]] for r in event.reposts],
             }
         )
         return Record(TIMELINES, str(event.owner_id).encode("ascii"), value, event.owner_id)
@@ -471,6 +473,15 @@ def _load(value: bytes) -> dict[str, Any]:
     return obj
 
 
+def _is_repost_record(record: object) -> bool:
+    """[entry, original] or [entry, original, by] (``by``: a user id or 0)."""
+    if not isinstance(record, list) or len(record) not in (2, 3):
+        return False
+    if not all(ids.is_valid(i) for i in record[:2]):
+        return False
+    return len(record) == 2 or record[2] == 0 or ids.is_valid(record[2])
+
+
 def decode(
     topic: str,
     key: bytes | None,
@@ -554,17 +565,15 @@ def decode_record(
         if not isinstance(pulled, list) or not all(ids.is_valid(a) for a in pulled):
             raise BadEvent("field 'pulled' is not a list of user ids")
         reposts = obj.get("reposts", [])
-        if not isinstance(reposts, list) or not all(
-            isinstance(p, list) and len(p) == 2 and all(ids.is_valid(i) for i in p) for p in reposts
-        ):
-            raise BadEvent("field 'reposts' is not a list of [entry, original] pairs")
+        if not isinstance(reposts, list) or not all(_is_repost_record(p) for p in reposts):
+            raise BadEvent("field 'reposts' is not a list of [entry, original, by] records")
         event = TimelineReset(
             owner_id,
             tuple(sorted(set(tweet_ids))),
             horizon,
             as_of,
             tuple(sorted(set(pulled))),
-            tuple(sorted({(p[0], p[1]) for p in reposts})),
+            tuple(sorted({(p[0], p[1], p[2] if len(p) == 3 else 0) for p in reposts})),
         )
     elif topic == FOLLOWS:
         left, sep, right = key.partition(b":")

@@ -14,6 +14,9 @@ rule:
 | ``t`` deleted | remove ``t`` from those timelines (its body goes first: see the store) |
 | ``f`` follows ``a`` | merge ``a``'s newest tweets into ``f``'s timeline |
 | ``f`` unfollows ``a`` | remove ``a``'s newest tweets from ``f``'s timeline |
+| ``f`` mutes / unmutes ``a`` | as an unfollow / a follow (a follow's ``muted`` flag) |
+| ``f`` turns ``a``'s reposts off / on | remove / merge ``a``'s newest reposts (a flag) |
+| ``f``'s hidden users change | the store applies them to ``f``'s reposts (``Op.FILTER``) |
 | reset of ``f`` | merge the database's newest entries of ``f``'s timeline (a refill) |
 
 An author with at least the pull threshold's followers is *pulled*
@@ -88,6 +91,7 @@ class Op(IntEnum):
     LIST = 5  # set a pulled author's list to its newest tweets (before any timeline op)
     PULL = 6  # the owners read ``authors[0]`` from its list: its tweets leave their timelines
     UNPULL = 7  # the owners stop reading ``authors[0]``'s list: its tweets are merged in
+    FILTER = 8  # the owner's hidden users are ``tweets`` (user ids): the store applies them
 
 
 #: A pulled author goes back to push below this share of the threshold (in
@@ -109,8 +113,16 @@ class Mutation:
     #: PULL / UNPULL: the pulled author. RESET: the authors the database's read
     #: left out (those the owner read from their lists then).
     authors: tuple[int, ...] = ()
-    #: (entry, original) of the entries of ``tweets`` that are reposts, by entry.
-    reposts: tuple[tuple[int, int], ...] = ()
+    #: (entry, original, by) of the entries of ``tweets`` that are reposts, by
+    #: entry: ``by`` is the original's author, whom an owner's filter checks
+    #: (docs/decisions.md D28), except for the ``actor``'s own timeline.
+    reposts: tuple[tuple[int, int, int], ...] = ()
+    #: The author whose entries these are (0: a RESET's, of many authors, whose
+    #: ``by`` already is the owner's).
+    actor: int = 0
+    #: PULL / UNPULL: the owners follow with reposts off (their reads of the
+    #: list leave its reposts out).
+    quiet: bool = False
 
     @property
     def deliveries(self) -> int:
@@ -127,12 +139,16 @@ def newest(tweets: Sequence[int], keep: int) -> tuple[tuple[int, ...], int]:
 
 
 def newest_entries(
-    entries: Sequence[int], originals: Mapping[int, int], keep: int
-) -> tuple[tuple[int, ...], int, tuple[tuple[int, int], ...]]:
+    entries: Sequence[int],
+    originals: Mapping[int, int],
+    keep: int,
+    authors: Mapping[int, int] | None = None,
+) -> tuple[tuple[int, ...], int, tuple[tuple[int, int, int], ...]]:
     """The newest of ``entries`` (ascending) that show at most ``keep``
     originals (``originals``: repost → original; a post shows itself), their
     horizon (the oldest of them when older ones were left out, else 0), and
-    the (entry, original) pairs of the reposts among them.
+    the (entry, original, original's author) of the reposts among them
+    (``authors``: repost → the original's author).
 
     One original can have two entries of one author (a post and its author's
     repost of it), so a timeline of ``keep`` entries, one per original, can
@@ -153,7 +169,8 @@ def newest_entries(
             seen.add(original)
         at -= 1
     kept = tuple(entries[at:])
-    pairs = tuple((e, originals[e]) for e in kept if e in originals)
+    by = authors or {}
+    pairs = tuple((e, originals[e], by.get(e, 0)) for e in kept if e in originals)
     return kept, (kept[0] if at > 0 else 0), pairs
 
 
@@ -196,10 +213,17 @@ def join_events(
     (``Op.LIST``, its newest ``cap + slack``), which each follower's read
     merges in; crossing the threshold moves every follower's share of its
     tweets between the timeline and the list (``Op.PULL`` / ``Op.UNPULL``).
+
+    A follow's flags (docs/decisions.md D28): a follower who mutes the author
+    leaves its audience as by an unfollow, and comes back as by a follow; a
+    follower with reposts off (*quiet*) receives the author's posts only, and
+    turning them off or on removes or merges the reposts a follow would have.
     """
     keep = cap + slack
     # The followers are decoded only if needed: a pulled author's posts do not need them.
     tweets, pulled, originals = list(state.tweets), state.pulled, dict(state.originals)
+    by = dict(state.original_authors)
+    quiet = state.quiet
     bodies: dict[int, bytes] = {}
     out: list[Mutation] = []
     ignored = 0
@@ -208,14 +232,50 @@ def join_events(
 
     # Sorted once per call and again only after a follow or an unfollow: an
     # author with a million followers who posts pays for one sort, not one per tweet.
-    cached: list[tuple[int, ...]] = []
+    cached: dict[bool, tuple[int, ...]] = {}
 
-    def audience() -> tuple[int, ...]:
+    def audience(repost: bool = False) -> tuple[int, ...]:
         if pulled:
             return (author_id,)
-        if not cached:
-            cached.append(tuple(sorted(state.followers | {author_id})))
-        return cached[0]
+        repost = repost and bool(quiet)  # the same tuple when no follower is quiet
+        got = cached.get(repost)
+        if got is None:
+            members = state.followers - quiet if repost else state.followers
+            got = cached[repost] = tuple(sorted(members | {author_id}))
+        return got
+
+    def run(
+        posts_only: bool = False,
+    ) -> tuple[tuple[int, ...], int, tuple[tuple[int, int, int], ...]]:
+        """The newest entries a follow merges and an unfollow removes (of a
+        quiet follower: the newest posts)."""
+        if posts_only and originals:
+            return newest_entries([t for t in tweets if t not in originals], {}, keep)
+        return newest_entries(tweets, originals, keep, by)
+
+    def move(op: Op, owners: Iterable[int], seq: int) -> None:
+        """PULL or UNPULL ``owners``, the quiet ones with their mark."""
+        loud = tuple(sorted(o for o in owners if o not in quiet))
+        still = tuple(sorted(o for o in owners if o in quiet))
+        for group, posts_only in ((loud, False), (still, True)):
+            if not group:
+                continue
+            merged, horizon, pairs = run(posts_only)
+            if op is Op.PULL:
+                horizon = 0
+            out.append(
+                Mutation(
+                    op,
+                    group,
+                    merged,
+                    horizon,
+                    seq,
+                    authors=(author_id,),
+                    reposts=pairs,
+                    actor=author_id,
+                    quiet=posts_only,
+                )
+            )
 
     def cross(seq: int) -> None:
         """Move between push and pull when the follower count says so."""
@@ -225,19 +285,70 @@ def join_events(
             return
         pulled, changed = now, True
         cached.clear()
-        owners = tuple(sorted(state.followers))
-        merged, horizon, pairs = newest_entries(tweets, originals, keep)
-        if pulled:
-            listed = True
+        listed = listed or pulled
+        move(Op.PULL if pulled else Op.UNPULL, state.followers, seq)
+
+    def unfollow(follower: int, seq: int) -> None:
+        nonlocal changed
+        posts_only = follower in quiet  # what the timeline holds of the author
+        state.followers.discard(follower)
+        quiet.discard(follower)
+        changed = True
+        cached.clear()
+        if pulled:  # nothing of the author is in the timeline: only the fence moves
             out.append(
-                Mutation(Op.PULL, owners, merged, 0, seq, authors=(author_id,), reposts=pairs)
+                Mutation(Op.UNPULL, (follower,), (), 0, seq, authors=(author_id,), actor=author_id)
             )
         else:
+            removed, _, pairs = run(posts_only)
+            out.append(
+                Mutation(Op.REMOVE, (follower,), removed, 0, seq, reposts=pairs, actor=author_id)
+            )
+
+    def follow(follower: int, reposts: bool, seq: int) -> None:
+        nonlocal changed
+        own = follower == author_id
+        known = follower in state.followers
+        was_quiet = follower in quiet
+        if not own:
+            if not known:
+                state.followers.add(follower)
+            if reposts:
+                quiet.discard(follower)
+            else:
+                quiet.add(follower)
+            if not known or was_quiet == reposts:
+                changed = True
+                cached.clear()
+        if pulled and not own:
+            # Also for a known follower: the store replaces its mark (a flag's change).
             out.append(
                 Mutation(
-                    Op.UNPULL, owners, merged, horizon, seq, authors=(author_id,), reposts=pairs
+                    Op.PULL,
+                    (follower,),
+                    (),
+                    0,
+                    seq,
+                    authors=(author_id,),
+                    actor=author_id,
+                    quiet=not reposts,
                 )
             )
+            return
+        if not own and not reposts:
+            if known and not was_quiet:  # reposts turned off: the ones it holds go
+                _, _, pairs = run()
+                gone = tuple(e for e, _, _ in pairs)
+                out.append(
+                    Mutation(Op.REMOVE, (follower,), gone, 0, seq, reposts=pairs, actor=author_id)
+                )
+            merged, horizon, pairs = run(posts_only=True)
+        else:
+            # Also for a known follower (a relay re-send): merging again is harmless.
+            merged, horizon, pairs = run()
+        out.append(
+            Mutation(Op.ADD, (follower,), merged, horizon, seq, reposts=pairs, actor=author_id)
+        )
 
     for envelope in sorted(envelopes, key=lambda e: e.seq):
         ev, seq = envelope.event, envelope.seq
@@ -255,11 +366,22 @@ def join_events(
             changed = True
             listed = listed or pulled
             bodies[ev.tweet_id] = events.tweet_json(ev)
-            pair: tuple[tuple[int, int], ...] = ()
+            pair: tuple[tuple[int, int, int], ...] = ()
             if ev.repost_of:
                 originals[ev.tweet_id] = ev.repost_of
-                pair = ((ev.tweet_id, ev.repost_of),)
-            out.append(Mutation(Op.ADD, audience(), (ev.tweet_id,), 0, seq, reposts=pair))
+                by[ev.tweet_id] = ev.repost_of_author
+                pair = ((ev.tweet_id, ev.repost_of, ev.repost_of_author),)
+            out.append(
+                Mutation(
+                    Op.ADD,
+                    audience(bool(ev.repost_of)),
+                    (ev.tweet_id,),
+                    0,
+                    seq,
+                    reposts=pair,
+                    actor=author_id,
+                )
+            )
         elif isinstance(ev, events.TweetDeleted):
             at = bisect.bisect_left(tweets, ev.tweet_id)
             if at < len(tweets) and tweets[at] == ev.tweet_id:
@@ -268,33 +390,27 @@ def join_events(
             listed = listed or pulled
             bodies.pop(ev.tweet_id, None)
             original = originals.pop(ev.tweet_id, 0)
-            pair = ((ev.tweet_id, original),) if original else ()
+            author = by.pop(ev.tweet_id, 0)
+            pair = ((ev.tweet_id, original, author),) if original else ()
             out.append(Mutation(Op.DELETE_BODY, (), (ev.tweet_id,)))
-            out.append(Mutation(Op.REMOVE, audience(), (ev.tweet_id,), reposts=pair))
+            out.append(
+                Mutation(Op.REMOVE, audience(), (ev.tweet_id,), reposts=pair, actor=author_id)
+            )
         elif isinstance(ev, events.Followed):
             follower = ev.follower_id
-            if follower != author_id and follower not in state.followers:
-                state.followers.add(follower)
-                changed = True
-                cached.clear()
-            # Also for a known follower (a relay re-send): merging again is harmless.
-            if pulled and follower != author_id:
-                out.append(Mutation(Op.PULL, (follower,), (), 0, seq, authors=(author_id,)))
+            if ev.muted and follower != author_id:
+                # The follower mutes the author: out of its audience, as by an unfollow.
+                if follower not in state.followers:
+                    ignored += 1
+                    continue
+                unfollow(follower, seq)
             else:
-                merged, horizon, pairs = newest_entries(tweets, originals, keep)
-                out.append(Mutation(Op.ADD, (follower,), merged, horizon, seq, reposts=pairs))
+                follow(follower, ev.reposts, seq)
         elif isinstance(ev, events.Unfollowed):
             if ev.follower_id == author_id or ev.follower_id not in state.followers:
                 ignored += 1
                 continue
-            state.followers.discard(ev.follower_id)
-            changed = True
-            cached.clear()
-            if pulled:  # nothing of the author is in the timeline: only the fence moves
-                out.append(Mutation(Op.UNPULL, (ev.follower_id,), (), 0, seq, authors=(author_id,)))
-            else:
-                removed, _, pairs = newest_entries(tweets, originals, keep)
-                out.append(Mutation(Op.REMOVE, (ev.follower_id,), removed, 0, seq, reposts=pairs))
+            unfollow(ev.follower_id, seq)
         elif isinstance(ev, events.TimelineReset):
             out.append(
                 Mutation(
@@ -310,18 +426,18 @@ def join_events(
             )
             continue
         elif isinstance(ev, events.FiltersSet):
-            # The owner's hidden users, for the store to apply to reposts (D28):
-            # not applied yet.
-            ignored += 1
+            out.append(Mutation(Op.FILTER, (ev.owner_id,), ev.hidden, 0, seq))
             continue
         else:  # an engagement: counted by fanout.model.engagements, not here
             raise ValueError(f"event {ev!r} is not the join's")
         cross(seq)
     if listed:
-        merged, horizon, pairs = newest_entries(tweets, originals, keep)
-        out.insert(0, Mutation(Op.LIST, (author_id,), merged, horizon, reposts=pairs))
+        merged, horizon, pairs = run()
+        out.insert(
+            0, Mutation(Op.LIST, (author_id,), merged, horizon, reposts=pairs, actor=author_id)
+        )
     return JoinResult(
-        state=state.replaced(tweets, pulled, originals),
+        state=state.replaced(tweets, pulled, originals, by),
         bodies=bodies,
         mutations=coalesce(out),
         changed=changed,
@@ -338,7 +454,7 @@ def coalesce(mutations: list[Mutation]) -> list[Mutation]:
     owners, one cached tuple per audience, compare by identity first."""
     out: list[Mutation] = []
     # index in out -> (ids, highest seq, repost pairs)
-    runs: dict[int, tuple[set[int], int, set[tuple[int, int]]]] = {}
+    runs: dict[int, tuple[set[int], int, set[tuple[int, int, int]]]] = {}
     for m in mutations:
         prev = out[-1] if out else None
         if (
@@ -357,7 +473,13 @@ def coalesce(mutations: list[Mutation]) -> list[Mutation]:
             out.append(m)
     for at, (ids, seq, pairs) in runs.items():
         out[at] = Mutation(
-            Op.ADD, out[at].owners, tuple(sorted(ids)), 0, seq, reposts=tuple(sorted(pairs))
+            Op.ADD,
+            out[at].owners,
+            tuple(sorted(ids)),
+            0,
+            seq,
+            reposts=tuple(sorted(pairs)),
+            actor=out[at].actor,
         )
     return out
 
@@ -393,20 +515,6 @@ def rebuilt_timeline(
     )
 
 
-def rebuilt_view(
-    entries: Iterable[tuple[int, int]], *, cap: int, slack: int = SLACK, floor: int = 0
-) -> tuple[int, list[int], list[tuple[int, int]]]:
-    """:func:`rebuilt_timeline` of entries that may be reposts: ``entries``
-    are (entry, original) pairs (a post is its own original) of each followed
-    author's newest entries, ``floor`` the highest of their horizons. Returns
-    the horizon, the view's entries (the newest of each original) ascending,
-    and the entries it hides at or above the horizon, as the store keeps them
-    beside the timeline: (original, entry), sorted (fanout/store/ops.py)."""
-    raw = {e: o for e, o in entries if e >= floor}
-    horizon, kept = rebuilt_timeline(winners(raw, raw), cap=cap, slack=slack, floor=floor)
-    return horizon, kept, aside(kept, {e: o for e, o in raw.items() if e >= horizon})
-
-
 def aside(shown: Iterable[int], raw: Mapping[int, int]) -> list[tuple[int, int]]:
     """What a timeline keeps beside the entries it shows (``shown``, one per
     original: :func:`winners` of ``raw``, entry → original): every repost,
@@ -431,15 +539,22 @@ def rebuilt_author_state(
     *,
     pull_threshold: int = 0,
     originals: Mapping[int, int] | None = None,
+    original_authors: Mapping[int, int] | None = None,
+    quiet: Iterable[int] = (),
 ) -> AuthorState:
     """An author's join state computed from the current tables: what
     :func:`join_events` holds after replaying the author's history (pulled
     from ``pull_threshold`` followers on: a rebuild forgets the hysteresis).
-    ``originals``: the original of each of ``live_tweets`` that is a repost."""
+    ``followers``: those who follow the author and do not mute them;
+    ``originals`` and ``original_authors``: the original of each of
+    ``live_tweets`` that is a repost, and its author; ``quiet``: the
+    followers with reposts off."""
     audience = {f for f in followers if f != author_id}
     return AuthorState(
         followers=audience,
         tweets=sorted(set(live_tweets)),
         pulled=pulled_at(len(audience), pull_threshold, False),
         originals=dict(originals or {}),
+        original_authors=dict(original_authors or {}),
+        quiet=audience.intersection(quiet),
     )

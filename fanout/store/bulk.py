@@ -60,15 +60,19 @@ class TimelineBulk:
         each packed with :func:`fanout.store.ops.pack_view` into its winners and
         its pairs; returns how many timelines."""
         return self._write_views(
-            views,
+            ((owner, horizon, raw, None) for owner, horizon, raw in views),
             functools.partial(self.write_timelines, generation),
             functools.partial(self.write_timeline_reposts, generation),
         )
 
     def write_list_views(
-        self, generation: int, views: Iterable[tuple[int, int, Mapping[int, int]]]
+        self,
+        generation: int,
+        views: Iterable[tuple[int, int, Mapping[int, int], Mapping[int, int]]],
     ) -> int:
-        """Set pulled authors' lists from their raw entries, as :meth:`write_views`."""
+        """Set pulled authors' lists from their raw entries, as :meth:`write_views`,
+        and each repost's original's author (entry -> user), which a list's
+        pairs carry."""
         return self._write_views(
             views,
             functools.partial(self.write_lists, generation),
@@ -77,16 +81,17 @@ class TimelineBulk:
 
     @staticmethod
     def _write_views(
-        views: Iterable[tuple[int, int, Mapping[int, int]]],
+        views: Iterable[tuple[int, int, Mapping[int, int], Mapping[int, int] | None]],
         write_packed: Callable[[Iterable[tuple[int, bytes]]], int],
         write_pairs: Callable[[Iterable[tuple[int, bytes]]], int],
     ) -> int:
-        """Pack each (key id, horizon, raw entries) into its winners and pairs,
-        write the pairs (none: no key), then the packed strings; returns how many."""
+        """Pack each (key id, horizon, raw entries, originals' authors or None)
+        into its winners and pairs, write the pairs (none: no key), then the
+        packed strings; returns how many."""
         packed: list[tuple[int, bytes]] = []
         pairs: list[tuple[int, bytes]] = []
-        for key_id, horizon, raw in views:
-            winners, aside = pack_view(horizon, raw)
+        for key_id, horizon, raw, by in views:
+            winners, aside = pack_view(horizon, raw, by=by)
             packed.append((key_id, winners))
             pairs.append((key_id, aside))
         write_pairs(pairs)

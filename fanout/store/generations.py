@@ -215,6 +215,7 @@ class GenerationStore:
             keys.pulls_prefix(generation),
             keys.reposts_prefix(generation),
             keys.list_reposts_prefix(generation),
+            keys.filters_prefix(generation),
         )
         for prefix in prefixes:
             found: list[bytes] = []

@@ -66,6 +66,7 @@ LIST_REPOSTS_PREFIX = "ar:"
 COUNTS_PREFIX = "ct:"
 LIST_PREFIX = "al:"
 PULLS_PREFIX = "pl:"
+FILTERS_PREFIX = "tx:"
 ACTIVE_GENERATION = "starling:generation"
 GENERATION_COUNTER = "starling:generations"
 GENERATION_PREFIX = "starling:gen:"
@@ -195,6 +196,16 @@ def pulls(generation: int, user_id: int, tag: str = "") -> str:
     return f"{pulls_prefix(generation)}{tag}{user_id}"
 
 
+def filters_prefix(generation: int | str) -> str:
+    return f"{FILTERS_PREFIX}{generation}:"
+
+
+def filters(generation: int, user_id: int, tag: str = "") -> str:
+    """The users whose reposted tweets ``user_id``'s home timeline hides
+    (packed ids, ascending; no key: none). Beside the timeline, in its shard."""
+    return f"{filters_prefix(generation)}{tag}{user_id}"
+
+
 def tweet(tweet_id: int, tag: str = "") -> str:
     return f"{TWEET_PREFIX}{tag}{tweet_id}"
 
@@ -289,4 +300,5 @@ SCRIPT_PREFIXES = (
     REPOSTS_PREFIX,
     LIST_REPOSTS_PREFIX,
     COUNTS_PREFIX,
+    FILTERS_PREFIX,
 )

@@ -29,7 +29,10 @@ winner or a pair:
 | (original, original) | a post in scope that is not its original's winner |
 
 16 bytes each (original, then entry, 8 bytes big-endian each), sorted
-ascending (by original, then entry). No reposts in scope: no pairs key, and
+ascending (by original, then entry). A pulled author's list's pairs
+(``ar:``) carry a third number, ``by``: the original's author, which the
+read checks against the reader's hidden users (docs/decisions.md D28); 24
+bytes each. No reposts in scope: no pairs key, and
 a timeline costs what it did before reposts. An original's winner is the
 last entry of its run of pairs if it has one, else the post itself.
 :func:`pack_view` computes both strings from raw entries, :func:`raw_entries`
@@ -66,7 +69,7 @@ IDLE = b"idle"
 class OpCode:
     """Operation codes of the apply script, and their arguments. ``ids``: packed
     entry ids (8 bytes each, ascending); ``pairs``: the reposts among them, packed
-    as 16-byte records (entry, then original; 8 bytes big-endian each), by entry
+    as 24-byte records (entry, original, by; 8 bytes big-endian each), by entry
     (:func:`pack_pairs`; empty when none are reposts)."""
 
     ADD = 1  # owner, horizon, seq, ids, pairs
@@ -76,9 +79,10 @@ class OpCode:
     RESET = 5  # owner, horizon, seq, as_of, pulled, ids, pairs (kept until the watermark: seq)
     RELEASE_RESETS = 6  # watermark, packed ids of the tweets deleted (left out)
     LIST = 7  # author, horizon, ids, pairs (a pulled author's list)
-    PULL = 8  # owner, seq, author, ids, pairs (removed from the timeline)
+    PULL = 8  # owner, seq, author, quiet (1: without its reposts), ids, pairs (removed)
     UNPULL = 9  # owner, horizon, seq, author, the list's version, ids, pairs (merged in)
     COUNTS = 10  # tweet id, counts JSON text ('': none, the key is deleted)
+    FILTER = 11  # owner, seq, packed user ids (the owner's hidden users, ascending)
 
 
 class TimelineOp(NamedTuple):
@@ -93,8 +97,11 @@ class TimelineOp(NamedTuple):
     seq: int = 0
     as_of: int = 0
     authors: tuple[int, ...] = ()  # see Mutation.authors
-    #: (entry, original) of the entries of ``tweets`` that are reposts, by entry.
-    reposts: tuple[tuple[int, int], ...] = ()
+    #: (entry, original, by) of the entries of ``tweets`` that are reposts, by
+    #: entry: ``by``, the user this owner's filter checks the entry against (the
+    #: original's author; 0 for the owner's own reposts).
+    reposts: tuple[tuple[int, int, int], ...] = ()
+    quiet: bool = False  # see Mutation.quiet
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,8 +135,9 @@ def group_by_timeline(
     lists: dict[int, TimelineOp] = {}
     timeline_mutations: list[Mutation] = []
     plain_adds = True
-    #: An entry's original is a fact of the entry: merged ops take their pairs from here.
-    originals: dict[int, int] = {}
+    #: An entry's original, the original's author and the entry's actor are
+    #: facts of the entry: merged ops take their pairs from here.
+    originals: Facts = {}
     for m in mutations:
         op = m.op
         if op is Op.DELETE_BODY:
@@ -140,8 +148,10 @@ def group_by_timeline(
         else:
             timeline_mutations.append(m)
             plain_adds = plain_adds and op is Op.ADD and not m.as_of and not m.authors
-            if m.reposts:
-                originals.update(m.reposts)
+            if m.reposts and op is not Op.RESET:  # a reset's ``by`` are its owner's
+                actor = m.actor
+                for e, o, by in m.reposts:
+                    originals[e] = (o, by, actor)
     out = list(lists.values())
     if plain_adds:
         out += _group_adds(timeline_mutations, keep, originals)
@@ -150,16 +160,30 @@ def group_by_timeline(
     return out, deleted
 
 
-def _pairs_of(tweets: tuple[int, ...], originals: Mapping[int, int]) -> tuple[tuple[int, int], ...]:
-    """(entry, original) of the reposts among ``tweets`` (ascending), by entry."""
+#: entry -> (original, original's author, actor) of the reposts a batch names.
+Facts = dict[int, tuple[int, int, int]]
+Triples = tuple[tuple[int, int, int], ...]
+
+
+def _pairs_of(tweets: tuple[int, ...], originals: Facts, owner: int) -> Triples:
+    """(entry, original, by) of the reposts among ``tweets`` (ascending) in
+    ``owner``'s timeline, by entry."""
     if not originals:
         return ()
-    return tuple((t, originals[t]) for t in tweets if t in originals)
+    out = []
+    for t in tweets:
+        fact = originals.get(t)
+        if fact is not None:
+            out.append((t, fact[0], 0 if fact[2] == owner else fact[1]))
+    return tuple(out)
 
 
-def _group_any(
-    mutations: list[Mutation], keep: int | None, originals: Mapping[int, int]
-) -> list[TimelineOp]:
+def _owned(pairs: Triples) -> Triples:
+    """``pairs`` in their actor's own timeline: checked against no one."""
+    return tuple((e, o, 0) for e, o, _ in pairs)
+
+
+def _group_any(mutations: list[Mutation], keep: int | None, originals: Facts) -> list[TimelineOp]:
     """:func:`group_by_timeline` of timeline mutations of any kind, in Python."""
     # An owner reached by one mutation only (every follower of an author who
     # posted once) points at that mutation: nothing is copied per owner.
@@ -186,7 +210,7 @@ def _group_any(
             else:
                 ops.append(_entry(m))
     # per mutation: its trimmed ids, horizon and pairs
-    single: dict[int, tuple[tuple[int, ...], int, tuple[tuple[int, int], ...]]] = {}
+    single: dict[int, tuple[tuple[int, ...], int, Triples]] = {}
     out: list[TimelineOp] = []
     for owner, ops in per_owner.items():
         if isinstance(ops, Mutation):
@@ -194,22 +218,26 @@ def _group_any(
             trimmed = single.get(id(m))
             if trimmed is None:
                 trimmed = single[id(m)] = _own_ids(m, keep, originals)
+            pairs = _owned(trimmed[2]) if owner == m.actor and trimmed[2] else trimmed[2]
             out.append(
                 TimelineOp(
-                    m.op, owner, trimmed[0], trimmed[1], m.seq, m.as_of, m.authors, trimmed[2]
+                    m.op, owner, trimmed[0], trimmed[1], m.seq, m.as_of, m.authors, pairs, m.quiet
                 )
             )
             continue
-        for op, horizon, seq, as_of, ids, authors in ops:
+        for op, horizon, seq, as_of, ids, authors, m in ops:
             tweets, horizon = _trim(op, tuple(sorted(ids)), horizon, keep)
-            pairs = _pairs_of(tweets, originals)
-            out.append(TimelineOp(op, owner, tweets, horizon, seq, as_of, authors, pairs))
+            if op is Op.RESET:  # the owner's already
+                pairs = m.reposts
+            elif op is Op.FILTER:  # its ids are users
+                pairs = ()
+            else:
+                pairs = _pairs_of(tweets, originals, owner)
+            out.append(TimelineOp(op, owner, tweets, horizon, seq, as_of, authors, pairs, m.quiet))
     return out
 
 
-def _group_adds(
-    adds: list[Mutation], keep: int | None, originals: Mapping[int, int]
-) -> list[TimelineOp]:
+def _group_adds(adds: list[Mutation], keep: int | None, originals: Facts) -> list[TimelineOp]:
     """:func:`group_by_timeline` of plain adds (posts, and the merges of
     follows: the common case), vectorised. Every add to a timeline merges
     into one, so the deliveries of owners reached more than once are sorted
@@ -262,23 +290,23 @@ def _group_adds(
     owner_list, reached_list = unique_owners.tolist(), reached.tolist()
     first_mutation = entry_mutation[first_entry].tolist()
     # per mutation: its trimmed ids, horizon and pairs
-    single: dict[int, tuple[tuple[int, ...], int, tuple[tuple[int, int], ...]]] = {}
+    single: dict[int, tuple[tuple[int, ...], int, Triples]] = {}
     out: list[TimelineOp] = []
     for k in np.argsort(first_entry, kind="stable").tolist():
+        owner = owner_list[k]
         if reached_list[k] == 1:
             i = first_mutation[k]
             trimmed = single.get(i)
             if trimmed is None:
                 trimmed = single[i] = _own_ids(adds[i], keep, originals)
-            out.append(
-                TimelineOp(
-                    Op.ADD, owner_list[k], trimmed[0], trimmed[1], seq[k], reposts=trimmed[2]
-                )
-            )
+            pairs = trimmed[2]
+            if pairs and owner == adds[i].actor:
+                pairs = _owned(pairs)
+            out.append(TimelineOp(Op.ADD, owner, trimmed[0], trimmed[1], seq[k], reposts=pairs))
             continue
         tweets_of, h = _trim(Op.ADD, tuple(ids[begin[k] : end[k]]), horizon[k], keep)
-        pairs = _pairs_of(tweets_of, originals)
-        out.append(TimelineOp(Op.ADD, owner_list[k], tweets_of, h, seq[k], reposts=pairs))
+        pairs = _pairs_of(tweets_of, originals, owner)
+        out.append(TimelineOp(Op.ADD, owner, tweets_of, h, seq[k], reposts=pairs))
     return out
 
 
@@ -294,20 +322,20 @@ _MERGED = (Op.ADD, Op.REMOVE)
 
 
 def _entry(m: Mutation) -> list[Any]:
-    return [m.op, m.horizon, m.seq, m.as_of, set(m.tweets), m.authors]
+    return [m.op, m.horizon, m.seq, m.as_of, set(m.tweets), m.authors, m]
 
 
 def _own_ids(
-    m: Mutation, keep: int | None, originals: Mapping[int, int]
-) -> tuple[tuple[int, ...], int, tuple[tuple[int, int], ...]]:
+    m: Mutation, keep: int | None, originals: Facts
+) -> tuple[tuple[int, ...], int, Triples]:
     """The ids (and horizon, and pairs) an owner reached by ``m`` alone
     receives: its ids sorted and distinct, trimmed to ``keep``."""
     tweets, horizon = _trim(m.op, tuple(sorted(set(m.tweets))), m.horizon, keep)
     if not m.reposts:
         return tweets, horizon, ()
-    if tweets and tweets[0] <= m.reposts[0][0] and len(tweets) == len(m.tweets):
-        return tweets, horizon, m.reposts  # nothing cut: the mutation's own pairs
-    return tweets, horizon, _pairs_of(tweets, originals)
+    if (tweets and tweets[0] <= m.reposts[0][0] and len(tweets) == len(m.tweets)) or not m.actor:
+        return tweets, horizon, m.reposts  # nothing cut (or a reset's): the mutation's own pairs
+    return tweets, horizon, _pairs_of(tweets, originals, 0)
 
 
 def _trim(
@@ -366,16 +394,24 @@ def pack_ids(ids: Sequence[int]) -> bytes:
     return struct.pack(f">{len(ids)}Q", *ids)
 
 
-def pack_pairs(pairs: Sequence[tuple[int, int]]) -> bytes:
-    """Pairs of ids, 16 bytes each (the first, then the second; big-endian):
-    the apply script's (entry, original) arguments, and (as (original, entry),
-    sorted) the pairs strings."""
-    return struct.pack(f">{2 * len(pairs)}Q", *itertools.chain.from_iterable(pairs))
+def pack_pairs(records: Sequence[tuple[int, ...]]) -> bytes:
+    """Records of ids, 8 bytes big-endian each: the apply script's (entry,
+    original, by) arguments (24 bytes a record), the timelines' pairs strings
+    ((original, entry), sorted: 16) and the lists' ((original, entry, by): 24)."""
+    flat = list(itertools.chain.from_iterable(records))
+    return struct.pack(f">{len(flat)}Q", *flat)
 
 
 def unpack_pairs(packed: bytes) -> list[tuple[int, int]]:
+    """A timeline's pairs string: (original, entry) records."""
     flat = struct.unpack(f">{len(packed) // 8}Q", packed)
     return list(zip(flat[::2], flat[1::2], strict=True))
+
+
+def unpack_triples(packed: bytes) -> list[tuple[int, int, int]]:
+    """Records of three ids (a list's pairs, the apply script's arguments)."""
+    flat = struct.unpack(f">{len(packed) // 8}Q", packed)
+    return list(zip(flat[::3], flat[1::3], flat[2::3], strict=True))
 
 
 #: The counts of an original no one liked or reposted (the key is absent).
@@ -389,23 +425,30 @@ def view_of(raw: Mapping[int, int]) -> tuple[list[int], list[tuple[int, int]]]:
     return shown, aside(shown, raw)
 
 
-def raw_entries(ids: Sequence[int], pairs: Sequence[tuple[int, int]]) -> dict[int, int]:
-    """Back from winners and pairs ((original, entry)) to the raw entries
-    (entry -> original)."""
-    raw = {e: o for o, e in pairs}
+def raw_entries(ids: Sequence[int], pairs: Sequence[tuple[int, ...]]) -> dict[int, int]:
+    """Back from winners and pairs ((original, entry), or a list's (original,
+    entry, by)) to the raw entries (entry -> original)."""
+    raw = {r[1]: r[0] for r in pairs}
     for w in ids:
         raw.setdefault(w, w)
     return raw
 
 
 def pack_view(
-    horizon: int, raw: Mapping[int, int], header: Header | None = None
+    horizon: int,
+    raw: Mapping[int, int],
+    header: Header | None = None,
+    by: Mapping[int, int] | None = None,
 ) -> tuple[bytes, bytes]:
     """The packed timeline (or list) and its packed pairs (b'': none, no key)
-    holding the raw entries ``raw`` (entry -> original) at or above ``horizon``,
-    for rebuilds and tests."""
+    holding the raw entries ``raw`` (entry -> original) at or above
+    ``horizon``, for rebuilds and tests. ``by`` (entry -> the original's
+    author) makes them a list's pairs, (original, entry, by)."""
     ids, pairs = view_of({e: o for e, o in raw.items() if e >= horizon})
-    return pack_timeline(horizon, ids, header), pack_pairs(pairs)
+    if by is None:
+        return pack_timeline(horizon, ids, header), pack_pairs(pairs)
+    triples = [(o, e, by.get(e, 0) if e != o else 0) for o, e in pairs]
+    return pack_timeline(horizon, ids, header), pack_pairs(triples)
 
 
 def unpack_ids(packed: bytes) -> list[int]:
@@ -456,7 +499,7 @@ def encode_ops(
             chunks.append(current)
             current, weight = [], 0
     packed: dict[tuple[int, ...], bytes] = {}  # a post's id, packed once for all followers
-    packed_pairs: dict[tuple[tuple[int, int], ...], bytes] = {(): b""}
+    packed_pairs: dict[Triples, bytes] = {(): b""}
     for op in ops:
         blob = packed.get(op.tweets)
         if blob is None:
@@ -471,11 +514,23 @@ def encode_ops(
         elif op.op is Op.LIST:
             current += [OpCode.LIST, op.owner, op.horizon, blob, pairs]
         elif op.op is Op.PULL:
-            current += [OpCode.PULL, op.owner, op.seq, op.authors[0], blob, pairs]
+            quiet = 1 if op.quiet else 0
+            current += [OpCode.PULL, op.owner, op.seq, op.authors[0], quiet, blob, pairs]
         elif op.op is Op.UNPULL:
             author = op.authors[0]
             version = (versions or {}).get(author, 0)
-            current += [OpCode.UNPULL, op.owner, op.horizon, op.seq, author, version, blob, pairs]
+            current += [
+                OpCode.UNPULL,
+                op.owner,
+                op.horizon,
+                op.seq,
+                author,
+                version,
+                blob,
+                pairs,
+            ]
+        elif op.op is Op.FILTER:
+            current += [OpCode.FILTER, op.owner, op.seq, blob]
         else:
             pulled = pack_ids(op.authors)
             current += [OpCode.RESET, op.owner, op.horizon, op.seq, op.as_of, pulled, blob, pairs]

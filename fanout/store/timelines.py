@@ -46,7 +46,7 @@ from fanout.store.ops import (
     pack_ids,
     split_by_shard,
     unpack_ids,
-    unpack_pairs,
+    unpack_triples,
 )
 from fanout.store.reads import TimelineReads
 from fanout.store.rebuilds import RebuildChannel
@@ -356,12 +356,12 @@ class TimelineStore(TimelineReads, TimelineBulk, GenerationStore, RebuildChannel
 
     def pulled_authors(self, user_id: int) -> tuple[int, ...]:
         """The pulled authors whose lists the user's reads merge in (in the active
-        generation), ascending."""
+        generation), ascending (a member ``-author``: read without its reposts)."""
         generation = self.active_generation()
         if generation is None:
             return ()
         key = keys.pulls(generation, user_id, self.shards.tag_of(user_id))
-        return tuple(sorted(int(a) for a in self.redis.smembers(key)))
+        return tuple(sorted(abs(int(a)) for a in self.redis.smembers(key)))
 
     def request_refill(self, *user_ids: int) -> None:
         """Queue timelines for a refill from the database (the apply script does
@@ -403,7 +403,7 @@ def _reset_ids(member: bytes) -> list[int]:
     """The tweet ids of a reset waiting in Redis, its entries and their originals
     (apply.lua's op 5 packs it: owner, horizon, seq, as_of, how many pulled
     authors, how many ids, 8 bytes each; then the authors and the ids, 8 bytes
-    each; then the (entry, original) pairs of its reposts, 16 bytes each)."""
+    each; then the (entry, original, by) records of its reposts, 24 bytes each)."""
     start = 48 + 8 * int.from_bytes(member[32:40], "big")
     end = start + 8 * int.from_bytes(member[40:48], "big")
-    return unpack_ids(member[start:end]) + [o for _, o in unpack_pairs(member[end:])]
+    return unpack_ids(member[start:end]) + [o for _, o, _ in unpack_triples(member[end:])]

@@ -60,7 +60,12 @@ def write_lists_partition(
         n = store.write_list_views(
             generation,
             (
-                (r["join_key"], r["horizon"], dict(zip(r["kept"], r["origins"], strict=True)))
+                (
+                    r["join_key"],
+                    r["horizon"],
+                    dict(zip(r["kept"], r["origins"], strict=True)),
+                    {},
+                )
                 for r in rows
             ),
         )

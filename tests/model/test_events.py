@@ -208,17 +208,31 @@ def test_plain_adds_group_as_the_general_rules_do(
     from fanout.model.join import Mutation, Op
     from fanout.store import ops as timeline_ops
 
-    # Entries 7-12 are reposts (of 1-6): merged and cut ops keep the pairs of their ids.
+    # Entries 7-12 are reposts (of 1-6, by user 100 + the original), all by user 3:
+    # merged and cut ops keep the pairs of their ids, checked against the
+    # original's author except in the actor's own timeline.
     originals = {t: t - 6 for t in range(7, 13)}
+    facts = {e: (o, 100 + o, 3) for e, o in originals.items()}
     mutations = [
-        Mutation(Op.ADD, o, t, h, q, reposts=tuple(sorted({(e, originals[e]) for e in t if e > 6})))
+        Mutation(
+            Op.ADD,
+            o,
+            t,
+            h,
+            q,
+            reposts=tuple(sorted({(e, originals[e], 100 + originals[e]) for e in t if e > 6})),
+            actor=3,
+        )
         for o, t, h, q in adds
     ]
-    grouped = timeline_ops._group_adds(mutations, keep, originals)
-    assert grouped == timeline_ops._group_any(mutations, keep, originals)
+    grouped = timeline_ops._group_adds(mutations, keep, facts)
+    assert grouped == timeline_ops._group_any(mutations, keep, facts)
     assert grouped == timeline_ops.group_by_timeline(mutations, keep)[0]
     for op in grouped:
-        assert op.reposts == tuple((e, originals[e]) for e in op.tweets if e > 6)
+        by = 0 if op.owner == 3 else 100
+        assert op.reposts == tuple(
+            (e, originals[e], by + originals[e] if by else 0) for e in op.tweets if e > 6
+        )
 
 
 @pytest.mark.parametrize(

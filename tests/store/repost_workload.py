@@ -7,7 +7,9 @@ repost's id is above its original's, a post's body exists while it is live).
 They cover reposts newer than every entry and late ones, undos (a winner
 removed), deletes of reposted originals, merges and removals of many entries
 (follows, unfollows), horizons, resets with pairs, pulled authors' lists with
-reposts, pulls and unpulls, and counts.
+reposts, pulls and unpulls (quiet ones too: the owner reads the list
+without its reposts), owners' filters (hidden users: reposts of their tweets
+left out of merges and of the lists a reader reads), and counts.
 """
 
 from __future__ import annotations
@@ -20,6 +22,12 @@ from fanout.model.join import Mutation, Op
 
 OWNERS = (1, 2, 3, 4)
 AUTHORS = (101, 102)  # pulled authors
+#: The originals' authors, whom filters hide: :func:`original_author`.
+WRITERS = (201, 202, 203)
+
+
+def original_author(original: int) -> int:
+    return WRITERS[original % len(WRITERS)]
 
 
 @dataclass
@@ -69,8 +77,17 @@ class RepostWorkload:
         self.live[t] = o
         return t
 
-    def _pairs(self, tweets: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
-        return tuple((t, self.minted[t]) for t in tweets if self.minted[t] != t)
+    def _pairs(self, tweets: tuple[int, ...]) -> tuple[tuple[int, int, int], ...]:
+        return tuple(
+            (t, self.minted[t], original_author(self.minted[t]))
+            for t in tweets
+            if self.minted[t] != t
+        )
+
+    def _actor(self) -> int:
+        """Whose entries a mutation's are: now and then an owner's own (its
+        filter does not apply to them), else someone else's."""
+        return self.rnd.choice([*OWNERS, 9, 9, 9])
 
     def _some(self, k: int) -> tuple[int, ...]:
         pool = sorted(t for t in self.live if t not in self.listed)
@@ -96,19 +113,37 @@ class RepostWorkload:
                     )
                 )
                 mutations.append(
-                    Mutation(Op.ADD, owners, tweets, 0, self.seq, reposts=self._pairs(tweets))
+                    Mutation(
+                        Op.ADD,
+                        owners,
+                        tweets,
+                        0,
+                        self.seq,
+                        reposts=self._pairs(tweets),
+                        actor=self._actor(),
+                    )
                 )
             elif kind < 0.45:  # a follow's merge: older entries, maybe with a horizon
                 tweets = self._some(rnd.randint(1, 8))
                 horizon = rnd.choice([0, 0, *tweets[:2]]) if tweets else 0
                 mutations.append(
-                    Mutation(Op.ADD, owners, tweets, horizon, self.seq, reposts=self._pairs(tweets))
+                    Mutation(
+                        Op.ADD,
+                        owners,
+                        tweets,
+                        horizon,
+                        self.seq,
+                        reposts=self._pairs(tweets),
+                        actor=self._actor(),
+                    )
                 )
             elif kind < 0.57:  # an undo or an unfollow: entries removed (winners or not)
                 tweets = self._some(rnd.randint(1, 4))
                 seq = 0 if rnd.random() < 0.3 else self.seq
                 mutations.append(
-                    Mutation(Op.REMOVE, owners, tweets, 0, seq, reposts=self._pairs(tweets))
+                    Mutation(
+                        Op.REMOVE, owners, tweets, 0, seq, reposts=self._pairs(tweets), actor=9
+                    )
                 )
             elif kind < 0.65:  # a delete: the body first, then the entry and its reposts
                 if self.live:
@@ -118,7 +153,7 @@ class RepostWorkload:
                         del self.live[e]
                     mutations.append(Mutation(Op.DELETE_BODY, (), gone))
                     mutations.append(
-                        Mutation(Op.REMOVE, OWNERS, gone, 0, 0, reposts=self._pairs(gone))
+                        Mutation(Op.REMOVE, OWNERS, gone, 0, 0, reposts=self._pairs(gone), actor=9)
                     )
             elif kind < 0.75:  # a refill from the database
                 owner = owners[0]
@@ -149,9 +184,19 @@ class RepostWorkload:
                 horizon = rnd.choice([0, 0, *tweets[:2]]) if tweets else 0
                 tweets = tuple(t for t in tweets if t >= horizon)
                 mutations.append(
-                    Mutation(Op.LIST, (author,), tweets, horizon, reposts=self._pairs(tweets))
+                    Mutation(
+                        Op.LIST,
+                        (author,),
+                        tweets,
+                        horizon,
+                        reposts=self._pairs(tweets),
+                        actor=author,
+                    )
                 )
-            elif kind < 0.95:  # an owner starts or stops reading a pulled author's list
+            elif kind < 0.88:  # an owner's hidden users change (a block, a mute)
+                hidden = tuple(sorted(rnd.sample(WRITERS, rnd.randint(0, 2))))
+                mutations.append(Mutation(Op.FILTER, (owners[0],), hidden, 0, self.seq))
+            elif kind < 0.96:  # an owner starts or stops reading a pulled author's list
                 author = rnd.choice(AUTHORS)
                 owner = owners[0]
                 mine = tuple(t for t in sorted(self.by_author.get(author, ())) if t in self.live)
@@ -166,6 +211,7 @@ class RepostWorkload:
                             self.seq,
                             authors=(author,),
                             reposts=self._pairs(mine),
+                            actor=author,
                         )
                     )
                 else:
@@ -179,6 +225,8 @@ class RepostWorkload:
                             self.seq,
                             authors=(author,),
                             reposts=self._pairs(mine),
+                            actor=author,
+                            quiet=rnd.random() < 0.4,
                         )
                     )
             else:  # likes and reposts counted

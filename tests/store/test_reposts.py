@@ -38,7 +38,7 @@ def state(store: TimelineStore, owner: int) -> tuple[list[int], list[tuple[int, 
 
 
 def add(store: TimelineStore, tweets: tuple[int, ...], reposts: dict[int, int], seq: int) -> None:
-    pairs = tuple((t, reposts[t]) for t in tweets if t in reposts)
+    pairs = tuple((t, reposts[t], 0) for t in tweets if t in reposts)
     store.apply(GEN, {}, [Mutation(Op.ADD, (7,), tweets, 0, seq, reposts=pairs)])
 
 
@@ -99,7 +99,7 @@ def test_a_reset_carries_its_pairs_and_leaves_out_reposts_of_deleted_originals(
     bodies = {t: b'{"id":%d}' % t for t in (1, 2, 3, 4, 11, 12, 13)}
     store.apply(GEN, bodies, [Mutation(Op.ADD, (7,), (4,), 0, 1)])
     reset = Mutation(
-        Op.RESET, (7,), (1, 2, 3, 11, 12, 13), 0, 9, 8, reposts=((11, 1), (12, 2), (13, 3))
+        Op.RESET, (7,), (1, 2, 3, 11, 12, 13), 0, 9, 8, reposts=((11, 1, 0), (12, 2, 0), (13, 3, 0))
     )
     store.apply(GEN, {}, [reset])
     store.apply(GEN, {}, [Mutation(Op.DELETE_BODY, (), (2,))])  # 2 deleted meanwhile
@@ -138,7 +138,7 @@ def test_a_page_composes_reposts_with_their_originals_and_counts(
         1003: events.repost_json(1003, "dee", 1001),  # its original is deleted below
         1004: b'{"id":1004,"author":"eve","text":"","created_at":"x"}',
     }
-    reposts = ((1002, 1000), (1003, 1001))
+    reposts = ((1002, 1000, 0), (1003, 1001, 0))
     store.apply(
         GEN,
         bodies,
@@ -186,8 +186,9 @@ def test_the_rebuilds_bulk_writes_pack_winners_and_pairs(store: TimelineStore) -
     assert not store.redis.exists(keys.timeline_reposts(GEN, 8))
     # A pulled author's list with reposts of the timeline's originals: per
     # original the greatest entry of both, above the highest horizon.
-    store.write_list_views(GEN, [(9, 25, {35: 10, 45: 45, 60: 20, 5: 5})])  # 5: below
-    assert store.redis.get(keys.list_reposts(GEN, 9)) == pack_pairs([(10, 35), (20, 60)])
+    # Its pairs carry each repost's original's author.
+    store.write_list_views(GEN, [(9, 25, {35: 10, 45: 45, 60: 20, 5: 5}, {35: 3, 60: 4})])
+    assert store.redis.get(keys.list_reposts(GEN, 9)) == pack_pairs([(10, 35, 3), (20, 60, 4)])
     store.redis.sadd(keys.pulls(GEN, 7), 9)
     tl = store.timeline(GEN, 7)
     assert tl is not None and tl.ids == [60, 45, 40, 35] and tl.horizon == 25
@@ -219,7 +220,7 @@ def test_long_runs_and_many_originals_in_one_add_as_the_model_says(
         (612,),  # one more repost of 5, newer than every winner: its run is 12 long
     ]
     for seq, tweets in enumerate(batches, 1):
-        pairs = tuple((t, originals[t]) for t in tweets if t in originals)
+        pairs = tuple((t, originals[t], 0) for t in tweets if t in originals)
         mutations = [Mutation(Op.ADD, (7,), tweets, 0, seq, reposts=pairs)]
         model.apply({}, mutations)
         store.apply(GEN, {}, mutations)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import random
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from fanout.model import events
@@ -46,21 +47,28 @@ class Log:
     def delete(self, author: int, t: int) -> events.Envelope:
         return events.Envelope(next(self.seq), events.TweetDeleted(t, author))
 
-    def repost(self, author: int, t: int, original: int = 0) -> events.Envelope:
+    def repost(
+        self, author: int, t: int, original: int = 0, original_author: int = 0
+    ) -> events.Envelope:
         """Entry ``t`` posted again (a reinstated author's, moderation.user_reinstate):
-        a post, or a repost of ``original``."""
+        a post, or a repost of ``original`` (by ``original_author``)."""
         text = "" if original else f"tweet {t}"
         return events.Envelope(
-            next(self.seq), events.TweetPosted(t, author, f"u{author}", text, original)
+            next(self.seq),
+            events.TweetPosted(t, author, f"u{author}", text, original, original_author),
         )
 
-    def share(self, author: int, original: int) -> tuple[int, list[events.Envelope]]:
-        """``author`` reposts ``original``: the entry (id above the original's)
-        and its engagement row, as services.repost_create writes them."""
+    def share(
+        self, author: int, original: int, original_author: int = 0
+    ) -> tuple[int, list[events.Envelope]]:
+        """``author`` reposts ``original`` (by ``original_author``): the entry (id
+        above the original's) and its engagement row, as services.repost_create
+        writes them."""
         r = self._tweet_id(above=original)
         return r, [
             events.Envelope(
-                next(self.seq), events.TweetPosted(r, author, f"u{author}", "", original)
+                next(self.seq),
+                events.TweetPosted(r, author, f"u{author}", "", original, original_author),
             ),
             self.engage(events.REPOST, author, original),
         ]
@@ -69,8 +77,13 @@ class Log:
         event: events.Event = (events.Engaged if on else events.Disengaged)(kind, user, t)
         return events.Envelope(next(self.seq), event)
 
-    def follow(self, follower: int, followee: int) -> events.Envelope:
-        return events.Envelope(next(self.seq), events.Followed(follower, followee))
+    def follow(
+        self, follower: int, followee: int, *, muted: bool = False, reposts: bool = True
+    ) -> events.Envelope:
+        return events.Envelope(next(self.seq), events.Followed(follower, followee, muted, reposts))
+
+    def filters(self, owner: int, hidden: set[int]) -> events.Envelope:
+        return events.Envelope(next(self.seq), events.FiltersSet(owner, tuple(sorted(hidden))))
 
     def unfollow(self, follower: int, followee: int) -> events.Envelope:
         return events.Envelope(next(self.seq), events.Unfollowed(follower, followee))
@@ -96,7 +109,7 @@ class Log:
         horizon = kept[-1] if len(joined) > keep else 0
         entries = sorted(t for t in (joined if raw is None else raw) if t >= horizon)
         originals = originals or {}
-        pairs = tuple((t, originals[t]) for t in entries if t in originals)
+        pairs = tuple((t, originals[t], 0) for t in entries if t in originals)
         seq = next(self.seq)
         reset = events.TimelineReset(
             owner,
@@ -247,6 +260,18 @@ class World:
     users: set[int] = field(default_factory=set)
     suspended: set[int] = field(default_factory=set)
     likes: set[tuple[int, int]] = field(default_factory=set)  # (user, original)
+    blocks: set[tuple[int, int]] = field(default_factory=set)  # (blocker, blocked)
+    mutes: set[tuple[int, int]] = field(default_factory=set)  # (muter, muted)
+    #: Follows with reposts off: (follower, followee).
+    quiet: set[tuple[int, int]] = field(default_factory=set)
+
+    def hidden(self, user: int) -> set[int]:
+        """Whom ``user``'s view hides: those it blocks, who block it, it mutes."""
+        out = {b for a, b in self.blocks if a == user} | {a for a, b in self.blocks if b == user}
+        return out | {b for a, b in self.mutes if a == user}
+
+    def blocked(self, a: int, b: int) -> bool:
+        return (a, b) in self.blocks or (b, a) in self.blocks
 
     def visible(self, t: int) -> bool:
         author, original = self.rows[t]
@@ -265,7 +290,14 @@ class World:
         return {t: o for t, (_, o) in self.rows.items() if o and self.visible(t)}
 
     def joined(self) -> View:
-        return oracle(self.live, self.follows, self.users, self.originals)
+        return oracle(
+            self.live,
+            self.follows,
+            self.users,
+            self.originals,
+            hidden={u: self.hidden(u) for u in self.users},
+            quiet=self.quiet,
+        )
 
     def counts(self) -> dict[int, tuple[int, int]]:
         """Each visible tweet's (likes, reposts) by active users, where not (0, 0)."""
@@ -286,7 +318,9 @@ class World:
         after = self.live
         out = [self.log.delete(before[t], t) for t in sorted(set(before) - set(after))]
         for t in sorted(set(after) - set(before)):
-            out.append(self.log.repost(after[t], t, self.rows[t][1]))
+            original = self.rows[t][1]
+            by = self.rows[original][0] if original else 0
+            out.append(self.log.repost(after[t], t, original, by))
         return out
 
     def register(self, *users: int) -> list[events.Envelope]:
@@ -307,7 +341,9 @@ class World:
         original = self.rows[t][1] or t
         if any(row == (user, original) for row in self.rows.values()):
             return []
-        r, out = self.log.share(user, original)
+        if self.blocked(user, self.rows[original][0]):
+            return []  # 403 blocked
+        r, out = self.log.share(user, original, self.rows[original][0])
         self.rows[r] = (user, original)
         return out
 
@@ -337,11 +373,44 @@ class World:
 
     def follow(self, follower: int, followee: int) -> events.Envelope:
         self.follows.add((follower, followee))
-        return self.log.follow(follower, followee)
+        return self._follow_record(follower, followee)
+
+    def _follow_record(self, follower: int, followee: int) -> events.Envelope:
+        return self.log.follow(
+            follower,
+            followee,
+            muted=(follower, followee) in self.mutes,
+            reposts=(follower, followee) not in self.quiet,
+        )
 
     def unfollow(self, follower: int, followee: int) -> events.Envelope:
         self.follows.discard((follower, followee))
+        self.quiet.discard((follower, followee))
         return self.log.unfollow(follower, followee)
+
+    def block(self, a: int, b: int) -> list[events.Envelope]:
+        """relations.block_create: the follows both ways go, both filters change."""
+        self.blocks.add((a, b))
+        out = [self.unfollow(x, y) for x, y in ((a, b), (b, a)) if (x, y) in self.follows]
+        return [*out, self.log.filters(a, self.hidden(a)), self.log.filters(b, self.hidden(b))]
+
+    def unblock(self, a: int, b: int) -> list[events.Envelope]:
+        self.blocks.discard((a, b))
+        return [self.log.filters(a, self.hidden(a)), self.log.filters(b, self.hidden(b))]
+
+    def mute(self, a: int, b: int, on: bool = True) -> list[events.Envelope]:
+        """relations.mute_create / mute_delete: the follow's record says it, the
+        muter's filter too."""
+        (self.mutes.add if on else self.mutes.discard)((a, b))
+        out = [self._follow_record(a, b)] if (a, b) in self.follows else []
+        return [*out, self.log.filters(a, self.hidden(a))]
+
+    def set_reposts(self, a: int, b: int, on: bool) -> list[events.Envelope]:
+        """relations.follow_reposts_set: the follow's record with its flag."""
+        if (a, b) not in self.follows:
+            return []
+        (self.quiet.discard if on else self.quiet.add)((a, b))
+        return [self._follow_record(a, b)]
 
     def _engagements_of(self, user: int, on: bool) -> list[events.Envelope]:
         """The user's likes and reposts as engagement rows (tombstones: ``on`` False)."""
@@ -367,10 +436,42 @@ class World:
 
 
 def exact(system: System, world: World) -> None:
+    """Every view is the join's newest ``cap``, and every count the tables'.
+
+    A reader who hides some of a pulled author's reposts (or follows it with
+    reposts off) reads its list without them: the merged view may then hold
+    fewer than ``cap`` entries above its floor, and a read goes on into the
+    database below it. What Redis holds is then exactly the join's entries
+    at or above the floor, and the timeline itself is never short."""
     joined = world.joined()
+    cap = system.cap
     for user in world.users:
-        assert system.view(user) == joined[user][: system.cap], f"user {user}"
+        found = system.model.view(user)
+        assert found is not None, f"user {user}"
+        floor, got = found
+        assert got == [t for t in joined[user] if t >= floor][:cap], f"user {user}"
+        if len(got) < cap and len(joined[user]) > len(got):
+            tl = system.model.timelines[user]
+            screened = system.model.filters.get(user) or system.model.quiet.get(user)
+            assert screened and floor > 0, f"user {user}: short"
+            assert len(tl.ids) >= cap or tl.horizon == 0, f"user {user}: short"
     assert system.counts == world.counts()
+
+
+@dataclass
+class Seen:
+    """The tables as a database read saw them."""
+
+    live: dict[int, int]  # entry -> actor
+    follows: set[tuple[int, int]]
+    originals: dict[int, int]  # repost -> original
+    hidden: dict[int, set[int]]  # user -> whom its view hides
+    quiet: set[tuple[int, int]]  # follows with reposts off
+
+    def joined(self, users: Iterable[int]) -> View:
+        return oracle(
+            self.live, self.follows, users, self.originals, hidden=self.hidden, quiet=self.quiet
+        )
 
 
 def tables_seen(
@@ -379,9 +480,8 @@ def tables_seen(
     owner: int,
     as_of: int,
     applied: set[int] | frozenset[int] = frozenset(),
-) -> tuple[dict[int, int], set[tuple[int, int]], dict[int, int]]:
-    """The tables as a reset's read of ``owner``'s timeline saw them (entry ->
-    actor, follows, repost -> original): every
+) -> Seen:
+    """The tables as a reset's read of ``owner``'s timeline saw them: every
     write up to ``as_of`` (committed), and some of the later ones (the others
     still in flight: on PostgreSQL a lower seq can commit after a higher one),
     but every one in ``applied``: the job applied it, so it was committed
@@ -390,6 +490,8 @@ def tables_seen(
     live: dict[int, int] = {}
     originals: dict[int, int] = {}
     follows: set[tuple[int, int]] = set()
+    hidden: dict[int, set[int]] = {}
+    quiet: set[tuple[int, int]] = set()
     for env in envs:
         ev = env.event
         locked = isinstance(ev, events.Unfollowed) and ev.follower_id == owner
@@ -403,13 +505,18 @@ def tables_seen(
             live.pop(ev.tweet_id, None)
             originals.pop(ev.tweet_id, None)
         elif isinstance(ev, events.Followed) and ev.follower_id != ev.followee_id:
-            follows.add((ev.follower_id, ev.followee_id))
+            edge = (ev.follower_id, ev.followee_id)
+            follows.add(edge)
+            (quiet.discard if ev.reposts else quiet.add)(edge)
         elif isinstance(ev, events.Unfollowed):
             follows.discard((ev.follower_id, ev.followee_id))
+            quiet.discard((ev.follower_id, ev.followee_id))
+        elif isinstance(ev, events.FiltersSet):
+            hidden[ev.owner_id] = set(ev.hidden)
     # A repost whose original the read did not see (deleted, or not yet
     # committed) is not in the view.
     live = {t: a for t, a in live.items() if t not in originals or originals[t] in live}
-    return live, follows, {t: o for t, o in originals.items() if t in live}
+    return Seen(live, follows, {t: o for t, o in originals.items() if t in live}, hidden, quiet)
 
 
 def random_workload(
@@ -422,10 +529,13 @@ def random_workload(
     pull_threshold: int = 0,
     suspensions: float = 0.02,
     engagements: float = 0.0,
+    relations: float = 0.0,
 ) -> tuple[World, list[events.Envelope]]:
     """A workload over ``users``, where that share of ``suspensions`` of steps
-    suspends or reinstates a user, and that share of ``engagements`` reposts,
-    undoes a repost, likes or unlikes; with ``resets``, that share of steps also asks
+    suspends or reinstates a user, that share of ``engagements`` reposts,
+    undoes a repost, likes or unlikes, and that share of ``relations`` blocks,
+    unblocks, mutes, unmutes, or turns a followee's reposts off or on; with
+    ``resets``, that share of steps also asks
     the database for a reset of a random timeline (see :func:`tables_seen`),
     leaving out the followees it guesses are pulled (those with
     ``pull_threshold`` followers: right or wrong, as a read of the store racing
@@ -440,24 +550,28 @@ def random_workload(
             envs += world.reinstate(a) if a in world.suspended else world.suspend(a)
         elif engagements and rnd.random() < engagements:
             envs += _engage(rnd, world, a)
+        elif relations and rnd.random() < relations:
+            envs += _relate(rnd, world, a, b)
         elif roll < 0.45 and a not in world.suspended:  # a suspended user cannot post
             envs += world.post(a)
         elif roll < 0.6 and live:
             t = rnd.choice(sorted(live))
             envs += world.delete_post(t) if not world.rows[t][1] else world.unrepost(t)
         elif roll < 0.85 and a != b and (a, b) not in world.follows:
-            if b not in world.suspended:  # a suspended account cannot be followed
+            # A suspended account cannot be followed, nor one blocked either way.
+            if b not in world.suspended and not world.blocked(a, b):
                 envs.append(world.follow(a, b))
         elif world.follows:
             envs.append(world.unfollow(*rnd.choice(sorted(world.follows))))
         if rnd.random() < resets:
             owner = rnd.randint(1, users)
             as_of = max(0, envs[-1].seq - rnd.randint(0, 4))
-            seen, follows, originals = tables_seen(rnd, envs, owner, as_of)
+            seen = tables_seen(rnd, envs, owner, as_of)
+            follows = seen.follows
             audience = Counter(followee for _, followee in follows)
             pulled = {b for a, b in follows if a == owner and 0 < pull_threshold <= audience[b]}
-            seen = {t: a for t, a in seen.items() if a not in pulled}
-            joined = oracle(seen, follows, world.users, originals)
+            seen.live = {t: a for t, a in seen.live.items() if a not in pulled}
+            joined = seen.joined(world.users)
             envs.append(
                 world.log.reset(
                     owner,
@@ -466,10 +580,26 @@ def random_workload(
                     as_of,
                     tuple(sorted(pulled)),
                     raw=joined.raw[owner],
-                    originals=originals,
+                    originals=seen.originals,
                 )
             )
     return world, envs
+
+
+def _relate(rnd: random.Random, world: World, a: int, b: int) -> list[events.Envelope]:
+    """A random block, unblock, mute, unmute or reposts flag of ``a`` on ``b``."""
+    if a == b:
+        return []
+    roll = rnd.random()
+    if roll < 0.25:
+        return world.unblock(a, b) if (a, b) in world.blocks else world.block(a, b)
+    if roll < 0.55:
+        return world.mute(a, b, (a, b) not in world.mutes)
+    followed = sorted(e for e in world.follows if e[0] == a)
+    if not followed:
+        return []
+    x, y = rnd.choice(followed)
+    return world.set_reposts(x, y, (x, y) in world.quiet)
 
 
 def _engage(rnd: random.Random, world: World, user: int) -> list[events.Envelope]:
@@ -496,6 +626,7 @@ def interleave(rnd: random.Random, envs: list[events.Envelope]) -> list[list[eve
         [e for e in envs if isinstance(e.event, events.TweetPosted | events.TweetDeleted)],
         [e for e in envs if isinstance(e.event, events.Followed | events.Unfollowed)],
         [e for e in envs if isinstance(e.event, events.TimelineReset)],
+        [e for e in envs if isinstance(e.event, events.FiltersSet)],
         [e for e in envs if isinstance(e.event, events.Engaged | events.Disengaged)],
     ]
     batches = []

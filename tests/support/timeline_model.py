@@ -7,6 +7,11 @@ Timelines and lists hold raw entries (entry -> original; a post is its own
 original); what Redis packs are the *winners* (per original its greatest
 entry: ``ids``) and the pairs (fanout/store/ops.py). Cap, trim, short, horizon,
 top and version are on the winners.
+
+Filters (docs/decisions.md D28): an owner's hidden users leave out of its
+merges the reposts whose ``by`` they name; a change of them empties the
+timeline above a new horizon and asks for a refill. A reader's hidden users,
+and its quiet pulls (reposts off), screen the pulled lists it reads.
 """
 
 from __future__ import annotations
@@ -27,11 +32,18 @@ class ModelTimeline:
     ids: list[int] = field(default_factory=list)  # the winners, ascending
     #: Every raw entry in scope (at or above the horizon): entry -> original.
     raw: dict[int, int] = field(default_factory=dict)
+    #: A list's reposts: entry -> the original's author.
+    by: dict[int, int] = field(default_factory=dict)
 
     @property
     def pairs(self) -> list[tuple[int, int]]:
         """The pairs string's records, (original, entry), sorted."""
         return view_of(self.raw)[1]
+
+    @property
+    def list_pairs(self) -> list[tuple[int, int, int]]:
+        """A list's pairs: (original, entry, the original's author)."""
+        return [(o, e, self.by.get(e, 0) if e != o else 0) for o, e in self.pairs]
 
     def settle(self) -> None:
         """The winners of the raw entries."""
@@ -66,6 +78,10 @@ class TimelineModel:
     reset_pulls: dict[int, tuple[int, ...]] = field(default_factory=dict)
     #: The (entry, original) pairs of a waiting reset's reposts, by seq.
     reset_pairs: dict[int, dict[int, int]] = field(default_factory=dict)
+    #: Per owner, its hidden users (``tx:``).
+    filters: dict[int, set[int]] = field(default_factory=dict)
+    #: Per owner, the pulled authors it reads without their reposts.
+    quiet: dict[int, set[int]] = field(default_factory=dict)
 
     @property
     def keep(self) -> int:
@@ -89,23 +105,34 @@ class TimelineModel:
             else:
                 self.counts.pop(t, None)
         for op in ops:
-            originals = dict(op.reposts)
+            originals = {e: o for e, o, _ in op.reposts}
+            by = {e: b for e, _, b in op.reposts}
             if op.op is Op.ADD:
-                self._add(op.owner, op.tweets, op.horizon, op.seq, originals)
+                tweets = self._screen(op.owner, op.tweets, by)
+                self._add(op.owner, tweets, op.horizon, op.seq, originals)
             elif op.op is Op.REMOVE:
                 self._remove(op.owner, op.tweets, op.seq)
             elif op.op is Op.LIST:
-                self._set_list(op.owner, op.tweets, op.horizon, originals)
+                self._set_list(op.owner, op.tweets, op.horizon, originals, by)
+            elif op.op is Op.FILTER:
+                self._filter(op.owner, set(op.tweets), op.seq)
             elif op.op is Op.PULL:
                 self.pulls.setdefault(op.owner, set()).add(op.authors[0])
+                quiet = self.quiet.setdefault(op.owner, set())
+                if op.quiet:
+                    quiet.add(op.authors[0])
+                else:
+                    quiet.discard(op.authors[0])
                 self._remove(op.owner, op.tweets, op.seq)
                 self._bump(op.owner, 1)
             elif op.op is Op.UNPULL:
                 author = op.authors[0]
                 gone = author in self.pulls.get(op.owner, set())
                 self.pulls.get(op.owner, set()).discard(author)
+                self.quiet.get(op.owner, set()).discard(author)
                 if op.tweets:
-                    self._add(op.owner, op.tweets, op.horizon, op.seq, originals)
+                    tweets = self._screen(op.owner, op.tweets, by)
+                    self._add(op.owner, tweets, op.horizon, op.seq, originals)
                 else:
                     self._remove(op.owner, (), op.seq)
                 listed = self.lists.get(author)
@@ -115,11 +142,43 @@ class TimelineModel:
                 self.reset_pulls[op.seq] = op.authors
                 self.reset_pairs[op.seq] = originals
 
+    def _screen(self, owner: int, tweets: Iterable[int], by: Mapping[int, int]) -> list[int]:
+        """``tweets`` without the reposts the owner's filter hides."""
+        hidden = self.filters.get(owner)
+        if not hidden:
+            return list(tweets)
+        return [t for t in tweets if by.get(t, 0) not in hidden]
+
+    def _filter(self, owner: int, hidden: set[int], seq: int) -> None:
+        if self.filters.get(owner, set()) == hidden:
+            return
+        self.filters[owner] = hidden
+        tl = self.timelines.get(owner)
+        if tl is None:  # none, or idle: a regeneration reads the database
+            return
+        self._empty(owner, tl, seq)
+
+    def _empty(self, owner: int, tl: ModelTimeline, seq: int) -> None:
+        """Emptied above every entry it held, fenced, and refilled."""
+        tl.top = max(tl.top, tl.ids[-1] if tl.ids else 0)
+        tl.horizon = max(tl.horizon, tl.top + 1)
+        tl.version += 1
+        tl.fence = max(tl.fence, seq)
+        tl.raw = {}
+        self._store(owner, tl, seq)
+
     def _set_list(
-        self, author: int, tweets: tuple[int, ...], horizon: int, originals: Mapping[int, int]
+        self,
+        author: int,
+        tweets: tuple[int, ...],
+        horizon: int,
+        originals: Mapping[int, int],
+        by: Mapping[int, int],
     ) -> None:
         old = self.lists.get(author)
-        new = ModelTimeline(horizon=horizon, raw={t: originals.get(t, t) for t in tweets})
+        new = ModelTimeline(
+            horizon=horizon, raw={t: originals.get(t, t) for t in tweets}, by=dict(by)
+        )
         new.settle()
         if old is not None:
             top = old.ceiling()
@@ -231,6 +290,9 @@ class TimelineModel:
         if not drop:  # only the fence moves
             tl.fence = max(tl.fence, seq)
             return
+        if seq > 0 and self.filters.get(owner):  # an author's entries, the filter's gaps
+            self._empty(owner, tl, seq)
+            return
         top, had, old = tl.ceiling(), set(tl.ids), list(tl.ids)
         tl.raw = {e: o for e, o in tl.raw.items() if e not in drop}
         self._late(tl, had, top)  # a removed winner's next entry shows below
@@ -294,7 +356,7 @@ class TimelineModel:
         tl = self.timelines.get(owner)
         if tl is None:
             return None
-        sources = [tl, *(self.lists[a] for a in self.pulls.get(owner, ()) if a in self.lists)]
+        sources = [tl, *self._lists_of(owner)]
         floor = max(s.horizon for s in sources)
         best: dict[int, int] = {}
         for s in sources:
@@ -307,10 +369,31 @@ class TimelineModel:
     def original(self, owner: int, entry: int) -> int:
         """The original of an entry of the owner's merged view."""
         tl = self.timelines[owner]
-        for s in [tl, *(self.lists[a] for a in self.pulls.get(owner, ()) if a in self.lists)]:
+        for s in [tl, *self._lists_of(owner)]:
             if entry in s.raw:
                 return s.raw[entry]
         return entry
+
+    def _lists_of(self, owner: int) -> list[ModelTimeline]:
+        """The pulled lists the owner reads, as it sees them: without the
+        reposts its filter hides, or any of a quiet pull's."""
+        hidden = self.filters.get(owner, set())
+        quiet = self.quiet.get(owner, set())
+        out = []
+        for a in self.pulls.get(owner, ()):
+            listed = self.lists.get(a)
+            if listed is None:
+                continue
+            if hidden or a in quiet:
+                raw = {
+                    e: o
+                    for e, o in listed.raw.items()
+                    if e == o or (a not in quiet and listed.by.get(e, 0) not in hidden)
+                }
+                listed = ModelTimeline(horizon=listed.horizon, raw=raw, version=listed.version)
+                listed.settle()
+            out.append(listed)
+        return out
 
     def version(self, owner: int) -> int:
         """The version readers get: the timeline's plus its lists'."""
@@ -332,24 +415,44 @@ def oracle(
     follows: Iterable[tuple[int, int]],
     users: Iterable[int],
     originals: Mapping[int, int] | None = None,
+    *,
+    hidden: Mapping[int, set[int]] | None = None,
+    quiet: Iterable[tuple[int, int]] = (),
 ) -> View:
     """Each user's timeline by the join (docs/design.md's SQL): the entries of
-    the user and their followees, one per original (the newest), newest first.
+    the user and their followees, one per original (the newest), newest first;
+    leaving out, but for the user's own entries, those whose actor or whose
+    original's author the user hides (``hidden``: user → those it blocks, who
+    block it, and those it mutes), and the reposts of followees it follows
+    with reposts off (``quiet``: (follower, followee)).
 
     ``tweets`` maps live entry id → actor (author or reposter); ``follows``
     are (follower, followee); ``originals`` maps each repost to its original.
     """
     originals = originals or {}
+    hides = hidden or {}
+    no_reposts = set(quiet)
     followees: dict[int, set[int]] = {u: {u} for u in users}
     for follower, followee in follows:
         followees.setdefault(follower, {follower}).add(followee)
     by_author: dict[int, list[int]] = {}
     for tweet_id, author in tweets.items():
         by_author.setdefault(author, []).append(tweet_id)
+
+    def shown(u: int, t: int, actor: int) -> bool:
+        if actor == u:
+            return True
+        h = hides.get(u, set())
+        if actor in h:
+            return False
+        if t not in originals:
+            return True
+        return (u, actor) not in no_reposts and tweets.get(originals[t]) not in h
+
     out = View()
     out.raw, out.originals = {}, originals
     for u, fs in followees.items():
-        raw = [t for a in fs for t in by_author.get(a, ())]
+        raw = [t for a in fs for t in by_author.get(a, ()) if shown(u, t, a)]
         out.raw[u] = sorted(raw, reverse=True)
         out[u] = winners(raw, originals)[::-1]
     return out

@@ -12,12 +12,22 @@
 --   6 watermark deleted-ids          apply the kept refills up to the watermark,
 --                                    leaving out the tweets deleted since (packed ids)
 --   7 author horizon ids pairs       set a pulled author's list
---   8 owner seq author ids pairs     the owner reads the author's list: the ids
---                                    leave the timeline (fenced, as by an unfollow)
+--   8 owner seq author quiet         the owner reads the author's list (quiet: '1'
+--     ids pairs                      without its reposts): the ids leave the
+--                                    timeline (fenced, as by an unfollow)
 --   9 owner horizon seq author       the owner stops reading the author's list:
 --     list-version ids pairs         the ids are merged in (an unfollow: none, a fence)
--- `ids` are packed entry ids (ascending), `pairs` the reposts among them: 16-byte
--- records (entry, original), '' when there are none.
+--  11 owner seq hidden               the owner's hidden users (packed ids, ascending)
+-- `ids` are packed entry ids (ascending), `pairs` the reposts among them: 24-byte
+-- records (entry, original, by), '' when there are none; `by` is the user the
+-- owner's filter checks the entry against (0: none).
+--
+-- Filters (docs/decisions.md D28): an owner's hidden users (P.filters, beside the
+-- timeline) leave out of every merge the reposts whose `by` they name, before the
+-- per-original rule sees them. A change of them empties the timeline above a new
+-- horizon (every entry it held is below it) and asks for a refill, which the
+-- database computes with the new filter: reads go on into the database until
+-- the refill is applied, and a refill read before the change is stale.
 --
 -- Reposts (fanout/store/ops.py): a timeline or list holds its *winners*, per
 -- original the greatest of its raw entries in scope, and beside it (P.reposts,
@@ -78,6 +88,7 @@ local function pulls(owner) return P.pulls .. gen .. ':' .. T .. owner end
 local function list_key(author) return P.list .. gen .. ':' .. T .. author end
 local function pairs_key(owner) return P.reposts .. gen .. ':' .. T .. owner end
 local function list_pairs_key(author) return P.list_reposts .. gen .. ':' .. T .. author end
+local function filters_key(owner) return P.filters .. gen .. ':' .. T .. owner end
 local function pending(owner) return redis.call('EXISTS', regeneration(owner)) == 1 end
 
 -- Ids in bulk: one struct call per BULK of them, half the cost of a call per
@@ -153,14 +164,44 @@ end
 
 -- --- Raw entries (reposts) ---------------------------------------------------
 
--- entry -> original of the `pairs` argument of an operation (entry, original).
+-- The `pairs` arguments' records (entry, original, by).
+local ARG_PAIR = 24
+-- entry -> by of the entries of the operation being applied (its owner's: one
+-- operation touches one timeline or list).
+local BY = {}
+
+-- entry -> original of the `pairs` argument of an operation (and their `by` in BY).
 local function originals_of(blob)
   local out = {}
-  for pos = 1, #blob, PAIR do
-    local e, o = struct.unpack('>I8I8', blob, pos)
+  for pos = 1, #blob, ARG_PAIR do
+    local e, o, by = struct.unpack('>I8I8I8', blob, pos)
     out[e] = o
+    BY[e] = by
   end
   return out
+end
+
+-- An operation's ids and pairs without the reposts the owner's filter hides.
+local function screen(owner, blob, pblob)
+  if #pblob == 0 then return blob, pblob end
+  local f = redis.call('GET', filters_key(owner))
+  if not f then return blob, pblob end
+  local drop, kept, any = {}, {}, false
+  for pos = 1, #pblob, ARG_PAIR do
+    local e, _, by = struct.unpack('>I8I8I8', pblob, pos)
+    if by ~= 0 and holds(f, by) then
+      drop[e], any = true, true
+    else
+      kept[#kept + 1] = string.sub(pblob, pos, pos + ARG_PAIR - 1)
+    end
+  end
+  if not any then return blob, pblob end
+  local ids = {}
+  for pos = 1, #blob, 8 do
+    local e = upk(blob, pos)
+    if not drop[e] then ids[#ids + 1] = e end
+  end
+  return pack_ids(ids), table.concat(kept)
 end
 
 -- The raw entries (entry -> original) of winners `ids` and pairs string `p`.
@@ -178,8 +219,9 @@ local function raw_of(ids, p)
   return raw
 end
 
--- The winners (ascending) and the pairs string of raw entries.
-local function view_of(raw)
+-- The winners (ascending) and the pairs string of raw entries (a list's, with
+-- each record's `by` from BY, if `listed`).
+local function view_of(raw, listed)
   local best = {}
   for e, o in pairs(raw) do
     local b = best[o]
@@ -194,7 +236,14 @@ local function view_of(raw)
   end
   table.sort(recs, function(a, b) return a[1] < b[1] or (a[1] == b[1] and a[2] < b[2]) end)
   local parts = {}
-  for i = 1, #recs do parts[i] = struct.pack('>I8I8', recs[i][1], recs[i][2]) end
+  if listed then
+    for i = 1, #recs do
+      local o, e = recs[i][1], recs[i][2]
+      parts[i] = struct.pack('>I8I8I8', o, e, e ~= o and BY[e] or 0)
+    end
+  else
+    for i = 1, #recs do parts[i] = struct.pack('>I8I8', recs[i][1], recs[i][2]) end
+  end
   return ids, table.concat(parts)
 end
 
@@ -513,6 +562,7 @@ end
 
 -- Merge packed ids (ascending). A plain add of the newest tweets is an APPEND.
 local function add(owner, key, blob, hm, seq, pblob)
+  blob, pblob = screen(owner, blob, pblob)
   local s_len = redis.call('STRLEN', key)
   if s_len > 0 and s_len < HEADER then  -- a tombstone
     if not pending(owner) then
@@ -591,6 +641,23 @@ local function remove_raw(owner, key, pkey, s, p, blob, seq)
   return gone
 end
 
+-- A timeline (packed `s`) that keeps nothing of what it held: emptied above a
+-- horizon over every entry it held (the next entries merged in are the
+-- view's), fenced (a refill read before this is stale) and refilled; until
+-- then it is short, and reads go on into the database. Returns how many
+-- entries went.
+local function empty(owner, key, s, seq)
+  local h, ids = decode(s)
+  h.top = math.max(h.top, ids[#ids] or 0)
+  h.horizon = math.max(h.horizon, h.top + 1)
+  h.version = h.version + 1
+  fence(h, seq)
+  redis.call('SET', key, encode(h, {}))
+  redis.call('DEL', pairs_key(owner))
+  check_short(owner, h, 0)
+  return #ids
+end
+
 local function remove(owner, key, blob, seq)
   local s = redis.call('GET', key)
   if not s or #s < HEADER then
@@ -606,6 +673,13 @@ local function remove(owner, key, blob, seq)
   if #blob == 0 then  -- nothing to remove (a pulled author's unfollow): only the fence
     if seq > upk(s, 9) then redis.call('SETRANGE', key, 8, pk(seq)) end
     return 0
+  end
+  -- An author's newest entries leave (an unfollow, a pull, reposts turned off:
+  -- the removals with a seq). With a filter, the timeline may hold older ones of
+  -- the author than those: the reposts it left out did not count towards its
+  -- trims. It is emptied and refilled.
+  if seq > 0 and redis.call('EXISTS', filters_key(owner)) == 1 then
+    return empty(owner, key, s, seq)
   end
   local pkey = pairs_key(owner)
   local p = redis.call('GET', pkey)
@@ -629,7 +703,7 @@ local function same_pulls(owner, blob)
   local have = redis.call('SMEMBERS', pulls(owner))
   if #have ~= #blob / 8 then return false end
   local set = {}
-  for _, author in ipairs(have) do set[tonumber(author)] = true end
+  for _, author in ipairs(have) do set[math.abs(tonumber(author))] = true end
   for pos = 1, #blob, 8 do
     if not set[upk(blob, pos)] then return false end
   end
@@ -736,7 +810,7 @@ local function set_list(author, hm, blob, pblob)
   if #pblob > 0 then
     local orig, raw = originals_of(pblob), {}
     for _, e in ipairs(ids) do raw[e] = orig[e] or e end
-    ids, p = view_of(raw)
+    ids, p = view_of(raw, true)
   end
   if #p > 0 then redis.call('SET', pkey, p) else redis.call('DEL', pkey) end
   if old and #old >= HEADER then
@@ -761,9 +835,12 @@ local function bump(key, n)
   end
 end
 
--- The owner now reads the author's list: the author's tweets leave its timeline.
-local function pull(owner, key, author, blob, seq)
-  redis.call('SADD', pulls(owner), author)
+-- The owner now reads the author's list (`quiet`: without its reposts, a member
+-- '-author'): the author's tweets leave its timeline.
+local function pull(owner, key, author, quiet, blob, seq)
+  local mark = quiet == '1' and '-' .. author or author
+  redis.call('SREM', pulls(owner), quiet == '1' and author or '-' .. author)
+  redis.call('SADD', pulls(owner), mark)
   local n = remove(owner, key, blob, seq)
   bump(key, 1)
   return n
@@ -774,7 +851,7 @@ end
 -- list's version (in the author's shard) leaves the merged version: the
 -- timeline's takes it over.
 local function unpull(owner, key, author, listed, blob, hm, seq, pblob)
-  local gone = redis.call('SREM', pulls(owner), author) == 1
+  local gone = redis.call('SREM', pulls(owner), author, '-' .. author) > 0
   local n = 0
   if #blob > 0 then
     n = add(owner, key, blob, hm, seq, pblob)
@@ -785,10 +862,24 @@ local function unpull(owner, key, author, listed, blob, hm, seq, pblob)
   return n
 end
 
+-- The owner's hidden users are now `hidden`: what the timeline holds may show
+-- what they hide, and miss reposts they no longer hide (left out when merged):
+-- it is emptied and refilled.
+local function filter(owner, key, seq, hidden)
+  local fkey = filters_key(owner)
+  local old = redis.call('GET', fkey) or ''
+  if old == hidden then return end
+  if #hidden > 0 then redis.call('SET', fkey, hidden) else redis.call('DEL', fkey) end
+  local s = redis.call('GET', key)
+  if not s or #s < HEADER then return end  -- idle: its regeneration reads the database
+  empty(owner, key, s, seq)
+end
+
 local timelines = P.timeline .. gen .. ':' .. T
 local i = 5
 while i <= nargs() do
   local op = arg(i)
+  BY = {}
   if op == '1' then                       -- add: owner, horizon, seq, ids, pairs
     added = added + add(arg(i + 1), timelines .. arg(i + 1), arg(i + 4),
                         tonumber(arg(i + 2)), tonumber(arg(i + 3)), arg(i + 5))
@@ -807,10 +898,13 @@ while i <= nargs() do
   elseif op == '7' then                   -- a pulled author's list: author, horizon, ids, pairs
     set_list(arg(i + 1), tonumber(arg(i + 2)), arg(i + 3), arg(i + 4))
     i = i + 5
-  elseif op == '8' then                   -- pull: owner, seq, author, ids, pairs
+  elseif op == '8' then                   -- pull: owner, seq, author, quiet, ids, pairs
     removed = removed + pull(arg(i + 1), timelines .. arg(i + 1), arg(i + 3), arg(i + 4),
-                             tonumber(arg(i + 2)))
-    i = i + 6
+                             arg(i + 5), tonumber(arg(i + 2)))
+    i = i + 7
+  elseif op == '11' then                  -- the owner's hidden users: owner, seq, ids
+    filter(arg(i + 1), timelines .. arg(i + 1), tonumber(arg(i + 2)), arg(i + 3))
+    i = i + 4
   elseif op == '9' then                   -- unpull: owner, horizon, seq, author, version,
                                           -- ids, pairs
     added = added + unpull(arg(i + 1), timelines .. arg(i + 1), arg(i + 4),

@@ -9,7 +9,10 @@
 -- of its winners are reposts of what, and the others are hidden. A user who
 -- reads no pulled author reads one source, whose winners are the view.
 -- Nothing is sorted but the hidden entries: counts are binary searches, a page
--- is a k-way walk.
+-- is a k-way walk. A list's pairs carry a third number, the original's author
+-- (`by`): a reader with hidden users (docs/decisions.md D28), or who follows the
+-- author with reposts off (a pulls member '-author'), reads the list without
+-- the reposts that leaves out, the per-original rule applied to what is left.
 
 -- First index in s[a..b] whose id is above x (b + 1 if none).
 local function above(s, a, b, x)
@@ -70,12 +73,12 @@ end
 -- entry at or above `b` is hidden depends on the entries above it only.
 local function hidden(sources, b)
   local best, losers, reposted = {}, {}, {}
-  for _, src in ipairs(sources) do
-    local p = src.p
+  for i, src in ipairs(sources) do
+    local p, w = src.p, i == 1 and 2 or 3  -- a timeline's records, a list's (with by)
     local flat = (p and #p > 0) and bulk_ids(p, 1, #p / 8) or {}  -- original, entry, ...
-    for x = 1, #flat, 2 do
+    for x = 1, #flat, w do
       local o, e = flat[x], flat[x + 1]
-      if flat[x + 2] ~= o and e >= b then  -- the last of o's run: o's winner here
+      if flat[x + w] ~= o and e >= b then  -- the last of o's run: o's winner here
         local was = best[o]
         if was == nil then
           best[o] = e
@@ -149,6 +152,59 @@ local function bound(sources, floor, k)
   return floor, nil
 end
 
+-- A pulled author's list `l` (its pairs `p`) as a reader sees it, from the
+-- `floor` up (below it the list shows nothing): without the reposts whose `by`
+-- the set `hides` holds or, `quiet`, without any; a winner left out gives its
+-- place to the next entry of its original. Returns the list and its pairs,
+-- new ones (holding only what is at or above the floor) if anything was left out.
+local function screened(l, p, hides, quiet, floor)
+  if not p or #p == 0 then return l, p end  -- no reposts: nothing to leave out
+  local recs = bulk_ids(p, 1, #p / 8)  -- original, entry, by, ...
+  local any = false
+  for x = 1, #recs, 3 do
+    local o, e = recs[x], recs[x + 1]
+    if e >= floor and e ~= o and (quiet or hides[recs[x + 2]]) then
+      any = true
+      break
+    end
+  end
+  if not any then return l, p end
+  local raw, by = {}, {}
+  for x = 1, #recs, 3 do
+    local o, e = recs[x], recs[x + 1]
+    if e >= floor then
+      if e ~= o and (quiet or hides[recs[x + 2]]) then
+        raw[e] = false
+      else
+        raw[e], by[e] = o, recs[x + 2]
+      end
+    end
+  end
+  local n = count(l)
+  local from = above(l, 1, n, floor - 1)
+  if from <= n then
+    for _, e in ipairs(bulk_ids(l, HEADER + (from - 1) * 8 + 1, n - from + 1)) do
+      if raw[e] == nil then raw[e] = e end
+    end
+  end
+  local best = {}
+  for e, o in pairs(raw) do
+    if o and (best[o] == nil or e > best[o]) then best[o] = e end
+  end
+  local ids, rest = {}, {}
+  for _, e in pairs(best) do ids[#ids + 1] = e end
+  table.sort(ids)
+  for e, o in pairs(raw) do
+    if o and (e ~= o or best[o] ~= o) then rest[#rest + 1] = {o, e} end
+  end
+  table.sort(rest, function(a, b) return a[1] < b[1] or (a[1] == b[1] and a[2] < b[2]) end)
+  local parts = {}
+  for i, r in ipairs(rest) do parts[i] = struct.pack('>I8I8I8', r[1], r[2], by[r[2]] or 0) end
+  local packed = {string.sub(l, 1, HEADER)}
+  for i, id in ipairs(ids) do packed[i + 1] = pk(id) end
+  return table.concat(packed), table.concat(parts)
+end
+
 -- The sources of a view: {s = packed, lo, n} (entries lo..n are at or above the
 -- floor), the floor and the version (the timeline's plus its lists').
 -- With `given` lists that are not the ones the user reads, returns nil and the
@@ -156,7 +212,16 @@ end
 local function view(gen, uid, s, given, cap)
   local h = read_header(s)
   local sources, floor, version = {{s = s, n = count(s)}}, h.horizon, h.version
-  local authors = redis.call('SMEMBERS', P.pulls .. gen .. ':' .. T .. uid)
+  local members = redis.call('SMEMBERS', P.pulls .. gen .. ':' .. T .. uid)
+  local authors, quiet = {}, {}
+  for i, m in ipairs(members) do
+    if string.sub(m, 1, 1) == '-' then
+      authors[i] = string.sub(m, 2)
+      quiet[authors[i]] = true
+    else
+      authors[i] = m
+    end
+  end
   if given then
     local same = #authors == given.n
     for _, author in ipairs(authors) do same = same and given[author] ~= nil end
@@ -173,6 +238,28 @@ local function view(gen, uid, s, given, cap)
     end
   end
   for _, src in ipairs(sources) do src.lo = above(src.s, 1, src.n, floor - 1) end
+  -- The lists the reader may not see all of (its hidden users, reposts off),
+  -- from the floor up; the hidden users as a set, once.
+  local f = #sources > 1 and redis.call('GET', P.filters .. gen .. ':' .. T .. uid) or nil
+  local hides = {}
+  if f then
+    for _, id in ipairs(bulk_ids(f, 1, #f / 8)) do hides[id] = true end
+  end
+  for i = 2, #sources do
+    local src = sources[i]
+    if (f or quiet[src.author]) and src.lo <= src.n then
+      local p
+      if given then
+        p = given.pairs[src.author]
+      else
+        p = redis.call('GET', P.list_reposts .. gen .. ':' .. src.author)
+      end
+      src.s, src.p = screened(src.s, p, hides, quiet[src.author], floor)
+      src.read = true
+      src.n = count(src.s)
+      src.lo = above(src.s, 1, src.n, floor - 1)
+    end
+  end
   sources.hidden, sources.hide = {}, {}
   if #sources > 1 then  -- reposts may repeat an original across the sources
     local any, shown = false, 0
@@ -187,6 +274,8 @@ local function view(gen, uid, s, given, cap)
       if shown > 1 and src.lo <= src.n then
         if i == 1 then
           src.p = redis.call('GET', P.reposts .. gen .. ':' .. T .. uid)
+        elseif src.read then  -- screened already
+          src.p = src.p
         elseif given then
           src.p = given.pairs[src.author]
         else

@@ -44,3 +44,16 @@ local function pair_at(p, i)
   local o, e = struct.unpack('>I8I8', p, (i - 1) * PAIR + 1)
   return o, e
 end
+
+-- Whether the packed ascending ids `s` (a filter: fanout.store.keys.filters)
+-- hold `id`.
+local function holds(s, id)
+  local lo, hi = 1, #s / 8
+  while lo <= hi do
+    local mid = math.floor((lo + hi) / 2)
+    local v = upk(s, (mid - 1) * 8 + 1)
+    if v == id then return true end
+    if v < id then lo = mid + 1 else hi = mid - 1 end
+  end
+  return false
+end
