@@ -1,22 +1,32 @@
 """Home-timeline read benchmark: the HTTP endpoint against raw script calls.
 
     python -m load_tests.bench_read [--users 2000] [--connections 64] [--seconds 15]
+                                    [--hidden 1000]
 
 Starts its own Redis, fills timelines of STARLING_TIMELINE_SIZE (800) entries with
 ~200-byte tweet bodies through the timeline store (every user follows 200
 pushed authors), serves the real WSGI application with granian, and
-measures in the same run, for two kinds of readers:
+measures in the same run, for two kinds of readers (four with ``--hidden``):
 
 * *single list*: users whose reads are one timeline;
 * *merged*: users who also follow 20 pulled authors (each with a list of
   its newest 864 tweets), whose reads merge 21 lists in the same script call;
+* with ``--hidden N``, beside each of those kinds (every other reader of
+  it), the same kind whose filters key holds N hidden users (blocks and
+  mutes, ``keys.filters``): strangers, and the few authors of originals
+  the pulled lists repost such that every list loses some. A third of the
+  lists' entries are then reposts (of the timelines' authors' posts) for
+  every merged reader, hidden users or not: a merged read with them screens
+  each list against them;
 
 1. raw calls of the read script (``redis-benchmark``, C, EVALSHA with the
    arguments the endpoint sends for one such user: a 50-tweet first page);
 2. the endpoint at full load (``wrk``, each request with the token of a
    random user of that kind: many timelines, not one): requests/s, p50/p99;
 3. the endpoint at half of that rate (wrk paced with a Lua ``delay``):
-   p50/p99 latency.
+   p50/p99 latency;
+4. with ``--hidden``, per kind: p99 at half load with hidden users ÷
+   without (load_tests/read_hidden.py, a report of its own after the main one).
 
 Both clients run on this machine next to the server (2 cores), as they would
 in the original measurement. Needs ``wrk`` (``apt-get install wrk``).
@@ -209,12 +219,24 @@ def main(argv: list[str] | None = None) -> int:
         "come after the timelines, one after another, and a merged reader sees one)",
     )
     parser.add_argument(
+        "--hidden",
+        type=int,
+        default=argparse.SUPPRESS,  # 0: not in the reports' parameters (they stay as they were)
+        metavar="N",
+        help="also measure readers (every other one of each kind) with N hidden users "
+        "(blocks and mutes; 1000 in the issue), the pulled lists then a third reposts; "
+        "0 (the default) seeds and measures as without filters",
+    )
+    parser.add_argument(
         "--runs", type=int, default=1, help="measure this many times, alternated; report medians"
     )
     parser.add_argument(
         "--hold", action="store_true", help="set up, print the URL and token, serve until Ctrl-C"
     )
     args = parser.parse_args(argv)
+    hidden = getattr(args, "hidden", 0)
+    if hidden < 0 or (hidden and args.cluster):
+        parser.error("--hidden takes N >= 0, and measures on one Redis (not with --cluster)")
     for tool in ("wrk", "redis-benchmark"):
         if not shutil.which(tool):
             raise SystemExit(
@@ -270,7 +292,9 @@ def against_raw_script(
     """The endpoint beside raw calls of the script it sends, one Redis: on the
     posts-only timelines and, with ``--reposts``, on timelines of the same
     network where that share of the entries are reposts and tweets have counts
-    (another range of users in the same Redis), alternated ``--runs`` times."""
+    (another range of users in the same Redis), alternated ``--runs`` times.
+    With ``--hidden``, every other reader of each kind has hidden users (and
+    the pulled lists have reposts, :data:`LIST_REPOSTS`)."""
     from fanout.config import StarlingConfig
     from fanout.store.timelines import store_for
     from feed.devstack import embedded
@@ -279,7 +303,11 @@ def against_raw_script(
 
     config = StarlingConfig.from_env()
     store = store_for(config)
-    datasets = {"posts": fill(store, config, args.users, interleave=args.interleave)}
+    hidden = getattr(args, "hidden", 0)
+    # --hidden: the lists' reposts of timeline authors' posts, per kind of timeline
+    reposted: dict[str, list[tuple[int, int]]] = {"posts": [], "reposts": []}
+    shared = {"interleave": args.interleave, "list_reposts": LIST_REPOSTS if hidden else 0.0}
+    datasets = {"posts": fill(store, config, args.users, reposted=reposted["posts"], **shared)}
     made: set[int] = set()
     if args.reposts > 0:
         datasets["reposts"] = fill(
@@ -289,7 +317,8 @@ def against_raw_script(
             base=args.users + 100,
             reposts=args.reposts,
             made=made,
-            interleave=args.interleave,
+            reposted=reposted["reposts"],
+            **shared,
         )
     generation = store.ensure_active_generation()
     meta: dict[str, Any] = {}
@@ -301,49 +330,69 @@ def against_raw_script(
         meta[f"{prefix}page_bytes"] = len(store.read_page(single_readers[41], count=50).body)
         if made:
             meta[f"{name}_repost_share"] = round(sum(t in made for t in shown) / len(shown), 3)
+    kinds = {name: {"single": one, "merged": merged} for name, (one, merged) in datasets.items()}
+    hidden_meta: dict[str, Any] = {}
+    if hidden:
+        from load_tests.read_hidden import with_hidden
+
+        hidden_meta = with_hidden(store, generation, kinds, hidden, reposted)
     readers = [u for pair in datasets.values() for group in pair for u in group]
     tokens = tokens_for(readers)
     wport = embedded.free_port()
     server = serve(wport, env, args, workdir)
     samples: dict[str, dict[str, list[dict[str, dict[str, float]]]]] = {
-        name: {"single": [], "merged": []} for name in datasets
+        name: {kind: [] for kind in groups} for name, groups in kinds.items()
     }
     try:
         url = f"http://127.0.0.1:{wport}/api/v1/timeline?count=50"
         if args.hold:
-            for name, (_, merged_readers) in datasets.items():
-                user = merged_readers[41]
-                command = store.read_page_command(user, count=50)
-                print(f"{name}: serving {url}\nAuthorization: Bearer {tokens[user]}")
-                print(f"redis port {rport}, script {command[1]}, args {command[3:]}")
+            for name, groups in kinds.items():
+                for kind in ("merged", "merged_hidden")[: 1 + bool(hidden)]:
+                    user = groups[kind][41]
+                    command = store.read_page_command(user, count=50)
+                    print(f"{name} {kind}: serving {url}\nAuthorization: Bearer {tokens[user]}")
+                    print(f"redis port {rport}, script {command[1]}, args {command[3:]}")
             with contextlib.suppress(KeyboardInterrupt):
                 server.wait()
             return 0
 
-        def measure(readers: list[int], user_id: int) -> dict[str, dict[str, float]]:
+        def measure(readers: list[int], user_id: int, kind: str) -> dict[str, dict[str, float]]:
             """Raw script calls for one reader, then the endpoint for all of them."""
             command = store.read_page_command(user_id, count=50)
             mine = [tokens[u] for u in readers]
             wrk(url, mine, args.connections, 3, workdir)  # warm-up: workers, script cache
-            raw = redis_benchmark(rport, command[1], command[3:], args.connections, 150_000)
+            calls = 150_000
+            if kind.endswith("_hidden"):  # as many as take about as long as the plain ones'
+                from load_tests.read_hidden import raw_calls
+
+                calls = raw_calls(store, command, 4 * args.seconds, calls, 10 * args.connections)
+            raw = redis_benchmark(rport, command[1], command[3:], args.connections, calls)
             peak = wrk(url, mine, args.connections, args.seconds, workdir)
             half = paced(url, mine, args.connections, args.seconds, workdir, peak["rps"] / 2)
             return {"raw": raw, "peak": peak, "half": half}
 
         for _ in range(args.runs):
-            for name, (single_readers, merged_readers) in datasets.items():
-                for kind, group in (("single", single_readers), ("merged", merged_readers)):
-                    samples[name][kind].append(measure(group, group[41]))
+            for name, groups in kinds.items():
+                for kind, group in groups.items():
+                    samples[name][kind].append(measure(group, group[41], kind))
     finally:
         stop_server(server)
     results = {
-        name: {kind: median_run(runs) for kind, runs in kinds.items()}
-        for name, kinds in samples.items()
+        name: {kind: median_run(runs) for kind, runs in per_kind.items()}
+        for name, per_kind in samples.items()
     }
-    return report_reads(args, results, meta)
+    plain = {name: {k: runs[k] for k in ("single", "merged")} for name, runs in results.items()}
+    code = report_reads(args, plain, meta)
+    if hidden:
+        from load_tests.read_hidden import report_hidden
+
+        code = report_hidden(args, results, hidden_meta) or code
+    return code
 
 
 LABELS = {"single": "single list", "merged": "merged: timeline + 20 lists"}
+#: With --hidden, this share of the pulled lists' entries are reposts (performance.md's).
+LIST_REPOSTS = 0.33
 
 
 def add_half_load(report: Any, half: dict[str, float], peak: dict[str, float], prefix: str) -> None:

@@ -6,12 +6,21 @@ entries are reposts of recent posts (by anyone) and every post has counts
 (``ct:``, as the fanout job writes them); with 0 the seeding is the one
 before reposts existed, and this module uses nothing newer (so the same
 benchmark runs on the code before them, for the comparison).
+
+With ``list_reposts`` > 0 (``bench_read --hidden N``) that share of the pulled
+authors' entries are reposts of recent posts of the timelines' authors, and
+:func:`hide` gives readers hidden users (blocks and mutes, docs/decisions.md
+D28), a few of them authors of originals the lists repost: that needs the
+code with filters.
 """
 
 from __future__ import annotations
 
+import collections
+import dataclasses
 import inspect
 import random
+from collections.abc import Sequence
 from typing import Any
 
 
@@ -24,12 +33,20 @@ def fill(
     reposts: float = 0.0,
     made: set[int] | None = None,
     interleave: bool = False,
+    list_reposts: float = 0.0,
+    reposted: list[tuple[int, int]] | None = None,
 ) -> tuple[list[int], list[int]]:
     """Fill ``store`` (seeded: every store gets the same network): timelines of
     STARLING_TIMELINE_SIZE entries for users ``base + 1 ..`` following 200 pushed
     authors each, and 20 pulled authors with full lists followed by the second
     half of the users. Returns the readers of one list and the readers of
     merged lists; ``made`` gets the ids of the repost entries.
+
+    ``list_reposts`` adds to the lists' entries that share of reposts of one
+    of the last 4,000 posts of the timelines' authors (drawn on their own:
+    the rest of the network stays the same); ``reposted`` gets (list's author,
+    original's author) of every repost the lists keep of a timeline author's
+    post (what :func:`hide` picks hidden authors from).
 
     The pulled authors' entries are minted after the timelines', one author
     after another: a merged reader sees the newest list only (every other
@@ -45,6 +62,7 @@ def fill(
     generation = store.ensure_active_generation()
     rnd = random.Random(7)
     draws = random.Random(11)  # the reposts' own draws: the network stays the same
+    lister = random.Random(13)  # the lists' reposts' (list_reposts) own draws
     gen = ids.IdGenerator(5 + (base > 0))
     cap, keep = config.timeline_size, config.timeline_size + config.timeline_slack
     users = range(base + 1, base + n_users + 1)
@@ -54,6 +72,8 @@ def fill(
             if a != u:
                 followers[a].add(u)
     posts: list[int] = []  # every post, oldest first (the originals reposts draw from)
+    user_posts: list[int] = []  # the timelines' authors' posts (the lists' reposts draw from)
+    author_of: dict[int, int] = {}  # post -> its author (a list's pairs carry the original's)
     reposts_made: dict[int, int] = {}
     done: set[tuple[int, int]] = set()
     made = made if made is not None else set()
@@ -71,6 +91,23 @@ def fill(
                 return ev
         ev = events.TweetPosted(gen.next_id(), author, f"user{author}", network.tweet_text(rnd))
         posts.append(ev.tweet_id)
+        author_of[ev.tweet_id] = author
+        if author <= base + n_users:
+            user_posts.append(ev.tweet_id)
+        return ev
+
+    def user_repost(author: int) -> Any:
+        """(``list_reposts``) ``author``'s repost of one of the last 4,000 posts of
+        the timelines' authors, or None."""
+        if not user_posts:
+            return None
+        original = user_posts[-1 - int(lister.random() * min(len(user_posts), 4000))]
+        if (author, original) in done:
+            return None
+        done.add((author, original))
+        reposts_made[original] = reposts_made.get(original, 0) + 1
+        ev = events.TweetPosted(gen.next_id(), author, f"user{author}", "", original)
+        made.add(ev.tweet_id)
         return ev
 
     rounds = cap // 200 + 4
@@ -79,7 +116,10 @@ def fill(
     list_bodies: dict[int, bytes] = {}
 
     def list_entry(author: int) -> None:
-        ev = entry(author)
+        ev = None
+        if list_reposts > 0 and lister.random() < list_reposts:
+            ev = user_repost(author)
+        ev = ev or entry(author)
         list_bodies[ev.tweet_id] = events.tweet_json(ev)
         listed[author].append(ev)
 
@@ -109,14 +149,22 @@ def fill(
                 list_entry(author)
     merged_readers = list(users)[n_users // 2 :]
     bodies, mutations = list_bodies, []
+    # The code with filters takes a list's reposts as (entry, original, original's author).
+    triples = "actor" in {f.name for f in dataclasses.fields(Mutation)}
     for author in pulled:
         tweets = [ev.tweet_id for ev in listed[author]]
         originals = {
-            ev.tweet_id: ev.repost_of for ev in listed[author] if reposts > 0 and ev.repost_of
+            ev.tweet_id: ev.repost_of
+            for ev in listed[author]
+            if (reposts > 0 or list_reposts > 0) and ev.repost_of
         }
         kept, horizon = newest(tweets, keep)
         if originals:
-            pairs = tuple((t, originals[t]) for t in kept if t in originals)
+            shown = [(t, originals[t]) for t in kept if t in originals]
+            pairs: Any = tuple((t, o, author_of[o]) if triples else (t, o) for t, o in shown)
+            if reposted is not None:
+                by = (author_of[o] for _, o in shown)
+                reposted += [(author, a) for a in by if a <= base + n_users]
             mutations.append(Mutation(Op.LIST, (author,), kept, horizon, reposts=pairs))
         else:
             mutations.append(Mutation(Op.LIST, (author,), kept, horizon))
@@ -151,3 +199,45 @@ def write_counts(store: Any, generation: int, counts: dict[int, tuple[int, int]]
         if n % 2000 == 1999:
             pipe.execute()
     pipe.execute()
+
+
+def hide(
+    store: Any,
+    generation: int,
+    readers: Sequence[int],
+    n_hidden: int,
+    reposted: Sequence[tuple[int, int]],
+) -> dict[str, Any]:
+    """Give each of ``readers`` ``n_hidden`` hidden users (their filters key,
+    ``keys.filters``: packed ids, ascending): the fewest authors of originals
+    that the pulled lists repost (``reposted``, from :func:`fill`) such that
+    every list with such reposts loses at least one, most reposted first, and
+    strangers (ids no seeded user has) for the rest. The same set for every
+    reader. Returns what the set hides, for the report."""
+    from fanout.store import keys
+    from fanout.store.ops import pack_ids
+
+    lists_of: dict[int, set[int]] = collections.defaultdict(set)  # author -> lists reposting
+    for listed, author in reposted:
+        lists_of[author].add(listed)
+    times = collections.Counter(author for _, author in reposted)
+    left = set().union(*lists_of.values())
+    authors: list[int] = []
+    while left and len(authors) < n_hidden:  # greedy: the most lists still to cover
+        best = max(lists_of, key=lambda a: (len(lists_of[a] & left), times[a], -a))
+        authors.append(best)
+        left -= lists_of[best]
+    strangers = random.Random(17).sample(range(10**9, 2 * 10**9), n_hidden - len(authors))
+    packed = pack_ids(sorted(authors + strangers))
+    pipe = store.redis.pipeline(transaction=False)
+    for n, reader in enumerate(readers):
+        pipe.set(keys.filters(generation, reader, store.shards.tag_of(reader)), packed)
+        if n % 2000 == 1999:
+            pipe.execute()
+    pipe.execute()
+    gone = [listed for listed, author in reposted if author in set(authors)]
+    return {
+        "hidden_authors": len(authors),
+        "hidden_list_reposts": f"{len(gone):,} of the lists' {len(reposted):,} reposts of "
+        f"timeline authors' posts, in {len(set(gone))} lists",
+    }
