@@ -62,7 +62,18 @@ def encode_bundle(b: Bundle) -> bytes:
             "i": b.ignored,
             "b": [[k, v.decode()] for k, v in b.bodies.items()],
             "m": [
-                [int(m.op), m.owners, m.tweets, m.horizon, m.seq, m.as_of, m.authors, m.reposts]
+                [
+                    int(m.op),
+                    m.owners,
+                    m.tweets,
+                    m.horizon,
+                    m.seq,
+                    m.as_of,
+                    m.authors,
+                    m.reposts,
+                    m.actor,
+                    m.quiet,
+                ]
                 for m in b.mutations
             ],
             "d": b.dead_letters,
@@ -80,8 +91,18 @@ def decode_bundle(raw: bytes) -> Bundle:
         ignored=obj["i"],
         bodies={k: v.encode() for k, v in obj["b"]},
         mutations=[
-            Mutation(Op(op), tuple(o), tuple(t), h, s, a, tuple(w), tuple(map(tuple, r)))
-            for op, o, t, h, s, a, w, r in obj["m"]
+            Mutation(
+                Op(m[0]),
+                tuple(m[1]),
+                tuple(m[2]),
+                m[3],
+                m[4],
+                m[5],
+                tuple(m[6]),
+                tuple(map(tuple, m[7])),
+                *m[8:],  # actor, quiet
+            )
+            for m in obj["m"]
         ],
         dead_letters=obj["d"],
         marks=obj.get("k", {}),

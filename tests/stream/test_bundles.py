@@ -18,7 +18,9 @@ def test_bundles_round_trip() -> None:
         mutations=[
             Mutation(Op.REMOVE, (1, 2), (5,), 0, 4),
             Mutation(Op.ADD, (3,), (), 7),
-            Mutation(Op.ADD, (3,), (6, 9), 6, reposts=((9, 5),)),
+            Mutation(Op.ADD, (3,), (6, 9), 6, reposts=((9, 5, 11),), actor=12),
+            Mutation(Op.PULL, (3,), (), 0, 8, authors=(12,), actor=12, quiet=True),
+            Mutation(Op.FILTER, (3,), (11, 13), 0, 9),
         ],
         dead_letters=[{"topic": "t", "partition": 0, "offset": 1, "error": "x"}],
         marks={"p.tweets/0": 12},
