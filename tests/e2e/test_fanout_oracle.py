@@ -22,12 +22,20 @@ pytestmark = pytest.mark.spark
 
 def test_random_workload_matches_the_sql_join(stack: Stack) -> None:
     """Tweets, deletes, follows and unfollows at random, past the cap, with
-    reposts (of tweets and of reposts), undone reposts, likes and unlikes;
+    reposts (of tweets and of reposts), undone reposts, likes and unlikes,
+    blocks, mutes, their undoing and follows' reposts turned off and on;
     the most followed authors are pulled at read time, some crossing the
     threshold both ways; a fifth of the users go idle half-way (their
     timelines dropped: no fan-out), and half of those come back while the
     writes go on. Every timeline and every tweet's counts equal the SQL."""
-    work = Workload(stack, random.Random(2026), prefix="w", suspensions=0.01, engagements=0.25)
+    work = Workload(
+        stack,
+        random.Random(2026),
+        prefix="w",
+        suspensions=0.01,
+        engagements=0.25,
+        relations=0.06,
+    )
     work.register(200)
     work.run(1500)
     stack.wait_for_seq(work.max_seq)
@@ -45,6 +53,7 @@ def test_random_workload_matches_the_sql_join(stack: Stack) -> None:
     assert sum(work.counts.values()) >= 2900
     assert min(work.counts[k] for k in ("tweet", "delete", "follow", "unfollow")) > 100
     assert min(work.counts[k] for k in ("repost", "unrepost", "like", "unlike")) > 30
+    assert min(work.counts.get(k, 0) for k in ("block", "mute", "unmute", "reposts_off")) > 10
     # Suspensions and reinstatements too: the view is of the visible rows.
     assert work.moderated.get("suspend", 0) > 3 and work.moderated.get("reinstate", 0) > 3
     pushed_back = push_back(stack, work)

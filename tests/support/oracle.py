@@ -70,8 +70,11 @@ PASSWORD = "pw-" + "x" * 12
 class Workload:
     """Registers users, then mixes tweets, deletes, follows and unfollows at
     random, (that share of ``engagements`` of the writes) reposts, undone
-    reposts, likes and unlikes, and (that share of ``suspensions``) a
-    moderator suspends or reinstates one of them."""
+    reposts, likes and unlikes, (that share of ``relations``) blocks,
+    unblocks, mutes, unmutes and follows' reposts turned off or on, and (that
+    share of ``suspensions``) a moderator suspends or reinstates one of them.
+    Nothing it asks is refused: it follows, reposts and likes only where no
+    block stands."""
 
     stack: Stack
     rnd: random.Random
@@ -90,6 +93,13 @@ class Workload:
     engagements: float = 0.0
     reposts: dict[int, tuple[str, int]] = field(default_factory=dict)  # id -> (user, original)
     likes: set[tuple[str, int]] = field(default_factory=set)
+    relations: float = 0.0
+    blocks: set[tuple[str, str]] = field(default_factory=set)  # (blocker, blocked)
+    mutes: set[tuple[str, str]] = field(default_factory=set)  # (muter, muted)
+    quiet: set[tuple[str, str]] = field(default_factory=set)  # follows with reposts off
+
+    def blocked(self, a: str, b: str) -> bool:
+        return (a, b) in self.blocks or (b, a) in self.blocks
 
     def call(
         self, method: str, path: str, user: str | None = None, body: dict | None = None
@@ -160,6 +170,11 @@ class Workload:
                 if kind:
                     self.counts[kind] = self.counts.get(kind, 0) + 1
                 continue
+            if self.relations and self.rnd.random() < self.relations:
+                kind = self.relate(a, b)
+                if kind:
+                    self.counts[kind] = self.counts.get(kind, 0) + 1
+                continue
             if roll < 0.45:
                 text = " ".join(
                     self.rnd.choice(["hello", "world", "é", "🐦", "starling"]) for _ in range(5)
@@ -176,6 +191,8 @@ class Workload:
                 self.likes = {(u, t) for u, t in self.likes if t != tweet_id}
                 kind = "delete"
             elif roll < 0.85 and a != b:
+                if self.blocked(a, b):
+                    continue
                 self.call("POST", f"/users/{b}/follow", a)
                 self.follows.add((a, b))
                 kind = "follow"
@@ -184,6 +201,7 @@ class Workload:
                 if pair[0] in self.suspended:
                     continue
                 self.follows.discard(pair)
+                self.quiet.discard(pair)
                 self.call("DELETE", f"/users/{pair[1]}/follow", pair[0])
                 kind = "unfollow"
             else:
@@ -201,6 +219,10 @@ class Workload:
             original = self.reposts[target][1] if target in self.reposts else target
             if original not in self.live or self.live[original] in self.suspended:
                 return None
+            if target in self.reposts and self.reposts[target][0] in self.suspended:
+                return None  # a suspended user's repost is not found
+            if self.blocked(user, self.live[original]):
+                return None
             made = self.call("POST", f"/tweets/{target}/repost", user)
             self.reposts[made["id"]] = (user, original)
             return "repost"
@@ -213,6 +235,8 @@ class Workload:
             return "unrepost"
         if roll < 0.9 and visible:
             t = self.rnd.choice(visible)
+            if self.blocked(user, self.live[t]):
+                return None
             self.call("POST", f"/tweets/{t}/like", user)
             self.likes.add((user, t))
             return "like"
@@ -224,10 +248,49 @@ class Workload:
             return "unlike"
         return None
 
+    def relate(self, a: str, b: str) -> str | None:
+        """``a`` blocks or unblocks ``b`` (a block takes the follows both ways),
+        mutes or unmutes them, or turns a followee's reposts off or on; the
+        kind of write made, None if none was."""
+        if a == b:
+            return None
+        roll = self.rnd.random()
+        if roll < 0.3:
+            if (a, b) in self.blocks:
+                self.call("DELETE", f"/users/{b}/block", a)
+                self.blocks.discard((a, b))
+                return "unblock"
+            self.call("POST", f"/users/{b}/block", a)
+            self.blocks.add((a, b))
+            for pair in ((a, b), (b, a)):
+                self.follows.discard(pair)
+                self.quiet.discard(pair)
+            return "block"
+        if roll < 0.6:
+            if (a, b) in self.mutes:
+                self.call("DELETE", f"/users/{b}/mute", a)
+                self.mutes.discard((a, b))
+                return "unmute"
+            self.call("POST", f"/users/{b}/mute", a)
+            self.mutes.add((a, b))
+            return "mute"
+        followed = sorted(p for p in self.follows if p[0] == a and p[1] not in self.suspended)
+        if not followed:
+            return None
+        pair = self.rnd.choice(followed)
+        on = pair in self.quiet
+        self.call("PATCH", f"/users/{pair[1]}/follow", a, {"reposts": on})
+        (self.quiet.discard if on else self.quiet.add)(pair)
+        return "reposts_on" if on else "reposts_off"
+
 
 def check_against_oracle(stack: Stack, usernames: list[str]) -> dict[str, int]:
     """Once the job has caught up (every write and refill applied), every
-    timeline is exactly the join's newest ``STARLING_TIMELINE_SIZE``."""
+    timeline is exactly the join's newest ``STARLING_TIMELINE_SIZE``. (A
+    reader who hides some of a pulled author's reposts reads its list without
+    them: what Redis shows may then stop short of the cap above its floor,
+    the read going on into the database; it is then exactly the join's
+    entries at or above the floor.)"""
     stack.settle()
     wanted = set(usernames)
     ids = {
@@ -256,6 +319,10 @@ def check_against_oracle(stack: Stack, usernames: list[str]) -> dict[str, int]:
         shown = found.ids
         assert len(shown) == len(set(shown)), f"{name}: duplicate entries"
         # Exact: the join's newest `cap`, whatever was trimmed, deleted or unfollowed.
+        if len(shown) < cap and len(full) > len(shown) and _screens_lists(stack, generation, uid):
+            assert found.horizon > 0, f"{name}: short"
+            full = [t for t in full if t >= found.horizon]
+            stats["screened"] = stats.get("screened", 0) + 1
         assert shown == full[:cap], f"{name}: timeline differs from the join"
         stats["timelines"] += 1
         stats["entries"] += len(shown)
@@ -268,6 +335,17 @@ def check_against_oracle(stack: Stack, usernames: list[str]) -> dict[str, int]:
             assert cached.get("text", "") == text and cached.get("repost_of") == original
     stats["counted"] = check_counts(stack)
     return stats
+
+
+def _screens_lists(stack: Stack, generation: int, uid: int) -> bool:
+    """Whether ``uid``'s reads screen the pulled lists they merge (hidden users,
+    or a pulled author followed with reposts off)."""
+    redis, tag = stack.store.redis, stack.store.shards.tag_of(uid)
+    members = redis.smembers(keys.pulls(generation, uid, tag))
+    if not members:
+        return False
+    quiet = any(m[:1] in (b"-", "-") for m in members)
+    return quiet or bool(redis.exists(keys.filters(generation, uid, tag)))
 
 
 def check_counts(stack: Stack) -> int:
@@ -309,7 +387,7 @@ def pulled_authors(stack: Stack) -> tuple[set[int], set[int]]:
     listed = {keys.id_of(k) for k in lists}
     pulled: set[int] = set()
     for key in store.redis.scan_iter(keys.pulls_prefix(generation) + "*"):
-        pulled |= {int(a) for a in store.redis.smembers(key)}
+        pulled |= {abs(int(a)) for a in store.redis.smembers(key)}  # '-a': reposts off
     return listed, pulled
 
 
