@@ -19,7 +19,7 @@ the two against each other on canonical and altered records).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -33,38 +33,68 @@ from spark.source.offsets import OffsetRange
 #: each key, decoded where it is read (``a`` = the partition and ``b`` = the
 #: seq of a relay mark). See :func:`decode_records`.
 DECODED = (
-    "kind string, a long, b long, c long, seq long, topic string, partition int, offset long, "
-    "error string"
+    "kind string, a long, b long, c long, d long, ids array<long>, seq long, topic string, "
+    "partition int, offset long, error string"
 )
+
+#: The kinds of a live follow's row: a follow, one with the followee's reposts
+#: off (the follower receives its posts only), one that mutes the followee
+#: (the join's audience leaves the follower out: docs/decisions.md D28).
+FOLLOW, QUIET, MUTED = "follow", "quiet", "muted"
+FOLLOWS = (FOLLOW, QUIET, MUTED)
+#: The kind of an owner's filter's row (its hidden users).
+FILTER = "filter"
 
 #: The relay's own form (fanout.model.events, the wire format's one home); the
 #: exact id bound (:data:`fanout.model.ids.MAX_ID`) is checked on the numbers.
 _ID = events.CANONICAL_ID
 _TIME_SHIFT = ids.SEQUENCE_BITS + ids.NODE_BITS
+_LONG = pa.int64()
+
+
+class Slow(NamedTuple):
+    """One record decoded in Python: a row of :data:`DECODED` (but for its
+    position) and a live tweet's body."""
+
+    kind: str
+    a: int | None = None
+    b: int | None = None
+    c: int | None = None
+    d: int | None = None
+    ids: list[int] | None = None
+    body: bytes | None = None
+    seq: int | None = None
+    error: str | None = None
 
 
 def _decode(
     topic: str, partition: int, key: bytes | None, value: bytes | None, headers: Any
-) -> tuple[str, Any, Any, Any, Any, int | None, str | None]:
-    """(kind, a, b, c, body, seq, error) of one record, in Python."""
+) -> Slow:
+    """One record, in Python (:func:`fanout.model.events.decode_record`)."""
     seq, jk, mark = events.header_numbers(headers)
     if mark is not None:
-        return "mark", partition, mark, None, None, seq, None
+        return Slow("mark", partition, mark, seq=seq)
     try:
         envelope = events.decode_record(topic, key, value, seq, jk)
     except events.BadEvent as exc:
-        return "bad", None, None, None, None, seq, str(exc)
+        return Slow("bad", seq=seq, error=str(exc))
     ev = envelope.event
     if isinstance(ev, events.TweetPosted):
         body = events.tweet_json(ev)
-        return "tweet", ev.author_id, ev.tweet_id, ev.repost_of or None, body, seq, None
+        if ev.repost_of:
+            original, by = ev.repost_of, ev.repost_of_author
+            return Slow("tweet", ev.author_id, ev.tweet_id, original, by, body=body, seq=seq)
+        return Slow("tweet", ev.author_id, ev.tweet_id, body=body, seq=seq)
     if isinstance(ev, events.Followed):
-        return "follow", ev.followee_id, ev.follower_id, None, None, seq, None
+        kind = MUTED if ev.muted else FOLLOW if ev.reposts else QUIET
+        return Slow(kind, ev.followee_id, ev.follower_id, seq=seq)
+    if isinstance(ev, events.FiltersSet):
+        return Slow(FILTER, ev.owner_id, ids=list(ev.hidden), seq=seq)
     if isinstance(ev, events.Engaged):
-        return ev.kind, ev.tweet_id, ev.user_id, None, None, seq, None
+        return Slow(ev.kind, ev.tweet_id, ev.user_id, seq=seq)
     if isinstance(ev, events.TimelineReset):
-        return "command", None, None, None, None, seq, None
-    return "gone", None, None, None, None, seq, None
+        return Slow("command", seq=seq)
+    return Slow("gone", seq=seq)
 
 
 def _text(raw: list[Any]) -> pa.Array | None:
@@ -98,7 +128,7 @@ class _Canonical:
 
     def __init__(self, n: int) -> None:
         none = pa.nulls(n, pa.int64())
-        self.live = self.gone = pa.array([False] * n)
+        self.live = self.gone = pa.array([False] * n, pa.bool_())
         self.a = self.b = self.seq = none
         self.tweets: tuple[pa.Array, pa.Array] | None = None  # (ids, bodies) of live tweets
 
@@ -178,13 +208,16 @@ def decode_records(
     topics: TopicNames,
 ) -> tuple[pa.RecordBatch, list[tuple[int, bytes]]]:
     """Records of ``part`` decoded: rows of :data:`DECODED`, and the tweets'
-    (id, body). A row is a ``tweet`` (a=author, b=tweet id, c=the original
-    of a repost), a ``follow`` (a=followee, b=follower), a ``like`` or a
-    ``repost`` engagement (a=tweet, b=user), ``gone`` (a tombstone), a
+    (id, body). A row is a ``tweet`` (a=author, b=tweet id; a repost's
+    c=its original, d=the original's author, 0 in records written before it
+    was carried), a live follow (a=followee, b=follower): a ``follow``, a
+    ``quiet`` one (the followee's reposts off) or a ``muted`` one, a
+    ``filter`` (a=the owner, ids=its hidden users, ascending), a ``like`` or
+    a ``repost`` engagement (a=tweet, b=user), ``gone`` (a tombstone), a
     ``mark`` (a=partition, b=the mark's seq), a ``command`` (a timeline
     reset, which a rebuild has no use for) or ``bad`` (with the error).
-    Reposts and engagements take the Python path (:func:`_recognise` knows
-    posts and follows).
+    Reposts, flagged follows, filters and engagements take the Python path
+    (:func:`_recognise` knows posts and plain follows).
 
     Decoding where the records are read, from the consumer's own Python
     objects, spares the rebuild a round trip of every record through Spark
@@ -195,10 +228,11 @@ def decode_records(
         topic = part.topic  # decoding names it: "unknown topic"
     n = len(offsets)
     fast = _recognise(topic, keys, values, headers)
-    kind_name = "tweet" if topic == events.TWEETS else "follow"
+    kind_name = "tweet" if topic == events.TWEETS else FOLLOW
     kind = pc.if_else(fast.live, kind_name, pc.if_else(fast.gone, "gone", None))
     a, b, seq = fast.a, fast.b, fast.seq
-    c = pa.nulls(n, pa.int64())
+    c = d = pa.nulls(n, pa.int64())
+    ids = pa.nulls(n, pa.list_(pa.int64()))
     error = pa.nulls(n, pa.string())
     bodies: list[tuple[int, bytes]] = []
     if fast.tweets is not None:
@@ -207,19 +241,30 @@ def decode_records(
     rest = pc.indices_nonzero(others).to_pylist()
     if rest:
         slow = [_decode(topic, part.partition, keys[i], values[i], headers[i]) for i in rest]
-        kinds, slow_a, slow_b, slow_c, slow_bodies, seqs, errors = zip(*slow, strict=True)
-        kind = pc.replace_with_mask(kind, others, pa.array(kinds, pa.string()))
-        a = pc.replace_with_mask(a, others, pa.array(slow_a, pa.int64()))
-        b = pc.replace_with_mask(b, others, pa.array(slow_b, pa.int64()))
-        c = pc.replace_with_mask(c, others, pa.array(slow_c, pa.int64()))
-        seq = pc.replace_with_mask(seq, others, pa.array(seqs, pa.int64()))
-        error = pc.replace_with_mask(error, others, pa.array(errors, pa.string()))
-        bodies += [(i, body) for i, body in zip(slow_b, slow_bodies, strict=True) if body]
+
+        def column(name: str, kind: pa.DataType = _LONG) -> pa.Array:
+            return pa.array([getattr(r, name) for r in slow], kind)
+
+        kind = pc.replace_with_mask(kind, others, column("kind", pa.string()))
+        a = pc.replace_with_mask(a, others, column("a"))
+        b = pc.replace_with_mask(b, others, column("b"))
+        c = pc.replace_with_mask(c, others, column("c"))
+        d = pc.replace_with_mask(d, others, column("d"))
+        seq = pc.replace_with_mask(seq, others, column("seq"))
+        error = pc.replace_with_mask(error, others, column("error", pa.string()))
+        if any(r.ids is not None for r in slow):  # filters: only ever on the Python path
+            hidden: list[list[int] | None] = [None] * n
+            for i, r in zip(rest, slow, strict=True):
+                hidden[i] = r.ids
+            ids = pa.array(hidden, pa.list_(pa.int64()))
+        bodies += [(r.b, r.body) for r in slow if r.body and r.b is not None]
     columns = {
         "kind": kind,
         "a": a,
         "b": b,
         "c": c,
+        "d": d,
+        "ids": ids,
         "seq": seq,
         "topic": pa.array([part.topic] * n, pa.string()),
         "partition": pa.array([part.partition] * n, pa.int32()),

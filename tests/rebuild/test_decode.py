@@ -80,9 +80,48 @@ def test_follows_and_unfollows_name_the_followee_first() -> None:
         [
             record(events.Followed(follower_id=4, followee_id=9), 1),
             record(events.Unfollowed(follower_id=4, followee_id=9), 2),
+            record(events.Followed(5, 9, reposts=False), 3),
+            record(events.Followed(6, 9, muted=True), 4),
+            record(events.Followed(7, 9, muted=True, reposts=False), 5),  # muted: out
         ],
     )
-    assert [(r["kind"], r["a"], r["b"]) for r in rows] == [("follow", 9, 4), ("gone", None, None)]
+    assert [(r["kind"], r["a"], r["b"]) for r in rows] == [
+        ("follow", 9, 4),
+        ("gone", None, None),
+        ("quiet", 9, 5),
+        ("muted", 9, 6),
+        ("muted", 9, 7),
+    ]
+
+
+def test_a_reposts_original_author_and_an_owners_hidden_users_are_decoded() -> None:
+    rows, bodies = decode_all(
+        "p.tweets",
+        [
+            record(events.TweetPosted(80, 3, "ann", "", 77, 5), 1),
+            record(events.TweetPosted(81, 3, "ann", "", 77), 2),  # an older record: no author
+            record(events.TweetPosted(82, 3, "ann", "hi"), 3),
+        ],
+    )
+    assert [(r["kind"], r["a"], r["b"], r["c"], r["d"]) for r in rows] == [
+        ("tweet", 3, 80, 77, 5),
+        ("tweet", 3, 81, 77, 0),
+        ("tweet", 3, 82, None, None),
+    ]
+    assert [i for i, _ in bodies] == [82, 80, 81]
+    rows = decode(
+        "p.filters",
+        [
+            record(events.FiltersSet(4, (2, 9)), 1),
+            record(events.FiltersSet(5, ()), 2),
+            (b"6", None, events.headers(3, 6)),  # a filters record always has a value
+        ],
+    )
+    assert [(r["kind"], r["a"], r["ids"]) for r in rows] == [
+        ("filter", 4, [2, 9]),
+        ("filter", 5, []),
+        ("bad", None, None),
+    ]
 
 
 def test_bad_records_are_rows_naming_the_problem_not_failures() -> None:
@@ -175,17 +214,18 @@ def one_by_one(topic: str, records: list[tuple]) -> tuple[list[tuple], list[tupl
     """What decode_records must give: each record through events.decode_record."""
     rows, bodies = [], []
     for key, value, headers in records:
-        kind, a, b, c, body, seq, error = _decode(topic, 1, key, value, headers)
-        rows.append((kind, a, b, c, seq, error))
-        if body is not None:
-            bodies.append((b, body))
+        r = _decode(topic, 1, key, value, headers)
+        rows.append((r.kind, r.a, r.b, r.c, r.d, r.ids, r.seq, r.error))
+        if r.body is not None:
+            bodies.append((r.b, r.body))
     return rows, bodies
 
 
 def assert_same_as_one_by_one(topic: str, records: list[tuple]) -> None:
     got, bodies = decode_all(f"p.{topic}", records)
     want_rows, want_bodies = one_by_one(topic, records)
-    assert [(r["kind"], r["a"], r["b"], r["c"], r["seq"], r["error"]) for r in got] == want_rows
+    names = ("kind", "a", "b", "c", "d", "ids", "seq", "error")
+    assert [tuple(r[k] for k in names) for r in got] == want_rows
     assert sorted(bodies) == sorted(want_bodies)
 
 
@@ -196,21 +236,38 @@ id_ = st.integers(1, ids.MAX_ID)
 
 
 @st.composite
-def tweet_records(draw: st.DrawFn) -> tuple:
+def tweet_records(draw: st.DrawFn, reposts: bool = False) -> tuple:
     tweet_id, author_id, seq = draw(id_), draw(id_), draw(st.integers(0, 2**40))
-    if draw(st.booleans()):
-        event: events.Event = events.TweetPosted(tweet_id, author_id, draw(texts), draw(texts))
+    if reposts and tweet_id > 1 and draw(st.booleans()):
+        # A repost: its original's author when the record carries it, else 0.
+        original = draw(st.integers(1, tweet_id - 1))
+        by = draw(st.sampled_from([0, author_id]) | id_)
+        event: events.Event = events.TweetPosted(tweet_id, author_id, draw(texts), "", original, by)
+    elif draw(st.booleans()):
+        event = events.TweetPosted(tweet_id, author_id, draw(texts), draw(texts))
     else:
         event = events.TweetDeleted(tweet_id, author_id)
     return record(event, seq)
 
 
 @st.composite
-def follow_records(draw: st.DrawFn) -> tuple:
+def follow_records(draw: st.DrawFn, flags: bool = False) -> tuple:
     follower, followee, seq = draw(id_), draw(id_), draw(st.integers(0, 2**40))
     live = draw(st.booleans())
-    event = events.Followed(follower, followee) if live else events.Unfollowed(follower, followee)
+    muted, reposts = (draw(st.booleans()), draw(st.booleans())) if flags else (False, True)
+    event = (
+        events.Followed(follower, followee, muted, reposts)
+        if live
+        else events.Unfollowed(follower, followee)
+    )
     return record(event, seq)
+
+
+@st.composite
+def filter_records(draw: st.DrawFn) -> tuple:
+    owner, seq = draw(id_), draw(st.integers(0, 2**40))
+    hidden = draw(st.lists(id_, max_size=5))
+    return record(events.FiltersSet(owner, tuple(sorted(set(hidden)))), seq)
 
 
 #: Ways a record can differ from what the relay writes.
@@ -258,9 +315,34 @@ def test_tweets_decode_as_one_by_one(records: list[tuple]) -> None:
 
 
 @settings(max_examples=150, deadline=None)
+@given(st.lists(tweet_records(reposts=True) | altered(tweet_records(reposts=True)), max_size=30))
+def test_reposts_decode_as_one_by_one(records: list[tuple]) -> None:
+    assert_same_as_one_by_one("tweets", records)
+
+
+@settings(max_examples=150, deadline=None)
 @given(st.lists(follow_records() | altered(follow_records()), max_size=30))
 def test_follows_decode_as_one_by_one(records: list[tuple]) -> None:
     assert_same_as_one_by_one("follows", records)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(follow_records(flags=True) | altered(follow_records(flags=True)), max_size=30))
+def test_muted_and_quiet_follows_decode_as_one_by_one(records: list[tuple]) -> None:
+    assert_same_as_one_by_one("follows", records)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(
+        filter_records()
+        | altered(filter_records())
+        | st.builds(mark, st.integers(0, 3), st.integers(0, 99)),
+        max_size=20,
+    )
+)
+def test_filters_decode_as_one_by_one(records: list[tuple]) -> None:
+    assert_same_as_one_by_one("filters", records)
 
 
 def test_unknown_topics_and_timeline_resets_decode_as_one_by_one() -> None:
@@ -284,3 +366,19 @@ def test_what_the_relay_writes_takes_the_fast_path(
         ]
         escaped = [v is not None and b"\\" in v for v in values]
         assert recognised == [not e for e in escaped]
+
+
+def test_flagged_follows_and_filters_take_the_python_path() -> None:
+    """A follow that mutes or turns reposts off is not in the canonical form
+    (its record names the flag), nor is a filter: events.decode_record
+    decodes them, the rules' one home."""
+    for topic, event in (
+        (events.FOLLOWS, events.Followed(4, 9, muted=True)),
+        (events.FOLLOWS, events.Followed(4, 9, reposts=False)),
+        (events.FILTERS, events.FiltersSet(4, (9,))),
+    ):
+        key, value, headers = record(event, 3)
+        fast = _recognise(topic, [key], [value], [headers])
+        assert fast.live.to_pylist() == [False] and fast.gone.to_pylist() == [False]
+    key, value, headers = record(events.Followed(4, 9), 3)
+    assert _recognise(events.FOLLOWS, [key], [value], [headers]).live.to_pylist() == [True]
