@@ -46,6 +46,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from load_tests.harness import ratio
 from load_tests.read_seed import fill
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -393,6 +394,35 @@ def against_raw_script(
 LABELS = {"single": "single list", "merged": "merged: timeline + 20 lists"}
 #: With --hidden, this share of the pulled lists' entries are reposts (performance.md's).
 LIST_REPOSTS = 0.33
+
+
+def add_kind(
+    report: Any,
+    raw: dict[str, float],
+    peak: dict[str, float],
+    half: dict[str, float],
+    prefix: str,
+) -> None:
+    """One kind of reader's rows: raw script calls, the endpoint at full load,
+    their ratio, and the endpoint at half load."""
+    report.add(
+        "  raw script calls/s (redis-benchmark)",
+        round(raw["rps"]),
+        f"p50 {raw['p50']:.2f} ms, p99 {raw['p99']:.2f} ms",
+        key=f"{prefix}raw_rps",
+    )
+    report.add(
+        "  endpoint requests/s at full load (wrk)",
+        round(peak["rps"]),
+        f"p50 {peak['p50']:.2f} ms, p99 {peak['p99']:.2f} ms",
+        key=f"{prefix}http_rps",
+    )
+    report.add(
+        "  ratio endpoint / raw script",
+        round(ratio(peak["rps"], raw["rps"]), 2),
+        key=f"{prefix}ratio",
+    )
+    add_half_load(report, half, peak, prefix)
 
 
 def add_half_load(report: Any, half: dict[str, float], peak: dict[str, float], prefix: str) -> None:

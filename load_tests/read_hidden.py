@@ -17,7 +17,7 @@ import time
 from typing import Any
 
 from load_tests import charts
-from load_tests.bench_read import LABELS, add_half_load, count_errors, half_load_panel
+from load_tests.bench_read import LABELS, add_kind, count_errors, half_load_panel
 from load_tests.harness import Report, ratio
 from load_tests.read_report import NAMES, Run
 from load_tests.read_seed import hide
@@ -105,24 +105,7 @@ def report_hidden(
             flat[f"{LABELS[kind]}{suffix}"], flat[f"{short}{suffix}"] = plain, hid
             raw, peak, half = hid["raw"], hid["peak"], hid["half"]
             report.add(f"{label}{suffix}:", "")
-            report.add(
-                "  raw script calls/s (redis-benchmark)",
-                round(raw["rps"]),
-                f"p50 {raw['p50']:.2f} ms, p99 {raw['p99']:.2f} ms",
-                key=f"{prefix}raw_rps",
-            )
-            report.add(
-                "  endpoint requests/s at full load (wrk)",
-                round(peak["rps"]),
-                f"p50 {peak['p50']:.2f} ms, p99 {peak['p99']:.2f} ms",
-                key=f"{prefix}http_rps",
-            )
-            report.add(
-                "  ratio endpoint / raw script",
-                round(ratio(peak["rps"], raw["rps"]), 2),
-                key=f"{prefix}ratio",
-            )
-            add_half_load(report, half, peak, prefix)
+            add_kind(report, raw, peak, half, prefix)
             p99 = ratio(half["p99"], plain["half"]["p99"])
             report.add(
                 "  p99 at half load, hidden ÷ plain",

@@ -10,7 +10,7 @@ import statistics
 from typing import Any
 
 from load_tests import charts
-from load_tests.bench_read import LABELS, add_half_load, count_errors, half_load_panel
+from load_tests.bench_read import LABELS, add_kind, count_errors, half_load_panel
 from load_tests.harness import Report, ratio
 
 Run = dict[str, dict[str, float]]
@@ -42,24 +42,7 @@ def report_reads(
                 "" if kind == "single" else "merged_"
             )
             report.add(f"{LABELS[kind]}{f' ({NAMES[name]})' if both else ''}:", "")
-            report.add(
-                "  raw script calls/s (redis-benchmark)",
-                round(raw["rps"]),
-                f"p50 {raw['p50']:.2f} ms, p99 {raw['p99']:.2f} ms",
-                key=f"{prefix}raw_rps",
-            )
-            report.add(
-                "  endpoint requests/s at full load (wrk)",
-                round(peak["rps"]),
-                f"p50 {peak['p50']:.2f} ms, p99 {peak['p99']:.2f} ms",
-                key=f"{prefix}http_rps",
-            )
-            report.add(
-                "  ratio endpoint / raw script",
-                round(ratio(peak["rps"], raw["rps"]), 2),
-                key=f"{prefix}ratio",
-            )
-            add_half_load(report, half, peak, prefix)
+            add_kind(report, raw, peak, half, prefix)
     posts = results["posts"]
     p99_ratio = ratio(posts["merged"]["half"]["p99"], posts["single"]["half"]["p99"])
     report.add("p99 at half load, merged / single list", round(p99_ratio, 2), key="p99_ratio")

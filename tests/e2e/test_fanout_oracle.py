@@ -50,10 +50,13 @@ def test_random_workload_matches_the_sql_join(stack: Stack) -> None:
                 read_while_dropped(stack, name, work.users[name])
 
     work.run(1500, on_write=reads)
-    assert sum(work.counts.values()) >= 2900
+    assert sum(work.counts.values()) >= 2800
     assert min(work.counts[k] for k in ("tweet", "delete", "follow", "unfollow")) > 100
     assert min(work.counts[k] for k in ("repost", "unrepost", "like", "unlike")) > 30
-    assert min(work.counts.get(k, 0) for k in ("block", "mute", "unmute", "reposts_off")) > 10
+    assert (
+        min(work.counts.get(k, 0) for k in ("block", "unblock", "mute", "unmute", "reposts_off"))
+        > 5
+    )
     # Suspensions and reinstatements too: the view is of the visible rows.
     assert work.moderated.get("suspend", 0) > 3 and work.moderated.get("reinstate", 0) > 3
     pushed_back = push_back(stack, work)
