@@ -342,6 +342,7 @@ def join_events(
                 out.append(
                     Mutation(Op.REMOVE, (follower,), gone, 0, seq, reposts=pairs, actor=author_id)
                 )
+                return  # its posts are there (merging them again could raise the horizon)
             merged, horizon, pairs = run(posts_only=True)
         else:
             # Also for a known follower (a relay re-send): merging again is harmless.
