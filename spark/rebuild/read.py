@@ -12,10 +12,13 @@ turn, keeps the newest record of each key (a tombstone removes the row, as
 compaction would), decodes those (:func:`spark.rebuild.decode.decode_records`),
 and puts the live tweets' bodies in the tweet cache. It then yields rows of
 :data:`READ`: every author's state (the rule is
-:func:`fanout.model.join.rebuilt_author_state`) and the edges the timelines are
-made from, plus a handful of rows the driver reads for its figures: counts,
-relay marks, bad records. Rows for every live tweet and follow would cost
-the JVM more than their join does here.
+:func:`fanout.model.join.rebuilt_author_state`: a follow that mutes the author
+is no follower, one with reposts off a *quiet* follower) and the edges the
+timelines are made from (a quiet follower's marked), the owners' filters
+(their hidden users: the ``filters`` changelog is partitioned by owner too),
+plus a handful of rows the driver reads for its figures: counts, relay
+marks, bad records. Rows for every live tweet and follow would cost the JVM
+more than their join does here.
 
 The join is only right if the records are where the relay puts them, and
 the task checks it: every live record's join key is hashed
@@ -43,7 +46,7 @@ from fanout.model.engagements import Engagements
 from fanout.model.join import newest_entries, rebuilt_author_state
 from fanout.model.partitioning import partitions_of
 from fanout.store.timelines import store_for
-from spark.rebuild.decode import decode_records
+from spark.rebuild.decode import FILTER, FOLLOWS, MUTED, QUIET, decode_records
 from spark.runtime import arrow
 from spark.runtime.worker_heap import collector_paused
 from spark.source.datasource import KafkaBatchReader, KafkaChangelogSource, SourceOptions
@@ -71,10 +74,15 @@ class Row(enum.IntEnum):
     #: An author's join state: ``a`` the author, ``blob`` the fanout job's
     #: state, ``kept`` the newest entries a follow of the author merges (or its
     #: list holds, if ``pulled``), ``origins`` their originals (a post's is
-    #: itself), ``horizon`` theirs.
+    #: itself), ``by`` their originals' authors (0 for a post, and where a
+    #: record did not carry it), ``horizon`` theirs; ``posts`` and
+    #: ``posts_horizon``: the newest posts a quiet follower's follow merges,
+    #: for a pushed author with reposts and quiet followers (else null: the
+    #: same as ``kept``, or unused).
     STATE = 0
     #: A timeline's input: ``a`` the owner, ``b`` an author they follow, or
-    #: themselves if they tweeted.
+    #: themselves if they tweeted; ``quiet``: the owner follows the author
+    #: with reposts off.
     EDGE = 1
     #: A relay mark: ``name`` the topic, ``a`` the partition, ``b`` its seq.
     MARK = 2
@@ -91,12 +99,16 @@ class Row(enum.IntEnum):
     #: A tweet's likes and reposts: ``a`` the tweet, ``blob`` the fanout
     #: job's state of them (fanout.model.engagements).
     ENGAGEMENTS = 6
+    #: An owner's filter: ``a`` the owner, ``hidden`` the users whose reposts
+    #: its timeline leaves out (ascending; an empty filter has no row).
+    FILTER = 7
 
 
 #: The read's rows (``starling-changelog-newest``), by :class:`Row`.
 READ = (
     "kind tinyint, a long, b long, blob binary, kept array<long>, origins array<long>, "
-    "horizon long, pulled boolean, name string, partition int, offset long, seq long, "
+    "by array<long>, horizon long, posts array<long>, posts_horizon long, pulled boolean, "
+    "quiet boolean, hidden array<long>, name string, partition int, offset long, seq long, "
     "error string"
 )
 
@@ -152,22 +164,39 @@ def co_partitions(start: Offsets, end: Offsets) -> list[CoPartition]:
 
 @dataclass
 class _Pairs:
-    """Live records of one kind: (join key, other id, offset) columns."""
+    """Live records of one kind: (join key, other id, offset) columns, and a
+    number of each (``extra``: 0 unless given)."""
 
     keys: list[np.ndarray] = field(default_factory=list)
     others: list[np.ndarray] = field(default_factory=list)
     offsets: list[np.ndarray] = field(default_factory=list)
+    extras: list[np.ndarray] = field(default_factory=list)
 
-    def add(self, batch: pa.RecordBatch, live: pa.Array, key: str = "a", other: str = "b") -> None:
+    def add(
+        self,
+        batch: pa.RecordBatch,
+        live: pa.Array,
+        key: str = "a",
+        other: str = "b",
+        extra: pa.Array | None = None,
+    ) -> None:
         self.keys.append(pc.filter(batch.column(key), live).to_numpy())
         self.others.append(pc.filter(batch.column(other), live).to_numpy())
         self.offsets.append(pc.filter(batch.column("offset"), live).to_numpy())
+        if extra is None:
+            self.extras.append(np.zeros(len(self.keys[-1]), dtype=np.int64))
+        else:
+            self.extras.append(pc.filter(extra, live).cast(pa.int64()).fill_null(0).to_numpy())
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        def whole(parts: list[np.ndarray]) -> np.ndarray:
-            return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
+        return _whole(self.keys), _whole(self.others), _whole(self.offsets)
 
-        return whole(self.keys), whole(self.others), whole(self.offsets)
+    def extra(self) -> np.ndarray:
+        return _whole(self.extras)
+
+
+def _whole(parts: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
 
 
 _NONE = np.empty(0, dtype=np.int64)
@@ -198,8 +227,14 @@ class PartitionJoin:
     slack: int
     pull_threshold: int
     tweets: _Pairs = field(default_factory=_Pairs)  # (author, tweet id)
-    follows: _Pairs = field(default_factory=_Pairs)  # (followee, follower)
-    reposts: _Pairs = field(default_factory=_Pairs)  # (original, repost id) of the tweets
+    #: (followee, follower, 1 if quiet) of the follows that make followers and
+    #: edges: every follow but those that mute the followee (a self edge is one).
+    follows: _Pairs = field(default_factory=_Pairs)
+    muted: _Pairs = field(default_factory=_Pairs)  # (followee, follower) of the muting follows
+    #: (original, repost id, the original's author) of the tweets.
+    reposts: _Pairs = field(default_factory=_Pairs)
+    filters: _Pairs = field(default_factory=_Pairs)  # (owner, owner) of the filters
+    hidden: dict[int, list[int]] = field(default_factory=dict)  # owner -> hidden users
     likers: _Pairs = field(default_factory=_Pairs)  # (tweet, user) of the engagements
     reposters: _Pairs = field(default_factory=_Pairs)  # (tweet, user) of the engagements
     tally: Counter[str] = field(default_factory=Counter)
@@ -218,8 +253,26 @@ class PartitionJoin:
         self.seq = max(self.seq, pc.max(batch.column("seq")).as_py() or 0)
         tweets = pc.equal(kind, "tweet").fill_null(False)
         self.tweets.add(batch, tweets)
-        self.reposts.add(batch, pc.and_(tweets, batch.column("c").is_valid()), key="c", other="b")
-        self.follows.add(batch, pc.equal(kind, "follow").fill_null(False))
+        self.reposts.add(
+            batch,
+            pc.and_(tweets, batch.column("c").is_valid()),
+            key="c",
+            other="b",
+            extra=batch.column("d"),
+        )
+        # A follow of oneself is the self edge, whatever its flags (fanout.model.join).
+        own = pc.equal(batch.column("a"), batch.column("b")).fill_null(False)
+        muted = pc.equal(kind, MUTED).fill_null(False)
+        follows = pc.is_in(kind, pa.array(FOLLOWS)).fill_null(False)
+        quiet = pc.and_(pc.equal(kind, QUIET).fill_null(False), pc.invert(own))
+        self.follows.add(batch, pc.and_(follows, pc.or_(pc.invert(muted), own)), extra=quiet)
+        self.muted.add(batch, pc.and_(muted, pc.invert(own)))
+        filters = pc.equal(kind, FILTER).fill_null(False)
+        self.filters.add(batch, filters, other="a")
+        if pc.any(filters).as_py():
+            for row in batch.filter(filters).select(["a", "ids"]).to_pylist():
+                if row["ids"]:
+                    self.hidden[row["a"]] = row["ids"]
         self.likers.add(batch, pc.equal(kind, events.LIKE).fill_null(False))
         self.reposters.add(batch, pc.equal(kind, events.REPOST).fill_null(False))
         for row in batch.filter(pc.is_in(kind, pa.array(["mark", "bad"]))).to_pylist():
@@ -234,34 +287,70 @@ class PartitionJoin:
     def rows(self, topics: TopicNames) -> Iterator[pa.RecordBatch]:
         authors, tweet_ids, tweet_offsets = self.tweets.arrays()
         followees, followers, follow_offsets = self.follows.arrays()
+        quiet = self.follows.extra().astype(bool)
         originals, reposts, _ = self.reposts.arrays()
-        self.tweets = self.follows = self.reposts = _Pairs()  # the task's memory: one copy
+        original_authors = self.reposts.extra()
+        muting, _, muted_offsets = self.muted.arrays()
+        owners_filtered, _, filter_offsets = self.filters.arrays()
+        self.tweets = self.follows = self.reposts = self.muted = _Pairs()  # one copy
         tweeted, tweets = _groups(authors, tweet_ids)
-        followed_authors, audiences = _groups(followees, followers)
+        _, audiences = _groups(followees, followers)
+        _, quiet_followers = _groups(followees[quiet], followers[quiet])
         yield from self._misplaced(topics.tweets, authors, tweet_offsets, tweeted)
-        yield from self._misplaced(topics.follows, followees, follow_offsets, followed_authors)
+        every_followee = np.concatenate((followees, muting))
+        yield from self._misplaced(
+            topics.follows,
+            every_followee,
+            np.concatenate((follow_offsets, muted_offsets)),
+            np.unique(every_followee),
+        )
+        yield from self._misplaced(
+            topics.filters, owners_filtered, filter_offsets, np.unique(owners_filtered)
+        )
         yield from self._engagements(topics)
+        repost_ids = reposts.tolist()
         yield from self._states(
-            tweets, audiences, dict(zip(reposts.tolist(), originals.tolist(), strict=True))
+            tweets,
+            audiences,
+            quiet_followers,
+            dict(zip(repost_ids, originals.tolist(), strict=True)),
+            dict(zip(repost_ids, original_authors.tolist(), strict=True)),
         )
         # Each author who tweeted has their own tweets in their timeline.
         owners, followed = (
             np.concatenate((followers, tweeted)),
             np.concatenate((followees, tweeted)),
         )
+        marked = np.concatenate((quiet, np.zeros(len(tweeted), dtype=bool)))
         for at in range(0, len(owners), OUT_CHUNK):
             yield _batch(
                 {
                     "kind": np.full(min(OUT_CHUNK, len(owners) - at), Row.EDGE, np.int8),
                     "a": owners[at : at + OUT_CHUNK],
                     "b": followed[at : at + OUT_CHUNK],
+                    "quiet": marked[at : at + OUT_CHUNK],
                 }
             )
         self.tally["edges"] = len(owners)
+        yield from self._filters()
         if self.other:
             yield _rows(self.other)
         tallies = [{"kind": Row.TALLY, "name": k, "a": n} for k, n in self.tally.items()]
         yield _rows([*tallies, {"kind": Row.TALLY, "name": "seq", "a": self.seq}])
+
+    def _filters(self) -> Iterator[pa.RecordBatch]:
+        """The owners' non-empty filters (rows of ``FILTER``)."""
+        owners = sorted(self.hidden)
+        for at in range(0, len(owners), OUT_CHUNK):
+            some = owners[at : at + OUT_CHUNK]
+            yield _batch(
+                {
+                    "kind": np.full(len(some), Row.FILTER, np.int8),
+                    "a": some,
+                    "hidden": [self.hidden[o] for o in some],
+                }
+            )
+        self.hidden = {}
 
     def _misplaced(
         self, topic: str, keys: np.ndarray, offsets: np.ndarray, distinct: np.ndarray
@@ -319,34 +408,48 @@ class PartitionJoin:
         self,
         tweets: Mapping[int, np.ndarray],
         followers: Mapping[int, np.ndarray],
+        quiet: Mapping[int, np.ndarray],
         originals: Mapping[int, int],
+        original_authors: Mapping[int, int],
     ) -> Iterator[pa.RecordBatch]:
         """Every author's state (one with tweets or followers), in batches;
-        ``originals``: each repost's original."""
-        out: dict[str, list[Any]] = {
-            k: [] for k in ("a", "blob", "kept", "origins", "horizon", "pulled")
-        }
+        ``quiet``: the followers with reposts off; ``originals`` and
+        ``original_authors``: each repost's original and its author."""
+        keep = self.cap + self.slack
+        names = ("a", "blob", "kept", "origins", "by", "horizon", "posts", "posts_horizon")
+        out: dict[str, list[Any]] = {k: [] for k in (*names, "pulled")}
         for author in sorted(tweets.keys() | followers.keys()):
             entries = tweets[author].tolist() if author in tweets else []
+            reposted = [e for e in entries if e in originals] if originals else []
             state = rebuilt_author_state(
                 author,
                 followers[author].tolist() if author in followers else (),
                 entries,
                 pull_threshold=self.pull_threshold,
-                originals={e: originals[e] for e in entries if e in originals}
-                if originals
-                else None,
+                originals={e: originals[e] for e in reposted} or None,
+                original_authors={e: original_authors[e] for e in reposted} or None,
+                quiet=quiet[author].tolist() if author in quiet else (),
             )
-            # What a follow merges:
-            kept, horizon, _ = newest_entries(state.tweets, state.originals, self.cap + self.slack)
+            # What a follow merges, and of a quiet follower the newest posts:
+            kept, horizon, triples = newest_entries(
+                state.tweets, state.originals, keep, state.original_authors
+            )
+            posts, posts_horizon = None, None
+            if state.originals and state.quiet and not state.pulled:
+                posts_only = [t for t in state.tweets if t not in state.originals]
+                posts, posts_horizon, _ = newest_entries(posts_only, {}, keep)
+            by = {e: b for e, _, b in triples}
             out["a"].append(author)
             out["blob"].append(state.encode())
             out["kept"].append(kept)
             out["origins"].append([state.originals.get(e, e) for e in kept])
+            out["by"].append([by.get(e, 0) for e in kept])
             out["horizon"].append(horizon)
+            out["posts"].append(posts)
+            out["posts_horizon"].append(posts_horizon)
             out["pulled"].append(state.pulled)
             self.tally["authors"] += 1
-            self.tally["kept"] += len(kept)
+            self.tally["kept"] += len(kept) + len(posts or ())
             if len(out["a"]) == OUT_CHUNK:
                 yield _batch({"kind": np.full(OUT_CHUNK, Row.STATE, np.int8), **out})
                 out = {k: [] for k in out}

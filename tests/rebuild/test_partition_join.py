@@ -178,3 +178,101 @@ def test_reposts_keep_their_originals_and_engagements_become_states_and_counts()
     assert Engagements.decode(counted["blob"]).counts == (2, 2)
     assert join.counts == {liked: (2, 2)}
     assert not [r for r in rows if r["kind"] == Row.MISPLACED]
+
+
+def test_muted_and_quiet_follows_filters_and_the_originals_authors() -> None:
+    """A follow that mutes the author is no follower and no edge (but a self
+    edge stays one); one with reposts off is a quiet follower, its edge
+    marked, and the author's state row carries the newest posts it merges;
+    the kept entries carry their originals' authors; each non-empty filter
+    is a row of its own."""
+    ann, bob, cy, dee, eve = in_partition(0, 5)
+    join = PartitionJoin(0, PARTITIONS, cap=2, slack=1, pull_threshold=0)
+    tweets = [events.TweetPosted(1000 + i, ann, "ann", f"t{i}") for i in range(5)]
+    tweets += [events.TweetPosted(1010, ann, "ann", "", 900, eve)]
+    tweets += [events.TweetPosted(1011, ann, "ann", "", 950, dee)]
+    tweets += [events.TweetPosted(1012, bob, "bob", "", 1001)]  # an older record: no author
+    join.add(decoded("p.tweets", tweets))
+    follows = [
+        events.Followed(bob, ann, reposts=False),
+        events.Followed(cy, ann, muted=True),
+        events.Followed(dee, ann),
+        events.Followed(ann, ann, muted=True, reposts=False),  # the self edge all the same
+        events.Followed(eve, ann, muted=True, reposts=False),
+        events.Followed(ann, bob, muted=True),
+    ]
+    join.add(decoded("p.follows", follows, first_offset=10))
+    filters = [
+        events.FiltersSet(bob, (eve,)),
+        events.FiltersSet(cy, ()),
+        events.FiltersSet(dee, (3, 7)),
+    ]
+    join.add(decoded("p.filters", filters, first_offset=20))
+    rows = rows_of(join)
+
+    states = {r["a"]: r for r in rows if r["kind"] == Row.STATE}
+    expected = rebuilt_author_state(
+        ann,
+        [bob, dee, ann],
+        [*range(1000, 1005), 1010, 1011],
+        originals={1010: 900, 1011: 950},
+        original_authors={1010: eve, 1011: dee},
+        quiet=[bob],
+    )
+    row = states[ann]
+    assert AuthorState.decode(row["blob"]) == expected
+    assert AuthorState.decode(row["blob"]).quiet == {bob}
+    assert (row["kept"], row["origins"], row["by"], row["horizon"]) == (
+        [1004, 1010, 1011],
+        [1004, 900, 950],
+        [0, eve, dee],
+        1004,
+    )
+    assert (row["posts"], row["posts_horizon"]) == ([1002, 1003, 1004], 1002)
+    # bob has reposts but no quiet follower (nor any follower): no posts run.
+    assert states[bob]["by"] == [0] and states[bob]["posts"] is None
+    assert AuthorState.decode(states[bob]["blob"]).followers == set()
+
+    edges = sorted((r["a"], r["b"], r["quiet"]) for r in rows if r["kind"] == Row.EDGE)
+    assert edges == sorted(
+        [
+            (bob, ann, True),
+            (dee, ann, False),
+            (ann, ann, False),
+            (ann, ann, False),
+            (bob, bob, False),
+        ]
+    )
+    hidden = {r["a"]: r["hidden"] for r in rows if r["kind"] == Row.FILTER}
+    assert hidden == {bob: [eve], dee: [3, 7]}  # an empty filter: no row
+    tally = {r["name"]: r["a"] for r in rows if r["kind"] == Row.TALLY}
+    assert (tally["follow"], tally["quiet"], tally["muted"], tally["filter"]) == (1, 1, 4, 3)
+    assert tally["edges"] == 5 and tally["kept"] == 3 + 3 + 1
+    assert not [r for r in rows if r["kind"] == Row.MISPLACED]
+
+
+def test_a_pulled_authors_quiet_followers_read_its_list() -> None:
+    """A pulled author's quiet followers read its list (its reposts left out
+    when read): no posts run is kept for them."""
+    ann, bob, cy = in_partition(0, 3)
+    join = PartitionJoin(0, PARTITIONS, cap=2, slack=1, pull_threshold=2)
+    posts = [
+        events.TweetPosted(1000, ann, "ann", "hi"),
+        events.TweetPosted(1001, ann, "", "", 7, 9),
+    ]
+    join.add(decoded("p.tweets", posts))
+    join.add(
+        decoded("p.follows", [events.Followed(bob, ann, reposts=False), events.Followed(cy, ann)])
+    )
+    (state,) = [r for r in rows_of(join) if r["kind"] == Row.STATE]
+    assert state["pulled"] and state["posts"] is None and state["by"] == [0, 9]
+
+
+def test_a_muted_follow_or_a_filter_outside_its_partition_is_named() -> None:
+    stray = in_partition(1, 1)[0]
+    join = PartitionJoin(0, PARTITIONS, cap=2, slack=1, pull_threshold=0)
+    join.add(decoded("p.follows", [events.Followed(3, stray, muted=True)]))
+    join.add(decoded("p.filters", [events.FiltersSet(stray, (4,))], first_offset=5))
+    rows = rows_of(join)
+    named = sorted((r["name"], r["offset"], r["a"]) for r in rows if r["kind"] == Row.MISPLACED)
+    assert named == [("p.filters", 5, stray), ("p.follows", 0, stray)]
