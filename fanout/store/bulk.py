@@ -1,6 +1,6 @@
 """The timeline store's bulk writes and reads by owner: what a rebuild writes
-(timelines, lists and their reposts' pairs, pulled sets, bodies, tombstones)
-and reads back, pipelined per node, ``MSET`` per shard.
+(timelines, lists and their reposts' pairs, pulled sets, owners' filters,
+bodies, tombstones) and reads back, pipelined per node, ``MSET`` per shard.
 
 Part of :class:`fanout.store.timelines.TimelineStore`.
 """
@@ -8,12 +8,12 @@ Part of :class:`fanout.store.timelines.TimelineStore`.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from fanout.model.engagements import counts_json
 from fanout.store import keys
-from fanout.store.ops import HEADER, IDLE, entries_in, pack_view
+from fanout.store.ops import HEADER, IDLE, entries_in, pack_ids, pack_view
 from fanout.store.redis_conn import Client, Command, command, run
 
 
@@ -97,22 +97,39 @@ class TimelineBulk:
         write_pairs(pairs)
         return write_packed(packed)
 
-    def write_pulls(self, generation: int, pulls: Iterable[tuple[int, Sequence[int]]]) -> int:
+    def write_pulls(
+        self, generation: int, pulls: Iterable[tuple[int, Sequence[int], Collection[int]]]
+    ) -> int:
         """Set each owner's pulled authors (a rebuild's output) in a generation
-        being built, 2,000 owners per round trip; returns how many owners. The
-        sets are new (a generation's number is never used twice), and a task
-        run again adds the same authors: a ``SADD`` alone sets them."""
+        being built, 2,000 owners per round trip; returns how many owners. Each
+        is (owner, its pulled authors, those of them it follows with reposts
+        off): those are the members ``-author`` (its reads leave the list's
+        reposts out, fanout/store/lua/merged.lua). The sets are new (a
+        generation's number is never used twice), and a task run again adds
+        the same authors: a ``SADD`` alone sets them."""
         n = 0
         commands: list[Command] = []
-        for owner, authors in pulls:
+        for owner, authors, quiet in pulls:
             key = keys.pulls(generation, owner, self.shards.tag_of(owner))
-            commands.append(command("SADD", key, *authors))
+            members = [f"-{a}" if a in quiet else a for a in authors]
+            commands.append(command("SADD", key, *members))
             n += 1
             if len(commands) >= 2000:
                 run(self.redis, commands, per_trip=2000)
                 commands.clear()
         run(self.redis, commands, per_trip=2000)
         return n
+
+    def write_filters(self, generation: int, filters: Iterable[tuple[int, Sequence[int]]]) -> int:
+        """Set owners' filters (``tx:``: their hidden users, packed ascending) in
+        a generation being built, leaving out empty ones (no key); returns how
+        many were written."""
+        tag = self.shards.tag_of
+        return self._set_many(
+            (keys.filters(generation, o, tag(o)), pack_ids(sorted(set(hidden))))
+            for o, hidden in filters
+            if hidden
+        )
 
     def write_bodies(self, bodies: Iterable[tuple[int, bytes]]) -> int:
         """Put tweet bodies in the cache. A body never changes, and the fanout

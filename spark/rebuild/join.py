@@ -1,7 +1,8 @@
-"""The rebuild's join as Spark plans: the read's authors' states and edges
-in (the read joined each author's tweets and followers:
+"""The rebuild's join as Spark plans: the read's authors' states, edges and
+owners' filters in (the read joined each author's tweets and followers:
 :mod:`spark.rebuild.read`), every timeline's input out (the rule it feeds is
-:func:`fanout.model.join.rebuilt_timeline`, run by :mod:`spark.rebuild.tasks`).
+:func:`fanout.model.join.rebuilt_timeline`, screened as the store screens,
+run by :mod:`spark.rebuild.tasks`).
 """
 
 from __future__ import annotations
@@ -13,24 +14,39 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark.rebuild.read import Row
-from spark.rebuild.tasks import KeptIds
+from spark.rebuild.tasks import FILTER_ROW, KeptIds
 
-#: The most kept tweet ids (all authors together) that go to the write tasks
-#: as a broadcast: 20 million ids, 160 MB in the driver and in each Python
-#: worker. Above it, Spark joins them to the edges.
+#: The most kept tweet ids (all authors together, their posts runs included)
+#: that go to the write tasks as a broadcast: 20 million ids, each with its
+#: original and its original's author, 480 MB in the driver and in each
+#: Python worker. Above it, Spark joins them to the edges.
 BROADCAST_KEPT_IDS = 20_000_000
 
 
-def states_and_edges(read: DataFrame) -> tuple[DataFrame, DataFrame]:
-    """The authors' states (rows of ``rebuild_tasks.STATE``) and the timelines'
-    edges (owner, author) among the read's rows (``rebuild_read.READ``)."""
+def states_and_edges(read: DataFrame) -> tuple[DataFrame, DataFrame, DataFrame]:
+    """The authors' states (rows of ``rebuild_tasks.STATE``), the timelines'
+    edges (owner, author, quiet: followed with reposts off) and the owners'
+    filters (owner, hidden) among the read's rows (``rebuild_read.READ``)."""
     states = read.where(F.col("kind") == int(Row.STATE)).select(
-        F.col("a").alias("join_key"), "blob", "kept", "origins", "horizon", "pulled"
+        F.col("a").alias("join_key"),
+        "blob",
+        "kept",
+        "origins",
+        "by",
+        "horizon",
+        "posts",
+        "posts_horizon",
+        "pulled",
     )
     edges = read.where(F.col("kind") == int(Row.EDGE)).select(
-        F.col("a").alias("owner"), F.col("b").alias("author")
+        F.col("a").alias("owner"),
+        F.col("b").alias("author"),
+        F.coalesce("quiet", F.lit(False)).alias("quiet"),
     )
-    return states, edges
+    filters = read.where(F.col("kind") == int(Row.FILTER)).select(
+        F.col("a").alias("owner"), "hidden"
+    )
+    return states, edges, filters
 
 
 def engagement_states(read: DataFrame) -> DataFrame:
@@ -51,50 +67,98 @@ class TimelineInputs:
     kept: Broadcast[KeptIds] | None = None
 
 
+_IDS = "array<long>"
+
+
 def timeline_inputs(
     spark: SparkSession,
     edges: DataFrame,
+    filters: DataFrame,
     states: DataFrame,
     kept_ids: int,
     broadcast_ids: int,
 ) -> TimelineInputs:
-    """Every owner's ``edges`` with the kept tweets of the authors they follow;
-    ``kept_ids``: how many kept ids ``states`` holds in all, broadcast to the
-    write tasks if at most ``broadcast_ids`` (:data:`BROADCAST_KEPT_IDS`).
+    """Every owner's ``edges`` with the kept tweets of the authors they follow,
+    and its filter (``filters``); ``kept_ids``: how many kept ids ``states``
+    holds in all, broadcast to the write tasks if at most ``broadcast_ids``
+    (:data:`BROADCAST_KEPT_IDS`).
 
     Owners: every follower (the self edge makes a user's own timeline) and
     every author (their own tweets are in their timeline). A user who follows
     themselves and tweets has their self edge twice: their ids are merged as
     distinct ids, so it changes nothing. A pulled author's tweets stay out of
     its followers' timelines: their reads merge its list (fanout.model.join), named
-    in their set of pulls. Each owner's rows end up together (hashed to one
-    partition, sorted there) and are merged per owner in Python, on NumPy
-    views of the kept ids (``rebuild_tasks.owner_inputs``): an aggregation
-    here would box every id in the JVM and spill."""
+    in their set of pulls. A follower with reposts off (a quiet edge) gets a
+    pushed author's newest posts instead of its newest entries. Each owner's
+    filter travels as one more row of its own (author
+    :data:`~spark.rebuild.tasks.FILTER_ROW`, no entries) through the same
+    shuffle: the write task screens the owner's timeline with it and writes
+    it beside it, and a dry run's comparison screens with it too. Each
+    owner's rows end up together (hashed to one partition, sorted there) and
+    are merged per owner in Python, on NumPy views of the kept ids
+    (``rebuild_tasks.owner_inputs``): an aggregation here would box every id
+    in the JVM and spill."""
+    no_filter = F.lit(None).cast(_IDS).alias("hidden")
+    filter_rows = filters.select(
+        "owner",
+        F.lit(FILTER_ROW).cast("long").alias("author"),
+        F.lit(False).alias("quiet"),
+        "hidden",
+    )
     if kept_ids <= broadcast_ids:
         # The authors' kept ids go to every write task, which joins them to the
         # edges itself: a popular author's ids are copied to each follower's
         # row in NumPy instead of being shuffled and sorted in the JVM once per
         # follower (measured: the write 11-12 -> 8 s at 100,000 users and
         # 2,000,000 follows).
-        table = states.select("join_key", "kept", "origins", "horizon", "pulled").toArrow()
+        table = states.select(
+            "join_key", "kept", "origins", "by", "horizon", "posts", "posts_horizon", "pulled"
+        ).toArrow()
+        owned = edges.select("owner", "author", "quiet", no_filter).unionByName(filter_rows)
         return TimelineInputs(
-            edges.repartition("owner").sortWithinPartitions("owner"),
+            owned.repartition("owner").sortWithinPartitions("owner"),
             spark.sparkContext.broadcast(KeptIds.of(table)),
         )
     pull = F.coalesce("pulled", F.lit(False)) & (F.col("owner") != F.col("author"))
-    kept = states.select(F.col("join_key").alias("author"), "kept", "origins", "horizon", "pulled")
-    rows = (
-        edges.join(kept, "author", "left")
-        .select(
-            "owner",
-            "author",
-            "kept",
-            "origins",
-            F.coalesce("horizon", F.lit(0)).alias("horizon"),
-            pull.alias("pull"),
-        )
-        .repartition("owner")
-        .sortWithinPartitions("owner")
+    # A quiet edge to a pushed author with reposts: its posts run (a post's
+    # original is itself, its author 0); else the kept run, which is that run.
+    posts = F.col("quiet") & ~pull & F.col("posts").isNotNull()
+    kept = states.select(
+        F.col("join_key").alias("author"),
+        "kept",
+        "origins",
+        "by",
+        "horizon",
+        "posts",
+        "posts_horizon",
+        "pulled",
     )
-    return TimelineInputs(rows)
+    joined = edges.join(kept, "author", "left").select(
+        "owner",
+        "author",
+        F.when(posts, F.col("posts")).otherwise(F.col("kept")).alias("kept"),
+        F.when(posts, F.col("posts")).otherwise(F.col("origins")).alias("origins"),
+        F.when(posts, F.array_repeat(F.lit(0).cast("long"), F.size("posts")))
+        .otherwise(F.col("by"))
+        .alias("by"),
+        F.when(posts, F.col("posts_horizon"))
+        .otherwise(F.coalesce("horizon", F.lit(0)))
+        .alias("horizon"),
+        pull.alias("pull"),
+        "quiet",
+        no_filter,
+    )
+    empty = F.array().cast(_IDS)
+    filtered = filter_rows.select(
+        "owner",
+        "author",
+        empty.alias("kept"),
+        empty.alias("origins"),
+        empty.alias("by"),
+        F.lit(0).cast("long").alias("horizon"),
+        F.lit(False).alias("pull"),
+        "quiet",
+        "hidden",
+    )
+    rows = joined.unionByName(filtered)
+    return TimelineInputs(rows.repartition("owner").sortWithinPartitions("owner"))

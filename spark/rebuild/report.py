@@ -184,12 +184,17 @@ class Summary:
     dry_run: bool = False
     records: int = 0
     tweets: int = 0
+    #: Live follows, those that mute the followee included.
     follows: int = 0
+    #: Owners with a filter's record (their hidden users; some may be empty).
+    filters: int = 0
     bad_records: int = 0
     authors: int = 0
     timelines: int = 0
     #: Idle users whose timelines stay dropped in the new generation.
     dropped: int = 0
+    #: Timelines written short (their filters left entries out), queued for a refill.
+    short: int = 0
     entries: int = 0
     snapshot_seq: int = 0
     snapshot_contiguous: int = 0

@@ -12,23 +12,33 @@ authors in its tasks; :mod:`spark.rebuild.join` the timelines' Spark plans;
 on the running fanout job's session when there is one
 (:mod:`spark.rebuild.service`), else on the command's own.
 
-1. **snapshot**: the end offsets of the topics (both changelogs and the refills);
+1. **snapshot**: the end offsets of the topics (the changelogs, the
+   owners' filters and the refills);
 2. **read and join**: the compacted changelogs from offset 0 to the
    snapshot as a Spark batch job, one task per partition number reading
    that partition of every topic and keeping the newest record of each key
-   (a tombstone removes the row): the current ``tweets`` and ``follows``
-   tables. Both topics are partitioned by the join key, so each task joins
-   its own authors' tweets and followers there, with no shuffle: every
-   author's join state (the fanout job's ``AuthorState``, by
-   :func:`fanout.model.join.rebuilt_author_state`) and the timelines' edges
-   (:mod:`spark.rebuild.read`). The read tasks put the live tweets' bodies in
-   the tweet cache (the same bytes the job writes; not in a dry run);
+   (a tombstone removes the row): the current ``tweets``, ``follows`` and
+   ``filters`` tables. The topics are partitioned by the join key, so each
+   task joins its own authors' tweets and followers there, with no shuffle:
+   every author's join state (the fanout job's ``AuthorState``, by
+   :func:`fanout.model.join.rebuilt_author_state`: a follow that mutes the
+   author is none, one with reposts off a quiet follower), the timelines'
+   edges and the owners' filters (:mod:`spark.rebuild.read`). The read tasks
+   put the live tweets' bodies in the tweet cache (the same bytes the job
+   writes; not in a dry run);
 3. **the timelines' input**: every timeline is the newest ``STARLING_TIMELINE_SIZE``
-   (+ slack) tweets of the user and of the users they follow (the view's
-   SQL, computed per follower with Spark: the edges grouped by owner, the
-   authors' kept tweets broadcast; :func:`fanout.model.join.rebuilt_timeline`);
+   (+ slack) entries of the user and of the users they follow, one per
+   original (the view's SQL, computed per follower with Spark: the edges and
+   the filters grouped by owner, the authors' kept entries broadcast;
+   :func:`fanout.model.join.rebuilt_timeline`), as the job's merges make it:
+   of a user followed with reposts off its posts only, and without the
+   reposts whose original's author the owner's filter hides
+   (:mod:`spark.rebuild.tasks`);
 4. **write** them into a new generation (``tl:{g}:*``), which no reader
-   sees yet;
+   sees yet, with the owners' filters and pulled authors; a timeline its
+   filter left short (fewer than ``STARLING_TIMELINE_SIZE`` entries above a
+   horizon) is queued for a refill from the database, as the job queues
+   one;
 5. **verify**: every timeline's length in Redis against the computed one,
    and a sample against the oracle query on the database (the command
    does that part, :mod:`spark.rebuild.finish`);
@@ -62,6 +72,7 @@ from fanout.config import Env, StarlingConfig
 from fanout.model.watermark import contiguous, mark_name
 from fanout.store.generations import GenerationState
 from fanout.store.timelines import TimelineStore
+from spark.rebuild.decode import FOLLOWS, MUTED, QUIET
 from spark.rebuild.finish import Conclusion, Oracle, RebuildFailed, Settled, drop_built
 from spark.rebuild.join import (
     BROADCAST_KEPT_IDS,
@@ -201,7 +212,8 @@ class Rebuild:
             self.marks, self.config.topics.all(), self.config.partitions
         )
         self.summary.tweets = counts["tweet"]
-        self.summary.follows = counts["follow"]
+        self.summary.follows = sum(counts[kind] for kind in FOLLOWS)
+        self.summary.filters = counts["filter"]
         self.summary.bad_records = counts["bad"]
         self.summary.authors = counts["authors"]
         self.kept_ids = counts["kept"]
@@ -221,7 +233,9 @@ class Rebuild:
         self.progress.done(
             f"{counts['keys']:,} keys: {self.summary.tweets:,} live tweets"
             f"{'' if self.summary.dry_run else ' (their bodies put in the tweet cache)'}, "
-            f"{self.summary.follows:,} live follows, {counts['gone']:,} deleted, "
+            f"{self.summary.follows:,} live follows ({counts[MUTED]:,} muting, "
+            f"{counts[QUIET]:,} with reposts off), {self.summary.filters:,} filters, "
+            f"{counts['gone']:,} deleted, "
             f"{self.summary.bad_records:,} bad (dead-lettered); "
             f"{self.summary.authors:,} authors joined, {counts['edges']:,} edges; "
             f"snapshot seq {self.summary.snapshot_seq} (complete up to "
@@ -248,9 +262,11 @@ class Rebuild:
     def join(self, decoded: DataFrame) -> tuple[DataFrame, TimelineInputs]:
         """(author states, the timelines' input)."""
         self.progress.stage("joining tweets and follows")
-        states, edges = states_and_edges(decoded)
+        states, edges, filters = states_and_edges(decoded)
         self.engaged = engagement_states(decoded)
-        inputs = timeline_inputs(self.spark, edges, states, self.kept_ids, self.broadcast_ids)
+        inputs = timeline_inputs(
+            self.spark, edges, filters, states, self.kept_ids, self.broadcast_ids
+        )
         self.progress.done(
             f"{self.summary.authors:,} authors with state, {self.kept_ids:,} kept tweet ids "
             + ("(broadcast)" if inputs.kept is not None else "(joined in Spark)")
@@ -260,12 +276,11 @@ class Rebuild:
     def write(self, generation: int, states: DataFrame, inputs: TimelineInputs) -> dict[int, int]:
         self.progress.stage(f"writing generation {generation}")
         config, kept = self.config, inputs.kept
-        lengths = {
-            r["owner"]: r["entries"]
-            for r in inputs.rows.mapInArrow(
-                lambda it: write_timelines_partition(it, config, generation, kept), WRITTEN
-            ).collect()
-        }
+        written = inputs.rows.mapInArrow(
+            lambda it: write_timelines_partition(it, config, generation, kept), WRITTEN
+        ).collect()
+        lengths = {r["owner"]: r["entries"] for r in written}
+        self.summary.short = sum(bool(r["short"]) for r in written)
         self._go_on()  # between a stage's actions too: a cancel stops only the running ones
         lists = _first(
             states.where("pulled")
@@ -288,7 +303,8 @@ class Rebuild:
         handed.write.mode("overwrite").parquet(str(path))
         self.progress.done(
             f"{self.summary.timelines:,} timelines ({self.summary.dropped:,} idle users' kept "
-            f"dropped), {self.summary.entries:,} entries, {lists or 0:,} pulled authors' lists, "
+            f"dropped, {self.summary.short:,} short: refills queued), "
+            f"{self.summary.entries:,} entries, {lists or 0:,} pulled authors' lists, "
             f"author state in {path}"
         )
         return lengths

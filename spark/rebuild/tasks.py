@@ -3,6 +3,16 @@ pure Python over Arrow batches (see :mod:`spark.rebuild.stages` for the stages
 that use them). Each function here is run by ``mapInArrow``: it takes an
 iterator of Arrow batches and yields batches of the schema named beside it
 (a Spark DDL string).
+
+A timeline is made as the fanout job's merges make it (fanout.model.join,
+fanout/store/lua/apply.lua): each followed author's newest entries (of an
+author followed with reposts off, its newest posts), without the reposts
+whose original's author the owner's filter hides (but for the owner's own
+entries), one entry per original, the newest ``cap + slack`` at or above the
+highest of the authors' horizons. A timeline that leaves fewer than ``cap``
+entries above a horizon (its filter left some out) is *short*: the write
+queues a refill, as the job does. What readers see merges the pulled
+authors' lists in, screened as ``fanout/store/lua/merged.lua`` screens them.
 """
 
 from __future__ import annotations
@@ -32,16 +42,25 @@ ENGAGEMENTS_STATE = "engagements"
 #: The authors' states (read by :mod:`spark.rebuild.read`): an author's join
 #: state, and what of it timelines are made from.
 STATE = (
-    "join_key long, blob binary, kept array<long>, origins array<long>, horizon long, "
-    "pulled boolean"
+    "join_key long, blob binary, kept array<long>, origins array<long>, by array<long>, "
+    "horizon long, posts array<long>, posts_horizon long, pulled boolean"
 )
 #: The timelines' input: one row per owner and author they follow (the self
-#: edge included), with the author's kept entries, their originals and their
-#: horizon, and whether the author is pulled; each owner's rows consecutive
+#: edge included), with the author's kept entries (of a quiet edge, ``quiet``,
+#: to a pushed author: its newest posts), their originals and their
+#: originals' authors and their horizon, and whether the author is pulled;
+#: and one row per owner with a filter (``author`` 0, no entries, ``hidden``
+#: its hidden users; null on the other rows); each owner's rows consecutive
 #: (:func:`owner_inputs`).
-EDGES = "owner long, author long, kept array<long>, origins array<long>, horizon long, pull boolean"
-#: write_timelines_partition: each timeline written, and its length.
-WRITTEN = "owner long, entries int"
+EDGES = (
+    "owner long, author long, kept array<long>, origins array<long>, by array<long>, "
+    "horizon long, pull boolean, quiet boolean, hidden array<long>"
+)
+#: The ``author`` of an owner's filter's row among the edges (no user's id).
+FILTER_ROW = 0
+#: write_timelines_partition: each timeline written, its length, and whether
+#: it is short (queued for a refill).
+WRITTEN = "owner long, entries int, short boolean"
 #: diff_partition: how a rebuilt timeline differs from the live one.
 DIFF = "owner long, live_missing boolean, missing int, extra int"
 #: write_lists_partition: how many pulled authors' lists were written.
@@ -53,7 +72,8 @@ def write_lists_partition(
     batches: Iterator[pa.RecordBatch], config: StarlingConfig, generation: int
 ) -> Iterator[pa.RecordBatch]:
     """Write the pulled authors' lists (``join_key``, ``kept``, ``origins``,
-    ``horizon``) into ``generation``: one entry per original, the others aside."""
+    ``by``, ``horizon``) into ``generation``: one entry per original, the others
+    aside, each repost with its original's author (which readers' filters check)."""
     store = store_for(config, timeout=120)
     for batch in batches:
         rows = batch.to_pylist()
@@ -64,7 +84,11 @@ def write_lists_partition(
                     r["join_key"],
                     r["horizon"],
                     dict(zip(r["kept"], r["origins"], strict=True)),
-                    {},
+                    {
+                        e: b
+                        for e, o, b in zip(r["kept"], r["origins"], r["by"], strict=True)
+                        if e != o
+                    },
                 )
                 for r in rows
             ),
@@ -73,72 +97,111 @@ def write_lists_partition(
 
 
 #: The edges a write task joins with the broadcast :class:`KeptIds`: one row
-#: per owner and author they follow, each owner's rows consecutive.
-OWNED = "owner long, author long"
+#: per owner and author they follow (``quiet``: with reposts off), and the
+#: owners' filters' rows (see :data:`EDGES`), each owner's rows consecutive.
+OWNED = "owner long, author long, quiet boolean, hidden array<long>"
+
+
+def _flat(column: pa.ChunkedArray) -> pa.Array:
+    """A list column's values, from the first list's first id whatever the
+    array's offset (a null list holds none)."""
+    empty = [pa.array([], pa.list_(pa.int64()))]
+    return pc.list_flatten(pa.concat_arrays(column.chunks or empty))
 
 
 @dataclass(frozen=True)
 class KeptIds:
-    """Every author's kept tweets, horizon and whether it is pulled (rows of
-    :data:`STATE`), as NumPy arrays ordered by author: the side of the
-    timelines' join that is small enough to broadcast (see
-    :func:`spark.rebuild.stages.Rebuild.join`)."""
+    """Every author's kept entries (rows of :data:`STATE`), as NumPy arrays
+    ordered by author: the side of the timelines' join that is small enough
+    to broadcast (see :func:`spark.rebuild.stages.Rebuild.join`). ``values``
+    holds each author's kept entries, then the posts runs of the authors that
+    have one (``origins`` and ``by`` beside them: a post's original is itself,
+    its author 0); an author's kept run is ``values[offsets[i]:offsets[i + 1]]``,
+    the run a quiet follower merges ``values[posts_starts[i]:posts_ends[i]]``
+    (its kept run again where it has no posts run of its own)."""
 
     authors: np.ndarray
     values: np.ndarray
     origins: np.ndarray  # each value's original (a post's is itself)
+    by: np.ndarray  # each value's original's author (0 for a post)
     offsets: np.ndarray
     horizons: np.ndarray
+    posts_starts: np.ndarray
+    posts_ends: np.ndarray
+    posts_horizons: np.ndarray
     pulled: np.ndarray
 
     @classmethod
     def of(cls, table: pa.Table) -> KeptIds:
-        """From ``join_key, kept, origins, horizon, pulled`` columns, one row per author."""
+        """From ``join_key, kept, origins, by, horizon, posts, posts_horizon,
+        pulled`` columns, one row per author."""
         table = table.sort_by("join_key").combine_chunks()
-        empty = [pa.array([], pa.list_(pa.int64()))]
-        kept = pa.concat_arrays(table.column("kept").chunks or empty)
-        origins = pa.concat_arrays(table.column("origins").chunks or empty)
-        if kept.null_count or kept.values.null_count or origins.values.null_count:
+        kept = _flat(table.column("kept"))
+        origins = _flat(table.column("origins"))
+        by = _flat(table.column("by"))
+        if table.column("kept").null_count or kept.null_count or origins.null_count:
             raise ValueError("an author's kept tweets hold a null")
-        flat = kept.flatten()  # from the first list's first id, whatever the array's offset
-        lengths = pc.list_value_length(kept).to_numpy(zero_copy_only=False)
+        if len(origins) != len(kept) or len(by) != len(kept):
+            raise ValueError("an author's kept tweets and their originals differ in length")
+        lengths = pc.list_value_length(table.column("kept")).to_numpy(zero_copy_only=False)
+        offsets = np.concatenate(([0], np.cumsum(lengths, dtype=np.int64)))
+        horizons = table.column("horizon").to_numpy()
+        posts_column = table.column("posts")
+        posts = _flat(posts_column).to_numpy()
+        has_posts = posts_column.is_valid().to_numpy(zero_copy_only=False)
+        posts_lengths = pc.list_value_length(posts_column).fill_null(0).to_numpy()
+        posts_at = len(kept) + np.cumsum(posts_lengths, dtype=np.int64) - posts_lengths
+        posts_starts = np.where(has_posts, posts_at, offsets[:-1])
+        posts_horizons = pc.fill_null(table.column("posts_horizon"), 0).to_numpy()
         return cls(
             authors=table.column("join_key").to_numpy(),
-            values=flat.to_numpy(),
-            origins=origins.flatten().to_numpy(),
-            offsets=np.concatenate(([0], np.cumsum(lengths, dtype=np.int64))),
-            horizons=table.column("horizon").to_numpy(),
+            values=np.concatenate((kept.to_numpy(), posts)),
+            origins=np.concatenate((origins.to_numpy(), posts)),
+            by=np.concatenate((by.to_numpy(), np.zeros(len(posts), dtype=np.int64))),
+            offsets=offsets,
+            horizons=horizons,
+            posts_starts=posts_starts,
+            posts_ends=np.where(has_posts, posts_starts + posts_lengths, offsets[1:]),
+            posts_horizons=np.where(has_posts, posts_horizons, horizons),
             pulled=table.column("pulled").to_numpy(zero_copy_only=False),
         )
 
     def join(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         """Rows of :data:`OWNED` in, rows of :data:`EDGES` out, in the same order
-        (an author without state has no tweets, horizon 0, and is not pulled).
-        The ids are gathered in NumPy: a popular author's tweets are copied to
-        each follower's row in C."""
+        (an author without state has no tweets, horizon 0, and is not pulled;
+        a quiet edge to a pushed author gets its posts run). The ids are
+        gathered in NumPy: a popular author's tweets are copied to each
+        follower's row in C."""
         owners = batch.column("owner").to_numpy()
         authors = batch.column("author").to_numpy()
+        quiet = batch.column("quiet").fill_null(False).to_numpy(zero_copy_only=False)
         at = np.searchsorted(self.authors, authors)
         found = at < len(self.authors)
         found[found] = self.authors[at[found]] == authors[found]
         at = at[found]
-        starts = np.zeros(len(authors), dtype=np.int64)
-        starts[found] = self.offsets[at]
-        lengths = np.zeros(len(authors), dtype=np.int64)
-        lengths[found] = self.offsets[at + 1] - starts[found]
-        offsets = np.concatenate(([0], np.cumsum(lengths)))
-        gather = np.repeat(starts - offsets[:-1], lengths) + np.arange(offsets[-1])
-        horizons = np.zeros(len(authors), dtype=np.int64)
-        horizons[found] = self.horizons[at]
         pull = np.zeros(len(authors), dtype=bool)
         pull[found] = self.pulled[at]
+        pull &= owners != authors
+        posts = (quiet & ~pull)[found]
+        starts = np.zeros(len(authors), dtype=np.int64)
+        starts[found] = np.where(posts, self.posts_starts[at], self.offsets[at])
+        ends = np.zeros(len(authors), dtype=np.int64)
+        ends[found] = np.where(posts, self.posts_ends[at], self.offsets[at + 1])
+        horizons = np.zeros(len(authors), dtype=np.int64)
+        horizons[found] = np.where(posts, self.posts_horizons[at], self.horizons[at])
+        lengths = ends - starts
+        offsets = np.concatenate(([0], np.cumsum(lengths)))
+        gather = np.repeat(starts - offsets[:-1], lengths) + np.arange(offsets[-1])
         columns = [
             batch.column("owner"),
             batch.column("author"),
             pa.LargeListArray.from_arrays(offsets, self.values[gather]),
             pa.LargeListArray.from_arrays(offsets, self.origins[gather]),
+            pa.LargeListArray.from_arrays(offsets, self.by[gather]),
             pa.array(horizons),
-            pa.array(pull & (owners != authors)),
+            pa.array(pull),
+            pa.array(quiet),
+            batch.column("hidden"),
         ]
         return pa.RecordBatch.from_arrays(columns, names=arrow.names(EDGES))
 
@@ -154,11 +217,15 @@ def joined(
     return (ids.join(batch) for batch in batches)
 
 
+_NO_IDS = np.empty(0, dtype=np.int64)
+
+
 @dataclass
 class OwnerInput:
     """What one owner's timeline is made from: the kept entries of the authors
     they follow (and their own), as arrays of ids in any order, duplicates
-    allowed, each beside an array of their originals."""
+    allowed, each beside an array of their originals; what of them the
+    owner's filter and its quiet follows screen out."""
 
     owner: int
     #: The pushed authors' kept entries, their originals, and the highest of their horizons.
@@ -172,6 +239,20 @@ class OwnerInput:
     seen_floor: int = 0
     origins: list[np.ndarray] = field(default_factory=list)
     seen_origins: list[np.ndarray] = field(default_factory=list)
+    #: Of :attr:`pulls`, those followed with reposts off (read without their reposts).
+    quiet_pulls: list[int] = field(default_factory=list)
+    #: The reposts other authors' rows bring whose original's author is known:
+    #: the entries, those authors, and whether the row is a pulled author's.
+    reposts: list[np.ndarray] = field(default_factory=list)
+    reposts_by: list[np.ndarray] = field(default_factory=list)
+    reposts_pulled: list[np.ndarray] = field(default_factory=list)
+    #: The reposts of the lists of :attr:`quiet_pulls` (readers do not see them).
+    quiet_reposts: list[np.ndarray] = field(default_factory=list)
+    #: The owner's hidden users (its filter), ascending.
+    hidden: np.ndarray = field(default_factory=lambda: _NO_IDS)
+    #: Whether the owner follows anyone (itself included) or tweeted: it has a
+    #: timeline (an owner with a filter only has none).
+    followed: bool = True
 
     def merge(self, other: OwnerInput) -> None:
         """Add ``other``, more rows of the same owner."""
@@ -182,27 +263,57 @@ class OwnerInput:
         self.seen += other.seen
         self.seen_origins += other.seen_origins
         self.seen_floor = max(self.seen_floor, other.seen_floor)
+        self.quiet_pulls += other.quiet_pulls
+        self.reposts += other.reposts
+        self.reposts_by += other.reposts_by
+        self.reposts_pulled += other.reposts_pulled
+        self.quiet_reposts += other.quiet_reposts
+        if len(other.hidden):
+            self.hidden = other.hidden
+        self.followed = self.followed or other.followed
+
+    def screened(self, seen: bool = False) -> np.ndarray:
+        """The entries the timeline leaves out (with ``seen``: that readers do
+        not see): the reposts of other authors whose original's author the
+        owner's filter holds (docs/decisions.md D28; the owner's own are never
+        hidden) and, read from the lists, the reposts of the pulled authors
+        followed with reposts off."""
+        out: list[np.ndarray] = []
+        if len(self.hidden) and self.reposts:
+            entries, by = _joined(self.reposts), _joined(self.reposts_by)
+            hit = np.isin(by, self.hidden)
+            if not seen:  # the pulled authors' lists are merged at read time
+                hit &= ~np.concatenate(self.reposts_pulled)
+            out.append(entries[hit])
+        if seen:
+            out += self.quiet_reposts
+        return _joined(out)
 
     def timeline(
         self, cap: int, slack: int, *, seen: bool = False
     ) -> tuple[int, list[int], list[tuple[int, int]]]:
         """(horizon, ids ascending, aside) of the rebuilt timeline: one entry per
         original, the newest (:func:`fanout.model.join.rebuilt_timeline` on the
-        view's entries), and the entries it hides at or above its horizon as
-        the store keeps them (fanout.store.ops: (original, entry), sorted);
-        with ``seen``, of what readers see, the pulled authors' lists merged in."""
+        view's entries, without those :meth:`screened` leaves out), and the
+        entries it hides at or above its horizon as the store keeps them
+        (fanout.store.ops: (original, entry), sorted); with ``seen``, of what
+        readers see, the pulled authors' lists merged in (and screened as
+        ``fanout/store/lua/merged.lua`` screens them). Screening changes no
+        horizon: the timeline may then be short (fewer than ``cap`` entries
+        above a horizon), as the store's screened merges leave it."""
         parts, floor = (self.seen, self.seen_floor) if seen else (self.ids, self.floor)
         origin_parts = self.seen_origins if seen else self.origins
         ids, origins = _joined(parts), _joined(origin_parts)
+        gone = self.screened(seen)
+        if len(gone):
+            keep = ~np.isin(ids, gone)
+            ids, origins = ids[keep], origins[keep]
         if not np.any(ids != origins):  # no repost: every entry is its own original
             horizon, kept = distinct_timeline(
                 newest_distinct(ids, floor, cap + slack + 1), cap=cap, slack=slack, floor=floor
             )
             return horizon, kept, []
         return view_of(ids, origins, floor, cap, slack)
-
-
-_NO_IDS = np.empty(0, dtype=np.int64)
 
 
 def _joined(parts: list[np.ndarray]) -> np.ndarray:
@@ -266,15 +377,33 @@ def _lists(column: pa.Array) -> pa.Array:
     return column
 
 
+def _aligned(column: pa.Array, offsets: np.ndarray) -> np.ndarray:
+    """The values of a list column whose lists are as long as those of the
+    ``kept`` column (of ``offsets``), at the same places as its values."""
+    column = _lists(column)
+    own = column.offsets.to_numpy()
+    if not np.array_equal(np.diff(own), np.diff(offsets)):
+        raise ValueError("a timeline's input has entries and originals of other lengths")
+    values = column.values.to_numpy()
+    shift = int(own[0]) - int(offsets[0]) if len(own) else 0
+    if not shift:
+        return values
+    return np.concatenate((np.zeros(max(0, -shift), np.int64), values[max(0, shift) :]))
+
+
 def _batch_inputs(batch: pa.RecordBatch) -> Iterator[OwnerInput]:
     """Each run of one owner's rows in ``batch``, as an :class:`OwnerInput`."""
     owners = batch.column("owner").to_numpy()
     horizons = batch.column("horizon").to_numpy()
     pulled = batch.column("pull").to_numpy(zero_copy_only=False)
-    kept, kept_origins = _lists(batch.column("kept")), _lists(batch.column("origins"))
+    quiet = batch.column("quiet").fill_null(False).to_numpy(zero_copy_only=False)
+    hidden = batch.column("hidden")
+    filtered = hidden.is_valid().to_numpy(zero_copy_only=False)
+    kept = _lists(batch.column("kept"))
     values = kept.values.to_numpy()
-    origin_values = kept_origins.values.to_numpy()
     offsets = kept.offsets.to_numpy()
+    origin_values = _aligned(batch.column("origins"), offsets)
+    by_values = _aligned(batch.column("by"), offsets)
     starts = np.flatnonzero(np.concatenate(([True], owners[1:] != owners[:-1])))
     ends = np.append(starts[1:], len(owners))
     seen_floors = np.maximum.reduceat(horizons, starts)
@@ -282,16 +411,18 @@ def _batch_inputs(batch: pa.RecordBatch) -> Iterator[OwnerInput]:
     any_pulled = np.logical_or.reduceat(pulled, starts)
     authors = batch.column("author").to_numpy()
     for run, (a, b) in enumerate(zip(starts.tolist(), ends.tolist(), strict=True)):
+        owner = int(owners[a])
         seen = values[offsets[a] : offsets[b]]
         seen_origins = origin_values[offsets[a] : offsets[b]]
         ids, origins, pulls = [seen], [seen_origins], []
+        lengths = offsets[a + 1 : b + 1] - offsets[a:b]
         if any_pulled[run]:  # the pulled authors' ids left out, in NumPy (most owners)
             rows = pulled[a:b]
-            pushed = np.repeat(~rows, offsets[a + 1 : b + 1] - offsets[a:b])
+            pushed = np.repeat(~rows, lengths)
             ids, origins = [seen[pushed]], [seen_origins[pushed]]
             pulls = authors[a:b][rows].tolist()
-        yield OwnerInput(
-            int(owners[a]),
+        got = OwnerInput(
+            owner,
             ids,
             int(floors[run]),
             pulls,
@@ -300,6 +431,25 @@ def _batch_inputs(batch: pa.RecordBatch) -> Iterator[OwnerInput]:
             origins,
             [seen_origins],
         )
+        seen_by = by_values[offsets[a] : offsets[b]]
+        if seen_by.any():  # reposts whose original's author a filter may hide
+            mine = np.repeat(authors[a:b] == owner, lengths)
+            screenable = (seen_by != 0) & ~mine
+            if screenable.any():
+                got.reposts = [seen[screenable]]
+                got.reposts_by = [seen_by[screenable]]
+                got.reposts_pulled = [np.repeat(pulled[a:b], lengths)[screenable]]
+        quiet_pulled = pulled[a:b] & quiet[a:b]
+        if quiet_pulled.any():
+            got.quiet_pulls = authors[a:b][quiet_pulled].tolist()
+            repost = np.repeat(quiet_pulled, lengths) & (seen != seen_origins)
+            got.quiet_reposts = [seen[repost]]
+        rows_filtered = filtered[a:b]
+        if rows_filtered.any():
+            users = hidden[a + int(np.argmax(rows_filtered))].values.to_numpy(zero_copy_only=False)
+            got.hidden = np.unique(users)
+            got.followed = not rows_filtered.all()
+        yield got
 
 
 def newest_distinct(ids: np.ndarray, floor: int, keep: int) -> list[int]:
@@ -329,15 +479,21 @@ def write_timelines_partition(
     kept: Broadcast[KeptIds] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Write this partition's timelines (from rows of :data:`EDGES`, or of
-    :data:`OWNED` with ``kept``) into ``generation``; return their lengths
-    (-1 for the users idle in the active generation: their timelines stay
-    dropped)."""
+    :data:`OWNED` with ``kept``) into ``generation``, with their owners'
+    filters and pulls (quiet ones marked); return their lengths (-1 for the
+    users idle in the active generation: their timelines stay dropped) and
+    whether each is short: those are queued for a refill from the database,
+    as the fanout job queues the timelines its screened merges leave short."""
     store = store_for(config, timeout=120)
     live = store.active_generation()
     cap, slack = config.timeline_size, config.timeline_slack
     for chunk in _chunks(owner_inputs(joined(batches, kept))):
-        owners = [i.owner for i in chunk]
-        rows = [(i.owner, *i.timeline(cap, slack)) for i in chunk]
+        # A filter is written for every owner who has one, as the job keeps it
+        # beside a timeline dropped or not yet made.
+        store.write_filters(generation, ((i.owner, i.hidden.tolist()) for i in chunk))
+        made = [i for i in chunk if i.followed]
+        owners = [i.owner for i in made]
+        rows = [(i.owner, *i.timeline(cap, slack)) for i in made]
         idle = store.dropped(live, owners) if live is not None and live != generation else set()
         store.write_timelines(
             generation, ((o, pack_timeline(h, ids)) for o, h, ids, _ in rows if o not in idle)
@@ -346,9 +502,16 @@ def write_timelines_partition(
             generation, ((o, pack_pairs(aside)) for o, _, _, aside in rows if o not in idle)
         )
         store.write_dropped(generation, idle)
-        store.write_pulls(generation, ((i.owner, i.pulls) for i in chunk if i.pulls))
+        store.write_pulls(generation, ((i.owner, i.pulls, i.quiet_pulls) for i in made if i.pulls))
+        short = [o for o, h, ids, _ in rows if o not in idle and h > 0 and len(ids) < cap]
+        if short:
+            store.request_refill(*short)
         yield arrow.batch(
-            {"owner": owners, "entries": [-1 if o in idle else len(ids) for o, _, ids, _ in rows]},
+            {
+                "owner": owners,
+                "entries": [-1 if o in idle else len(ids) for o, _, ids, _ in rows],
+                "short": [o not in idle and h > 0 and len(ids) < cap for o, h, ids, _ in rows],
+            },
             WRITTEN,
         )
 
@@ -362,11 +525,11 @@ def diff_partition(
     kept: Broadcast[KeptIds] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Compare what readers see of the rebuilt timelines (the pulled authors'
-    lists merged in) with what they see of the live generation's; tweets newer
-    than the snapshot are left out of the live side."""
+    lists merged in, screened for the reader) with what they see of the live
+    generation's; tweets newer than the snapshot are left out of the live side."""
     store = store_for(config, timeout=120)
     cap = config.timeline_size
-    for chunk in _chunks(owner_inputs(joined(batches, kept))):
+    for chunk in _chunks(i for i in owner_inputs(joined(batches, kept)) if i.followed):
         views = store.timelines(live, [i.owner for i in chunk])
         out: dict[str, list[Any]] = arrow.columns(DIFF)
         for owner_input, view in zip(chunk, views, strict=True):

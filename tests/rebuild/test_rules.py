@@ -6,6 +6,7 @@ import itertools
 import random
 import struct
 from array import array
+from collections.abc import Iterable
 
 import pyarrow as pa
 from hypothesis import given, settings
@@ -13,8 +14,14 @@ from hypothesis import strategies as st
 
 from fanout.model import events
 from fanout.model.author_state import AuthorState
-from fanout.model.join import join_events, rebuilt_author_state, rebuilt_timeline, rebuilt_view
-from spark.rebuild.tasks import EDGES, OWNED, KeptIds, owner_inputs
+from fanout.model.join import (
+    aside,
+    join_events,
+    rebuilt_author_state,
+    rebuilt_timeline,
+    winners,
+)
+from spark.rebuild.tasks import EDGES, FILTER_ROW, OWNED, STATE, KeptIds, owner_inputs
 from spark.runtime import arrow
 
 CAP, SLACK = 5, 2
@@ -53,7 +60,10 @@ def test_a_state_written_before_pulls_existed_decodes_as_pushed() -> None:
 
 @given(
     ops=st.lists(
-        st.tuples(st.sampled_from(["post", "delete", "follow", "unfollow"]), st.integers(1, 6)),
+        st.tuples(
+            st.sampled_from(["post", "repost", "delete", "follow", "quiet", "mute", "unfollow"]),
+            st.integers(1, 6),
+        ),
         max_size=60,
     ),
     seed=st.integers(0, 1000),
@@ -65,11 +75,14 @@ def test_the_incremental_state_is_the_rebuilt_one(
     """Replaying an author's history through join_events gives the state the
     rebuild computes from the final tables, exactly, deletes at the cap
     included, and pulled or not alike (no follower count is in the hysteresis
-    band of a threshold of 3)."""
+    band of a threshold of 3): a follow that mutes the author is none, one
+    with reposts off a quiet follower, and each repost keeps its original and
+    the original's author."""
     rnd = random.Random(seed)
-    author, next_id, seq = 100, 1, 0
+    author, next_id, seq = 100, 1000, 0
     live: set[int] = set()
-    followers: set[int] = set()
+    originals: dict[int, int] = {}
+    follows: dict[int, events.Followed] = {}  # the follows table: the newest record
     state = AuthorState()
     for op, who in ops:
         seq += 1
@@ -77,15 +90,21 @@ def test_the_incremental_state_is_the_rebuilt_one(
         if op == "post":
             ev, next_id = events.TweetPosted(next_id, author, "a", "t"), next_id + 1
             live.add(ev.tweet_id)
+        elif op == "repost":  # of the tweet `who` of user `who + 10`
+            ev = events.TweetPosted(next_id, author, "a", "", who, who + 10)
+            next_id += 1
+            live.add(ev.tweet_id)
+            originals[ev.tweet_id] = who
         elif op == "delete" and live:
             ev = events.TweetDeleted(rnd.choice(sorted(live)), author)
             live.discard(ev.tweet_id)
-        elif op == "follow":
-            ev = events.Followed(who, author)
-            followers.add(who)
+            originals.pop(ev.tweet_id, None)
+        elif op in ("follow", "quiet", "mute"):
+            ev = events.Followed(who, author, muted=op == "mute", reposts=op != "quiet")
+            follows[who] = ev
         elif op == "unfollow":
             ev = events.Unfollowed(who, author)
-            followers.discard(who)
+            follows.pop(who, None)
         else:
             continue
         state = join_events(
@@ -96,7 +115,17 @@ def test_the_incremental_state_is_the_rebuilt_one(
             slack=SLACK,
             pull_threshold=threshold,
         ).state
-    assert state == rebuilt_author_state(author, followers, live, pull_threshold=threshold)
+    followers = [f for f, ev in follows.items() if not ev.muted]
+    rebuilt = rebuilt_author_state(
+        author,
+        followers,
+        live,
+        pull_threshold=threshold,
+        originals=originals,
+        original_authors={r: o + 10 for r, o in originals.items()},
+        quiet=[f for f in followers if not follows[f].reposts],
+    )
+    assert state == rebuilt
 
 
 def test_a_pulled_authors_followers_are_stored_apart_and_read_only_when_needed() -> None:
@@ -144,109 +173,189 @@ def origin(entry: int) -> int:
     return entry if entry % 3 or entry < 10 else entry - 7
 
 
+def rebuilt_view(
+    entries: Iterable[tuple[int, int]], *, cap: int, slack: int, floor: int = 0
+) -> tuple[int, list[int], list[tuple[int, int]]]:
+    """The rule on whole Python lists: ``entries`` are (entry, original) pairs
+    of each followed author's newest entries, ``floor`` the highest of their
+    horizons; the horizon, the view's entries (the newest of each original)
+    ascending, and the entries it hides at or above the horizon, as the store
+    keeps them beside the timeline: (original, entry), sorted."""
+    raw = {e: o for e, o in entries if e >= floor}
+    horizon, kept = rebuilt_timeline(winners(raw, raw), cap=cap, slack=slack, floor=floor)
+    return horizon, kept, aside(kept, {e: o for e, o in raw.items() if e >= horizon})
+
+
+def entry_of(author: int, k: int) -> int:
+    """The ``k``-th entry id of ``author`` in these tests (an author's entries are its own)."""
+    return 10 * k + author
+
+
+def by_of(entry: int) -> int:
+    """The author of an entry's original, if it is a repost (0 for a post)."""
+    o = origin(entry)
+    return 0 if o == entry else (o // 10) % 5 + 1
+
+
 _EDGE = st.tuples(
     st.integers(1, 4),  # owner
     st.integers(1, 6),  # author
     st.none() | st.lists(st.integers(1, 60), max_size=30),  # the author's kept tweets
-    st.integers(0, 60),  # the author's horizon
+    st.integers(0, 600),  # the author's horizon
     st.booleans(),  # pulled
+    st.booleans(),  # quiet: followed with reposts off
 )
 
 
 @settings(deadline=None)  # the first example pays for pyarrow's first table
-@given(st.lists(_EDGE, max_size=20), st.lists(st.integers(0, 20), max_size=3))
+@given(
+    st.lists(_EDGE, max_size=20),
+    st.dictionaries(st.integers(1, 5), st.sets(st.integers(1, 5), min_size=1), max_size=4),
+    st.lists(st.booleans(), min_size=5, max_size=5),
+    st.lists(st.integers(0, 25), max_size=3),
+)
 def test_timelines_merged_per_owner_in_numpy_equal_the_rule_on_whole_lists(
-    edges: list[tuple[int, int, list[int] | None, int, bool]], cuts: list[int]
+    edges: list[tuple[int, int, list[int] | None, int, bool, bool]],
+    filters: dict[int, set[int]],
+    filter_first: list[bool],
+    cuts: list[int],
 ) -> None:
     # The rebuild's write gets each owner's rows together (sorted, running on
-    # from one Arrow batch into the next) and merges them in NumPy before the
-    # rule: the same timelines, horizons and pulls as the rule on whole
-    # Python lists, made here the way the view's SQL defines them.
-    edges = sorted(edges, key=lambda e: e[0])
+    # from one Arrow batch into the next; an owner's filter is a row among
+    # them, anywhere) and merges them in NumPy before the rule: the same
+    # timelines, horizons and pulls as the rule on whole Python lists, made
+    # here the way the view's SQL defines them. The owner's filter leaves out
+    # other authors' reposts of the users it hides (of the pulled authors, in
+    # what readers see), and a pulled author followed with reposts off is
+    # read without its reposts.
+    edges = [(o, a, k and [entry_of(a, i) for i in k], h, p, q) for o, a, k, h, p, q in edges]
     expected = {}
     for owner in sorted({e[0] for e in edges}):
         mine = [e for e in edges if e[0] == owner]
+        hidden = filters.get(owner, set())
+
+        def shown(e: tuple, i: int, seen: bool, owner: int = owner, hidden: set = hidden) -> bool:
+            if e[1] != owner and by_of(i) in hidden:
+                return False
+            return not (seen and e[4] and e[5] and origin(i) != i)
+
         pushed = [e for e in mine if not e[4]]
-        ids = [(i, origin(i)) for e in pushed for i in e[2] or ()]
+        ids = [(i, origin(i)) for e in pushed for i in e[2] or () if shown(e, i, False)]
         floor = max((e[3] for e in pushed), default=0)
-        seen = [(i, origin(i)) for e in mine for i in e[2] or ()]
+        seen = [(i, origin(i)) for e in mine for i in e[2] or () if shown(e, i, True)]
         expected[owner] = (
             rebuilt_view(ids, cap=CAP, slack=SLACK, floor=floor),
             [e[1] for e in mine if e[4]],
+            [e[1] for e in mine if e[4] and e[5]],
             rebuilt_view(seen, cap=CAP, slack=SLACK, floor=max(e[3] for e in mine)),
         )
-    names = ("owner", "author", "kept", "horizon", "pull")
-    table = pa.Table.from_pylist(
-        [
-            {**dict(zip(names, e, strict=True)), "origins": e[2] and [origin(i) for i in e[2]]}
-            for e in edges
-        ],
-        schema=arrow.schema(EDGES),
-    )
-    bounds = sorted({0, len(edges), *(c for c in cuts if c < len(edges))})
+    names = ("owner", "author", "kept", "horizon", "pull", "quiet")
+    rows = [
+        {
+            **dict(zip(names, e, strict=True)),
+            "origins": e[2] and [origin(i) for i in e[2]],
+            "by": e[2] and [by_of(i) for i in e[2]],
+        }
+        for e in edges
+    ]
+    rows += [
+        {"owner": o, "author": FILTER_ROW, "kept": [], "origins": [], "by": [], "horizon": 0,
+         "pull": False, "quiet": False, "hidden": sorted(h)}
+        for o, h in filters.items()
+    ]  # fmt: skip
+    # Each owner's rows together, its filter's first or last.
+    rows.sort(key=lambda r: (r["owner"], (r.get("hidden") is None) == filter_first[r["owner"] - 1]))
+    table = pa.Table.from_pylist(rows, schema=arrow.schema(EDGES))
+    bounds = sorted({0, len(rows), *(c for c in cuts if c < len(rows))})
     batches = [
         table.slice(a, b - a).combine_chunks().to_batches()[0]
         for a, b in itertools.pairwise(bounds)
         if b > a
     ]
+    inputs = list(owner_inputs(batches))
     got = {
-        i.owner: (i.timeline(CAP, SLACK), i.pulls, i.timeline(CAP, SLACK, seen=True))
-        for i in owner_inputs(batches)
+        i.owner: (
+            i.timeline(CAP, SLACK),
+            i.pulls,
+            i.quiet_pulls,
+            i.timeline(CAP, SLACK, seen=True),
+        )
+        for i in inputs
+        if i.followed
     }
     assert got == expected
+    # An owner with a filter and nothing else has no timeline, but keeps its filter.
+    assert {i.owner for i in inputs if not i.followed} == set(filters) - {e[0] for e in edges}
+    assert {i.owner: set(i.hidden.tolist()) for i in inputs if len(i.hidden)} == filters
 
 
 _STATE = st.tuples(
     st.lists(st.integers(1, 60), max_size=12),  # the author's kept tweets
     st.integers(0, 60),  # horizon
     st.booleans(),  # pulled
+    st.none() | st.tuples(st.lists(st.integers(1, 60), max_size=8), st.integers(0, 60)),  # posts
 )
 
 
 @settings(deadline=None)
 @given(
     st.dictionaries(st.integers(1, 8), _STATE, max_size=8),
-    st.lists(st.tuples(st.integers(1, 5), st.integers(1, 10)), max_size=25),
+    st.lists(st.tuples(st.integers(1, 5), st.integers(0, 10), st.booleans()), max_size=25),
     st.lists(st.integers(0, 25), max_size=3),
 )
 def test_edges_joined_with_the_broadcast_kept_ids_equal_the_left_join(
-    states: dict[int, tuple[list[int], int, bool]],
-    edges: list[tuple[int, int]],
+    states: dict[int, tuple[list[int], int, bool, tuple[list[int], int] | None]],
+    edges: list[tuple[int, int, bool]],
     cuts: list[int],
 ) -> None:
     # The write tasks join each edge with its author's kept tweets from a
     # broadcast (rebuild_tasks.KeptIds) instead of Spark's join: the same rows,
     # in the edges' order, as the left join the rebuild would otherwise run
-    # (an author without state: no tweets, horizon 0, not pulled; an author is
-    # never pulled from its own timeline).
+    # (spark.rebuild.join.timeline_inputs: an author without state has no
+    # tweets, horizon 0, and is not pulled; an author is never pulled from its
+    # own timeline; a quiet edge to a pushed author with a posts run gets
+    # that run, its posts their own originals, by no one). An owner's filter
+    # is a row of author 0 (no user), passed through.
     rows = [
-        {"join_key": a, "kept": k, "origins": [origin(i) for i in k], "horizon": h, "pulled": p}
-        for a, (k, h, p) in states.items()
+        {
+            "join_key": a,
+            "kept": k,
+            "origins": [origin(i) for i in k],
+            "by": [by_of(i) for i in k],
+            "horizon": h,
+            "posts": posts and posts[0],
+            "posts_horizon": posts and posts[1],
+            "pulled": p,
+        }
+        for a, (k, h, p, posts) in states.items()
     ]
     half = len(rows) // 2  # in two chunks, in no order
-    schema = pa.schema(
-        [("join_key", pa.int64()), ("kept", pa.list_(pa.int64())),
-         ("origins", pa.list_(pa.int64())), ("horizon", pa.int64()), ("pulled", pa.bool_())]
-    )  # fmt: skip
+    schema = arrow.schema(STATE.replace("blob binary, ", ""))
     table = pa.concat_tables(
         [pa.Table.from_pylist(rows[half:], schema), pa.Table.from_pylist(rows[:half], schema)]
     )
     kept = KeptIds.of(table)
     expected = []
-    for owner, author in edges:
-        ids, horizon, pulled = states.get(author, ([], 0, False))
-        expected.append(
-            (owner, author, ids, [origin(i) for i in ids], horizon, pulled and owner != author)
-        )
-    owned = pa.Table.from_pylist([{"owner": o, "author": a} for o, a in edges], arrow.schema(OWNED))
+    owned_rows = []
+    for owner, author, quiet in edges:
+        ids, horizon, pulled, posts = states.get(author, ([], 0, False, None))
+        pull = pulled and owner != author
+        hidden = [author, 9] if author == FILTER_ROW else None
+        owned_rows.append({"owner": owner, "author": author, "quiet": quiet, "hidden": hidden})
+        if quiet and not pull and posts is not None:
+            ids, horizon = posts
+            expected.append((owner, author, ids, ids, [0] * len(ids), horizon, False, quiet))
+        else:
+            run = (ids, [origin(i) for i in ids], [by_of(i) for i in ids], horizon, pull, quiet)
+            expected.append((owner, author, *run))
+        expected[-1] += (hidden,)
+    owned = pa.Table.from_pylist(owned_rows, arrow.schema(OWNED))
     bounds = sorted({0, len(edges), *(c for c in cuts if c < len(edges))})
     got = []
+    names = ("owner", "author", "kept", "origins", "by", "horizon", "pull", "quiet", "hidden")
     for a, b in itertools.pairwise(bounds):
         batch = owned.slice(a, b - a).combine_chunks().to_batches()
         out = kept.join(batch[0] if batch else pa.RecordBatch.from_pylist([], arrow.schema(OWNED)))
         assert out.schema.names == arrow.names(EDGES)
-        got += [
-            (r["owner"], r["author"], r["kept"], r["origins"], r["horizon"], r["pull"])
-            for r in out.to_pylist()
-        ]
+        got += [tuple(r[n] for n in names) for r in out.to_pylist()]
     assert got == expected
