@@ -363,6 +363,24 @@ class TimelineStore(TimelineReads, TimelineBulk, GenerationStore, RebuildChannel
         key = keys.pulls(generation, user_id, self.shards.tag_of(user_id))
         return tuple(sorted(abs(int(a)) for a in self.redis.smembers(key)))
 
+    def screened(self, generation: int, owners: Sequence[int]) -> set[int]:
+        """Those of ``owners`` whose timelines and reads in ``generation`` are
+        screened (docs/decisions.md D28): they have a filter, or read a pulled
+        author's list without its reposts (a pulls member ``-author``). Such a
+        view may hold fewer than ``cap`` entries above its floor; reads go on
+        into the database below it. Pipelined: two commands per owner."""
+        tag = self.shards.tag_of
+        commands: list[Command] = []
+        for o in owners:
+            commands.append(command("EXISTS", keys.filters(generation, o, tag(o))))
+            commands.append(command("SMEMBERS", keys.pulls(generation, o, tag(o))))
+        replies = run(self.redis, commands)
+        out = set()
+        for o, filtered, pulls in zip(owners, replies[::2], replies[1::2], strict=True):
+            if int(filtered) or any(bytes(m)[:1] == b"-" for m in pulls or ()):
+                out.add(o)
+        return out
+
     def request_refill(self, *user_ids: int) -> None:
         """Queue timelines for a refill from the database (the apply script does
         this itself for the timelines it leaves short)."""

@@ -12,7 +12,7 @@ from fanout.config import StarlingConfig
 from fanout.model import events
 from fanout.model.partitioning import partition_for
 from fanout.store import keys
-from fanout.store.ops import pack_timeline
+from fanout.store.ops import pack_ids, pack_timeline, unpack_timeline
 from fanout.store.timelines import store_for
 from spark.rebuild.read import Row
 from spark.rebuild.report import Progress
@@ -163,3 +163,76 @@ def test_kept_ids_broadcast_or_joined_in_spark_write_the_same_timelines(
     assert sorted(lengths) == [1, 2, 3, 4, 5, 6] and lengths[3] == 3 + 1  # cap + slack
     assert timelines[1] == [122, 121, 120]  # 2's view: 3's, its own and the pulled 1's newest
     assert pulls[2] == {b"1"} and pulls[6] == set() and lists is not None
+
+
+def test_mutes_quiet_follows_and_filters_written_alike_either_way_and_read_as_computed(
+    spark, kafka_bootstrap: str, redis_url: str, redis_client, tmp_path: Path
+) -> None:
+    """Blocks, mutes and the reposts flag: the same timelines, filters, pulls
+    (quiet ones marked) and refills whether the write tasks join the kept
+    ids themselves or Spark does; and what readers see of the written
+    generation (merged.lua, which screens the pulled lists) is what the dry
+    run computes for them: a comparison with it finds no difference."""
+    config: StarlingConfig = make_config(
+        kafka_bootstrap, redis_url, partitions=2, timeline_size=3, timeline_slack=1,
+        pull_threshold=3,
+    )  # fmt: skip
+    writer = ChangelogWriter(config)
+    network = [events.Followed(u, u) for u in range(1, 9)]
+    network += [events.Followed(f, 1) for f in (3, 4, 5)]  # 1 is pulled
+    network += [events.Followed(2, 1, reposts=False)]  # 2 reads 1's list without its reposts
+    network += [events.Followed(8, 7), events.Followed(4, 7, reposts=False)]
+    network += [events.Followed(3, 7, muted=True), events.Followed(6, 7, muted=True)]
+    network += [events.FiltersSet(8, (6,)), events.FiltersSet(5, (6,)), events.FiltersSet(2, ())]
+    tweets = [events.TweetPosted(100 + i, 6, "six", f"p{i}") for i in range(6)]
+    tweets += [events.TweetPosted(110 + i, 7, "seven", f"q{i}") for i in range(2)]
+    tweets += [events.TweetPosted(120 + i, 7, "seven", "", 100 + i, 6) for i in range(6)]
+    tweets += [events.TweetPosted(130 + i, 1, "one", "", 100 + i, 6) for i in range(3)]
+    tweets += [events.TweetPosted(140, 1, "one", "hi")]
+    writer.send(network + tweets)
+    store = store_for(config)
+    written = {}
+    for broadcast_ids in (10**6, 0):
+        rebuild = Rebuild(
+            spark, config, store, Progress(store, out=io.StringIO()), tmp_path,
+            broadcast_ids=broadcast_ids,
+        )  # fmt: skip
+        decoded = rebuild.read(rebuild.snapshot())
+        states, inputs = rebuild.join(decoded)
+        generation = store.new_generation(state="building")
+        lengths = rebuild.write(generation, states, inputs)
+        users = sorted(lengths)
+        views = store.timelines(generation, users)
+        written[broadcast_ids] = (
+            lengths,
+            {u: unpack_timeline(redis_client.get(keys.timeline(generation, u))) for u in users},
+            {u: (v.horizon, v.ids) if v else None for u, v in zip(users, views, strict=True)},
+            {u: redis_client.smembers(keys.pulls(generation, u)) for u in users},
+            {u: redis_client.get(keys.filters(generation, u)) for u in users},
+            sorted(store.take_refills(100)),
+            rebuild.summary.short,
+            store.screened(generation, users),
+        )
+    assert written[10**6] == written[0]
+    lengths, timelines, views, pulls, filters, refills, short, screened = written[0]
+    # 8 hides 6: 7's newest entries, its reposts of 6's posts, leave nothing
+    # above 7's horizon: short, and queued for a refill.
+    assert timelines[8] == (122, []) and refills == [8] and short == 1
+    assert timelines[7] == (122, [122, 123, 124, 125])  # its own reposts are never hidden
+    assert timelines[4] == (0, [110, 111])  # 7 with reposts off: its posts
+    assert timelines[3] == (0, [])  # 3 mutes 7, and reads 1's list
+    # Readers: 1's list merged in, without the reposts they hide (5 hides 6)
+    # or, followed with reposts off (2), without any.
+    assert views[4] == (0, [140, 132, 131]) and views[3] == (0, [140, 132, 131])
+    assert views[5] == (0, [140]) and views[2] == (0, [140])
+    assert pulls[2] == {b"-1"} and pulls[3] == pulls[5] == {b"1"}
+    assert filters[8] == filters[5] == pack_ids([6]) and filters[2] is None
+    assert screened == {2, 5, 8}
+    assert rebuild.summary.filters == 3 and rebuild.summary.follows == 8 + 6 + 2
+
+    # The dry run's comparison with the generation just written, as live.
+    store.switch(generation, store.active_generation())
+    rebuild.diff(states, inputs)
+    assert rebuild.summary.timelines == len(lengths)
+    assert rebuild.summary.differing == 0 and rebuild.summary.live_missing == 0
+    decoded.unpersist()
