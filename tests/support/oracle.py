@@ -249,31 +249,32 @@ class Workload:
         return None
 
     def relate(self, a: str, b: str) -> str | None:
-        """``a`` blocks or unblocks ``b`` (a block takes the follows both ways),
-        mutes or unmutes them, or turns a followee's reposts off or on; the
-        kind of write made, None if none was."""
-        if a == b:
-            return None
+        """``a`` blocks ``b`` (which takes the follows both ways) or mutes them,
+        someone undoes a block or a mute, or ``a`` turns a followee's reposts
+        off or on; the kind of write made, None if none was."""
         roll = self.rnd.random()
-        if roll < 0.3:
-            if (a, b) in self.blocks:
-                self.call("DELETE", f"/users/{b}/block", a)
-                self.blocks.discard((a, b))
-                return "unblock"
-            self.call("POST", f"/users/{b}/block", a)
-            self.blocks.add((a, b))
-            for pair in ((a, b), (b, a)):
-                self.follows.discard(pair)
-                self.quiet.discard(pair)
-            return "block"
-        if roll < 0.6:
-            if (a, b) in self.mutes:
-                self.call("DELETE", f"/users/{b}/mute", a)
-                self.mutes.discard((a, b))
-                return "unmute"
-            self.call("POST", f"/users/{b}/mute", a)
-            self.mutes.add((a, b))
-            return "mute"
+        if roll < 0.45:
+            table, path, kind = (
+                (self.blocks, "block", "block") if roll < 0.2 else (self.mutes, "mute", "mute")
+            )
+            undo = self.rnd.random() < 0.4
+            if undo:  # an active user's block or mute undone
+                standing = sorted(p for p in table if not set(p) & self.suspended)
+                if not standing:
+                    return None
+                a, b = self.rnd.choice(standing)
+                self.call("DELETE", f"/users/{b}/{path}", a)
+                table.discard((a, b))
+                return "un" + kind
+            if a == b or (a, b) in table:
+                return None
+            self.call("POST", f"/users/{b}/{path}", a)
+            table.add((a, b))
+            if kind == "block":
+                for pair in ((a, b), (b, a)):
+                    self.follows.discard(pair)
+                    self.quiet.discard(pair)
+            return kind
         followed = sorted(p for p in self.follows if p[0] == a and p[1] not in self.suspended)
         if not followed:
             return None
