@@ -262,7 +262,8 @@ def print_summary(s: Summary, out: Any) -> None:
     lines = [
         "rebuild summary" + (" (dry run: nothing changed)" if s.dry_run else ""),
         f"  changelog records read  {s.records:,} ({rate:,.0f}/s)",
-        f"  live tweets / follows   {s.tweets:,} / {s.follows:,}; bad records {s.bad_records:,}",
+        f"  live tweets / follows   {s.tweets:,} / {s.follows:,}; filters {s.filters:,}; "
+        f"bad records {s.bad_records:,}",
         f"  timelines               {s.timelines:,}"
         + (f" ({s.timelines / s.seconds:,.0f}/s)" if s.seconds else ""),
     ]
@@ -276,7 +277,8 @@ def print_summary(s: Summary, out: Any) -> None:
         lines += [
             f"  generation              {s.generation} "
             f"({'active' if s.switched else 'handed over, not yet active'})",
-            f"  entries                 {s.entries:,}",
+            f"  entries                 {s.entries:,} ({s.short:,} timelines short: "
+            "refills queued)",
             f"  verified                {s.verified_counts:,} lengths, "
             f"{s.sample_checked} sampled against the database",
         ]

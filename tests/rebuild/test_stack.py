@@ -116,16 +116,40 @@ def dry_run(stack: Stack, *args: str) -> dict:
 
 
 def test_after_flushall_one_rebuild_brings_every_timeline_back(stack: Stack) -> None:
-    work = Workload(stack, random.Random(12), prefix="fl", engagements=0.2)
+    # With blocks, mutes and follows with reposts off: the rebuild writes the
+    # owners' filters and screens the timelines with them, as the job does.
+    work = Workload(stack, random.Random(12), prefix="fl", engagements=0.2, relations=0.15)
     work.register(30)
     work.run(300)
-    stack.wait_for_seq(work.max_seq)
+    assert min(work.counts.get(k, 0) for k in ("block", "mute", "reposts_off")) > 0, work.counts
+    # And for certain: cy follows bob, who reposts ann's tweet, and mutes ann
+    # (bob's repost is out of cy's view); cy follows dee with reposts off
+    # (dee's post is in it, dee's repost of ann's tweet is not).
+    few = Workload(stack, random.Random(0), prefix="flx")  # kept out of `work`
+    few.register(4)
+    ann, bob, cy, dee = (f"flx{i}" for i in range(4))
+    tweet = few.call("POST", "/tweets", ann, {"text": "ann's"})["id"]
+    few.call("POST", f"/tweets/{tweet}/repost", bob)
+    few.call("POST", f"/users/{bob}/follow", cy)
+    few.call("POST", f"/users/{ann}/mute", cy)
+    own = few.call("POST", "/tweets", dee, {"text": "dee's"})["id"]
+    few.call("POST", f"/tweets/{tweet}/repost", dee)
+    few.call("POST", f"/users/{dee}/follow", cy)
+    few.call("PATCH", f"/users/{dee}/follow", cy, {"reposts": False})
+    stack.wait_for_seq(max(work.max_seq, few.max_seq))
     stack.store.redis.flushall()
     time.sleep(3)
     assert stack.procs["fanout"].poll() is None, "the fanout job exited instead of waiting"
-    finish(rebuild(stack))
+    out = finish(rebuild(stack))
+    generation = stack.store.active_generation()
+    assert generation is not None and "filters" in out, out
+    users = [user_id(stack, name) for name in all_users(stack)]
+    assert stack.store.screened(generation, users), "no owner's view is screened"
     stats = check_against_oracle(stack, all_users(stack))
     assert stats["timelines"] == len(all_users(stack))
+    found = stack.store.timeline(generation, user_id(stack, cy))
+    assert found is not None and found.ids == [own], found
+    print(f"\nrebuild after flushall: {stats}; {work.counts}")
     # The job carries on in the new generation.
     work.run(20)
     stack.wait_for_seq(work.max_seq)
