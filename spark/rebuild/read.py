@@ -165,7 +165,7 @@ def co_partitions(start: Offsets, end: Offsets) -> list[CoPartition]:
 @dataclass
 class _Pairs:
     """Live records of one kind: (join key, other id, offset) columns, and a
-    number of each (``extra``: 0 unless given)."""
+    number of each for the kinds that have one (``extra``, a null as 0)."""
 
     keys: list[np.ndarray] = field(default_factory=list)
     others: list[np.ndarray] = field(default_factory=list)
@@ -183,9 +183,7 @@ class _Pairs:
         self.keys.append(pc.filter(batch.column(key), live).to_numpy())
         self.others.append(pc.filter(batch.column(other), live).to_numpy())
         self.offsets.append(pc.filter(batch.column("offset"), live).to_numpy())
-        if extra is None:
-            self.extras.append(np.zeros(len(self.keys[-1]), dtype=np.int64))
-        else:
+        if extra is not None:
             self.extras.append(pc.filter(extra, live).cast(pa.int64()).fill_null(0).to_numpy())
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
