@@ -17,10 +17,10 @@ from spark.rebuild.read import Row
 from spark.rebuild.tasks import FILTER_ROW, KeptIds
 
 #: The most kept tweet ids (all authors together, their posts runs included)
-#: that go to the write tasks as a broadcast: 20 million ids, each with its
-#: original and its original's author, 480 MB in the driver and in each
-#: Python worker. Above it, Spark joins them to the edges.
-BROADCAST_KEPT_IDS = 20_000_000
+#: that go to the write tasks as a broadcast: 7 million ids, each with its
+#: original and its original's author (24 bytes), 170 MB in the driver and in
+#: each Python worker. Above it, Spark joins them to the edges.
+BROADCAST_KEPT_IDS = 7_000_000
 
 
 def states_and_edges(read: DataFrame) -> tuple[DataFrame, DataFrame, DataFrame]:
