@@ -98,9 +98,12 @@ def test_processor_applies_the_rules_with_the_configured_cap_and_slack() -> None
     assert state.followers == {8}
     assert bundle.seq == 6 and bundle.ts == 1_006
     assert set(bundle.bodies) == {100, 101, 102, 103, 104}
-    assert bundle.mutations[-1] == Mutation(Op.ADD, (7, 8), (100, 101, 102, 103, 104), 0, 6)
+    assert bundle.mutations[-1] == Mutation(
+        Op.ADD, (7, 8), (100, 101, 102, 103, 104), 0, 6, actor=7
+    )
     follow = run(processor, BUCKET, [row(events.Followed(9, 7), 7)])
-    assert follow.mutations == [Mutation(Op.ADD, (9,), (102, 103, 104), 102, 7)]  # cap 2 + slack 1
+    # cap 2 + slack 1
+    assert follow.mutations == [Mutation(Op.ADD, (9,), (102, 103, 104), 102, 7, actor=7)]
 
 
 def test_a_pulled_authors_followers_live_apart_until_it_is_pushed_again() -> None:
@@ -140,9 +143,9 @@ def test_the_authors_of_a_bucket_keep_states_of_their_own_and_share_one_bundle()
     assert AuthorState.decode(authors[(7,)][0]) == AuthorState({8}, [50, 100])
     assert AuthorState.decode(authors[(263,)][0]) == AuthorState({9}, [101])
     assert sorted(bundle.mutations, key=lambda m: m.seq) == [
-        Mutation(Op.ADD, (9,), (), 0, 2),
-        Mutation(Op.ADD, (9, 263), (101,), 0, 3),
-        Mutation(Op.ADD, (7, 8), (100,), 0, 4),
+        Mutation(Op.ADD, (9,), (), 0, 2, actor=263),
+        Mutation(Op.ADD, (9, 263), (101,), 0, 3, actor=263),
+        Mutation(Op.ADD, (7, 8), (100,), 0, 4, actor=7),
     ]
     assert set(bundle.bodies) == {100, 101} and bundle.seq == 4
 
@@ -203,14 +206,14 @@ def test_timeline_mutations_are_routed_by_owner_and_the_rest_comes_first() -> No
     first = by_route[FIRST]
     assert first.seq == 4 and first.mutations == [Mutation(Op.DELETE_BODY, (), (100,))]
     assert by_route[7].mutations == [
-        Mutation(Op.ADD, (8,), (), 0, 1),
-        Mutation(Op.ADD, (8,), (100,), 0, 3),
-        Mutation(Op.REMOVE, (8,), (100,)),
+        Mutation(Op.ADD, (8,), (), 0, 1, actor=7),
+        Mutation(Op.ADD, (8,), (100,), 0, 3, actor=7),
+        Mutation(Op.REMOVE, (8,), (100,), actor=7),
     ]
     assert by_route[3].mutations == [
-        Mutation(Op.ADD, (9,), (), 0, 2),
-        Mutation(Op.ADD, (7, 9), (100,), 0, 3),
-        Mutation(Op.REMOVE, (7, 9), (100,)),
+        Mutation(Op.ADD, (9,), (), 0, 2, actor=7),
+        Mutation(Op.ADD, (7, 9), (100,), 0, 3, actor=7),
+        Mutation(Op.REMOVE, (7, 9), (100,), actor=7),
     ]
     assert 8 not in {o for m in by_route[3].mutations for o in m.owners}
     assert by_route[7].bodies == {} and by_route[7].seq == 0
@@ -290,6 +293,8 @@ def test_a_tweets_likes_and_reposts_are_counted_once_per_batch_beside_the_author
     assert bundle.ignored == 2  # the re-sent like, and the like of 313 undone
     assert Engagements.decode(handle.maps["engagements"][(50,)][0]).counts == (2, 1)
     assert (313,) not in handle.maps["engagements"]
-    assert [m.reposts for m in bundle.mutations if m.op is Op.ADD] == [((60, 50),)]
+    assert [m.reposts for m in bundle.mutations if m.op is Op.ADD] == [
+        ((60, 50, 0),)
+    ]  # (its original's author not given)
     gone = run(processor, BUCKET, [row(events.Disengaged(events.LIKE, 8, 50), 8)])
     assert gone.counts == {50: (1, 1)}

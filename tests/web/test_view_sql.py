@@ -205,7 +205,7 @@ def test_a_refill_carries_every_raw_entry_above_the_horizon_of_the_newest_winner
         raw = [(e, o) for e, o in world.entries(owner) if e >= horizon]
         assert reset.horizon == horizon
         assert reset.tweet_ids == tuple(e for e, _ in raw)
-        assert reset.reposts == tuple((e, o) for e, o in raw if e != o)
+        assert reset.reposts == tuple((e, o, 0) for e, o in raw if e != o)  # never screened
         # The winners at or above the horizon are exactly the newest keep of the view.
         winners = {max(e for e, o2 in raw if o2 == o) for _, o in raw}
         assert sorted(winners, reverse=True) == view[:keep]
