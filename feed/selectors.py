@@ -485,18 +485,20 @@ def home_timeline_oracle(user_ids: Sequence[int], cap: int) -> dict[int, list[in
 
 def settled_since(user_ids: Sequence[int], seq: int) -> set[int]:
     """The users whose home timeline no write after outbox ``seq`` can have
-    changed: they neither followed nor unfollowed, and nobody they follow (nor
-    they) tweeted or deleted since. Their timeline as of ``seq`` equals the
-    database's current join."""
+    changed: they neither followed nor unfollowed (nor changed a follow's
+    flags), their hidden users did not change (a block either way, a mute),
+    and nobody they follow (nor they) tweeted or deleted since. Their timeline
+    as of ``seq`` equals the database's current join."""
     recent = OutboxEvent.objects.filter(id__gt=seq)
     followers = {
         int(key.split(":", 1)[0])
         for key in recent.filter(topic=events.FOLLOWS).values_list("key", flat=True)
     }
+    filtered = set(recent.filter(topic=events.FILTERS).values_list("join_key", flat=True))
     authors = set(recent.filter(topic=events.TWEETS).values_list("join_key", flat=True))
     settled = set()
     for user_id in user_ids:
-        if user_id in followers or user_id in authors:
+        if user_id in followers or user_id in authors or user_id in filtered:
             continue
         if not Follow.objects.filter(follower_id=user_id, followee_id__in=authors).exists():
             settled.add(user_id)
