@@ -238,6 +238,11 @@ local function view(gen, uid, s, given, cap)
     end
   end
   for _, src in ipairs(sources) do src.lo = above(src.s, 1, src.n, floor - 1) end
+  -- A pulled author's list's pairs: given by the caller, or read here.
+  local function list_pairs(author)
+    if given then return given.pairs[author] end
+    return redis.call('GET', P.list_reposts .. gen .. ':' .. author)
+  end
   -- The lists the reader may not see all of (its hidden users, reposts off),
   -- from the floor up; the hidden users as a set, once.
   local f = #sources > 1 and redis.call('GET', P.filters .. gen .. ':' .. T .. uid) or nil
@@ -248,14 +253,9 @@ local function view(gen, uid, s, given, cap)
   for i = 2, #sources do
     local src = sources[i]
     if (f or quiet[src.author]) and src.lo <= src.n then
-      local p
-      if given then
-        p = given.pairs[src.author]
-      else
-        p = redis.call('GET', P.list_reposts .. gen .. ':' .. src.author)
-      end
+      local p = list_pairs(src.author)
       src.s, src.p = screened(src.s, p, hides, quiet[src.author], floor)
-      src.read = true
+      src.read = true  -- its pairs are these
       src.n = count(src.s)
       src.lo = above(src.s, 1, src.n, floor - 1)
     end
@@ -274,12 +274,8 @@ local function view(gen, uid, s, given, cap)
       if shown > 1 and src.lo <= src.n then
         if i == 1 then
           src.p = redis.call('GET', P.reposts .. gen .. ':' .. T .. uid)
-        elseif src.read then  -- screened already
-          src.p = src.p
-        elseif given then
-          src.p = given.pairs[src.author]
-        else
-          src.p = redis.call('GET', P.list_reposts .. gen .. ':' .. src.author)
+        elseif not src.read then
+          src.p = list_pairs(src.author)
         end
         any = any or (src.p and #src.p > 0)
       end
