@@ -67,15 +67,19 @@ local function bulk_ids(s, from, k)
 end
 
 -- The entries of the sources at or above `b` that are not in the view, ascending,
--- and as a set: per original, every winner of a source but the greatest across
--- them (a source's repost winners are the last entries of its runs of pairs; a
--- post o is the entry of original o, hidden by any repost of o). Whether an
--- entry at or above `b` is hidden depends on the entries above it only.
-local function hidden(sources, b)
+-- and as a set: the `dropped` ones (screened out of their lists), and per
+-- original every winner of a source but the greatest across them (a source's
+-- repost winners are the last entries of its runs of pairs; a post o is the
+-- entry of original o, hidden by any repost of o). Whether an entry at or above
+-- `b` is hidden depends on the entries above it only.
+local function hidden(sources, b, dropped)
   local best, losers, reposted = {}, {}, {}
+  for _, e in ipairs(dropped) do
+    if e >= b then losers[#losers + 1] = e end
+  end
   for i, src in ipairs(sources) do
     local p, w = src.p, i == 1 and 2 or 3  -- a timeline's records, a list's (with by)
-    local flat = (p and #p > 0) and bulk_ids(p, 1, #p / 8) or {}  -- original, entry, ...
+    local flat = src.flat or ((p and #p > 0) and bulk_ids(p, 1, #p / 8)) or {}
     for x = 1, #flat, w do
       local o, e = flat[x], flat[x + 1]
       if flat[x + w] ~= o and e >= b then  -- the last of o's run: o's winner here
@@ -152,57 +156,37 @@ local function bound(sources, floor, k)
   return floor, nil
 end
 
--- A pulled author's list `l` (its pairs `p`) as a reader sees it, from the
--- `floor` up (below it the list shows nothing): without the reposts whose `by`
--- the set `hides` holds or, `quiet`, without any; a winner left out gives its
--- place to the next entry of its original. Returns the list and its pairs,
--- new ones (holding only what is at or above the floor) if anything was left out.
-local function screened(l, p, hides, quiet, floor)
-  if not p or #p == 0 then return l, p end  -- no reposts: nothing to leave out
+-- A pulled author's list (its pairs `p`) as a reader sees it, from the `floor`
+-- up (below it the list shows nothing): without the reposts whose `by` the set
+-- `hides` holds or, `quiet`, without any; a winner left out gives its place to
+-- the next entry of its original. The list is not rewritten (that would cost a
+-- pass over all of it): returns what changes, the records of the pairs that stay
+-- (original, entry, by, ...: one per original, its winner), the winners left out
+-- (in the list, hidden by the view) and the entries that take their places (not
+-- in the list: a source of their own), ascending.
+local function screened(p, hides, quiet, floor)
   local recs = bulk_ids(p, 1, #p / 8)  -- original, entry, by, ...
-  local any = false
-  for x = 1, #recs, 3 do
-    local o, e = recs[x], recs[x + 1]
-    if e >= floor and e ~= o and (quiet or hides[recs[x + 2]]) then
-      any = true
-      break
+  local kept, dropped, taking = {}, {}, {}
+  local n, x = #recs, 1
+  while x <= n do
+    local o, last = recs[x], x  -- o's run: records x .. last
+    while last + 3 <= n and recs[last + 3] == o do last = last + 3 end
+    local won = last  -- the winner left: the newest entry not left out
+    while won >= x and recs[won + 1] ~= o and (quiet or hides[recs[won + 2]]) do
+      won = won - 3
     end
-  end
-  if not any then return l, p end
-  local raw, by = {}, {}
-  for x = 1, #recs, 3 do
-    local o, e = recs[x], recs[x + 1]
-    if e >= floor then
-      if e ~= o and (quiet or hides[recs[x + 2]]) then
-        raw[e] = false
-      else
-        raw[e], by[e] = o, recs[x + 2]
-      end
+    local e = won >= x and recs[won + 1] or nil
+    if e and e ~= o then
+      kept[#kept + 1], kept[#kept + 2], kept[#kept + 3] = o, e, recs[won + 2]
     end
-  end
-  local n = count(l)
-  local from = above(l, 1, n, floor - 1)
-  if from <= n then
-    for _, e in ipairs(bulk_ids(l, HEADER + (from - 1) * 8 + 1, n - from + 1)) do
-      if raw[e] == nil then raw[e] = e end
+    if won ~= last and recs[last + 1] >= floor then
+      dropped[#dropped + 1] = recs[last + 1]
+      if e and e >= floor then taking[#taking + 1] = e end
     end
+    x = last + 3
   end
-  local best = {}
-  for e, o in pairs(raw) do
-    if o and (best[o] == nil or e > best[o]) then best[o] = e end
-  end
-  local ids, rest = {}, {}
-  for _, e in pairs(best) do ids[#ids + 1] = e end
-  table.sort(ids)
-  for e, o in pairs(raw) do
-    if o and (e ~= o or best[o] ~= o) then rest[#rest + 1] = {o, e} end
-  end
-  table.sort(rest, function(a, b) return a[1] < b[1] or (a[1] == b[1] and a[2] < b[2]) end)
-  local parts = {}
-  for i, r in ipairs(rest) do parts[i] = struct.pack('>I8I8I8', r[1], r[2], by[r[2]] or 0) end
-  local packed = {string.sub(l, 1, HEADER)}
-  for i, id in ipairs(ids) do packed[i + 1] = pk(id) end
-  return table.concat(packed), table.concat(parts)
+  table.sort(taking)
+  return kept, dropped, taking
 end
 
 -- The sources of a view: {s = packed, lo, n} (entries lo..n are at or above the
@@ -250,17 +234,27 @@ local function view(gen, uid, s, given, cap)
   if f then
     for _, id in ipairs(bulk_ids(f, 1, #f / 8)) do hides[id] = true end
   end
-  for i = 2, #sources do
+  local dropped, lists = {}, #sources
+  for i = 2, lists do
     local src = sources[i]
     if (f or quiet[src.author]) and src.lo <= src.n then
       local p = list_pairs(src.author)
-      src.s, src.p = screened(src.s, p, hides, quiet[src.author], floor)
-      src.read = true  -- its pairs are these
-      src.n = count(src.s)
-      src.lo = above(src.s, 1, src.n, floor - 1)
+      src.read = true  -- its pairs are src.p or src.flat
+      if p and #p > 0 then  -- no reposts: nothing to leave out
+        local out, taking
+        src.flat, out, taking = screened(p, hides, quiet[src.author], floor)
+        for _, e in ipairs(out) do dropped[#dropped + 1] = e end
+        if #taking > 0 then
+          local packed = {string.rep('\0', HEADER)}
+          for j, id in ipairs(taking) do packed[j + 1] = pk(id) end
+          sources[#sources + 1] = {s = table.concat(packed), lo = 1, n = #taking, read = true}
+        end
+      end
     end
   end
-  sources.hidden, sources.hide = {}, {}
+  table.sort(dropped)
+  sources.hidden, sources.hide = dropped, {}
+  for _, e in ipairs(dropped) do sources.hide[e] = true end
   if #sources > 1 then  -- reposts may repeat an original across the sources
     local any, shown = false, 0
     for _, src in ipairs(sources) do
@@ -277,7 +271,7 @@ local function view(gen, uid, s, given, cap)
         elseif not src.read then
           src.p = list_pairs(src.author)
         end
-        any = any or (src.p and #src.p > 0)
+        any = any or (src.p and #src.p > 0) or (src.flat and #src.flat > 0)
       end
     end
     if any then
@@ -286,9 +280,9 @@ local function view(gen, uid, s, given, cap)
       -- twice that many entries above it, or from the floor if that many do not
       -- stay. Counts below the bound are then over cap either way.
       local b, from_b = bound(sources, floor, 2 * (cap + 1))
-      local hid, set = hidden(sources, b)
+      local hid, set = hidden(sources, b, dropped)
       if from_b and from_b - #hid <= cap then
-        hid, set = hidden(sources, floor)
+        hid, set = hidden(sources, floor, dropped)
       end
       sources.hidden, sources.hide = hid, set
     end
