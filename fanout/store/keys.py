@@ -9,6 +9,7 @@
 | ``al:<g>:<t><author>`` | string | a pulled author's newest tweets, packed like a timeline |
 | ``ar:<g>:<t><author>`` | string | that list's reposts, packed like a timeline's |
 | ``pl:<g>:<t><user>`` | set | the pulled authors the user follows (merged into each read) |
+| ``tx:<g>:<t><user>`` | string | the users the user hides (blocks both ways, mutes): packed ids, ascending |
 | ``starling:generation`` | string | the active generation |
 | ``starling:generation<t>`` | string | the active generation, as a shard's reads see it (cluster) |
 | ``starling:generations`` | string | the last generation number handed out |
@@ -39,7 +40,7 @@ script touches lies in one slot. A user's keys (timeline, pulled authors,
 regeneration, tokens, activity) and a tweet's body are tagged by the
 shard of their id; the shard's copies of what reads and writes need of
 the global keys (the active generation, the generation's presence, the
-watermark) carry the same tag, and so do The global
+watermark) carry the same tag. The global
 keys stay where they are: the fanout job and the rebuild read them, not
 the scripts.
 
