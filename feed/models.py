@@ -62,7 +62,10 @@ class Tweet(models.Model):
     """A post, or a repost (``repost_of`` set): a timeline entry of its own,
     with its own id, showing the original's text. A repost's text is empty;
     its id is greater than the original's; a user reposts a tweet at most
-    once, and a repost of a repost is one of its original (feed.services)."""
+    once, and a repost of a repost is one of its original (feed.services).
+    A post may answer another (``in_reply_to``, feed.conversations); its id
+    is then greater than its parent's, so a thread's chain of parents always
+    ends."""
 
     #: 53-bit time-ordered id (:mod:`fanout.model.ids`); also the pagination cursor.
     id = models.BigIntegerField(primary_key=True)
@@ -79,6 +82,21 @@ class Tweet(models.Model):
         related_name="reposts",
         db_index=False,  # the partial index below serves "the reposts of o"
     )
+    #: The post this one answers (a repost's id answers its original). A plain
+    #: id, not a foreign key: it outlives its parent (deleting a tweet leaves
+    #: its replies, and what they answered, as they are), so nothing cascades
+    #: and no constraint refuses the delete.
+    in_reply_to = models.BigIntegerField(null=True, blank=True, db_index=False)
+    #: The author of ``in_reply_to``, fixed when the reply is written (kept
+    #: when the parent goes; users are never deleted).
+    reply_to = models.ForeignKey(
+        User,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="+",
+        db_index=False,  # the partial index below serves "the replies to u"
+    )
 
     class Meta:
         indexes = [
@@ -89,6 +107,18 @@ class Tweet(models.Model):
                 fields=["repost_of", "id"],
                 name="tweet_repost_of_id_idx",
                 condition=Q(repost_of__isnull=False),
+            ),
+            # A tweet's direct replies by id (the thread's pages, the counts).
+            models.Index(
+                fields=["in_reply_to", "id"],
+                name="tweet_in_reply_to_id_idx",
+                condition=Q(in_reply_to__isnull=False),
+            ),
+            # The replies to a user (a rename posts them again: they name the user).
+            models.Index(
+                fields=["reply_to", "id"],
+                name="tweet_reply_to_id_idx",
+                condition=Q(reply_to__isnull=False),
             ),
         ]
         constraints = [
@@ -101,6 +131,16 @@ class Tweet(models.Model):
                 condition=Q(repost_of__isnull=True) | (Q(text="") & Q(repost_of__lt=F("id"))),
                 name="tweet_repost_empty_and_newer",
             ),
+            # A reply is a post, newer than its parent, with the parent's author.
+            models.CheckConstraint(
+                condition=(Q(in_reply_to__isnull=True) & Q(reply_to__isnull=True))
+                | (
+                    Q(repost_of__isnull=True)
+                    & Q(reply_to__isnull=False)
+                    & Q(in_reply_to__lt=F("id"))
+                ),
+                name="tweet_reply_is_a_newer_post",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -112,6 +152,42 @@ class Tweet(models.Model):
     def original_id(self) -> int:
         """The tweet this entry shows: itself, or the one it reposts."""
         return self.repost_of_id or self.id
+
+
+class Mention(models.Model):
+    """``tweet`` mentions ``user`` (an active user when it was written; the
+    author too, if they name themselves): read from its text once, when it is
+    written, in the order the text names them (the row's id)."""
+
+    #: The mentions go with their tweet (they have no changelog of their own).
+    #: Indexed by the unique pair, as the user is by the (user, tweet) index.
+    tweet = models.ForeignKey(
+        Tweet, on_delete=models.CASCADE, related_name="mentions", db_index=False
+    )
+    user = models.ForeignKey(User, on_delete=models.PROTECT, related_name="+", db_index=False)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tweet", "user"], name="mention_once"),
+        ]
+        # The tweets that mention a user (a rename posts them again).
+        indexes = [models.Index(fields=["user", "tweet"], name="mention_user_tweet_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.tweet_id} mentions {self.user_id}"
+
+
+class DeletedReply(models.Model):
+    """What a deleted reply answered, written when it is deleted if it has
+    replies of its own: a thread's chain of parents goes on above it
+    (feed.conversations). Its text and author go with it."""
+
+    #: The deleted reply's id.
+    id = models.BigIntegerField(primary_key=True)
+    in_reply_to = models.BigIntegerField()
+
+    def __str__(self) -> str:
+        return f"{self.id} (deleted) answered {self.in_reply_to}"
 
 
 class Like(models.Model):

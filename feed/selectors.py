@@ -14,9 +14,10 @@ import redis
 from django.conf import settings
 from django.db import connection
 from django.db.models import Count, Exists, OuterRef, Q, QuerySet
+from django.db.models.functions import Coalesce
 
 from fanout.model import events, ids
-from feed.models import Block, Follow, Like, Mute, OutboxEvent, Tweet, User
+from feed.models import Block, Follow, Like, Mention, Mute, OutboxEvent, Tweet, User
 
 if TYPE_CHECKING:
     from feed.timeline import TimelineQuery
@@ -112,18 +113,19 @@ def tweet_object(
     *,
     original: tuple[int, str] | None = None,
     counts: dict[str, int] | None = None,
+    in_reply_to: tuple[int, str] | None = None,
+    mentions: Sequence[str] = (),
 ) -> dict[str, Any]:
     """A tweet as clients see it, wherever it appears (the API's pages, the
     database's timeline pages; the Redis read builds the same shape in Lua):
-    ``{id, author, text, created_at, repost_of, counts}``. For a repost,
-    ``id``, ``author`` and ``created_at`` are the repost's, ``text`` is the
-    original's and ``original`` (its id and author) gives ``repost_of``;
+    ``{id, author, text, in_reply_to, mentions, created_at, repost_of,
+    counts}`` (:func:`fanout.model.events.tweet_fields`, then ``repost_of``
+    and ``counts``). For a repost, ``id``, ``author`` and ``created_at`` are
+    the repost's; ``text``, ``in_reply_to`` and ``mentions`` are the
+    original's, and ``original`` (its id and author) gives ``repost_of``;
     ``counts`` are the original's."""
     return {
-        "id": entry_id,
-        "author": author,
-        "text": text,
-        "created_at": events.created_at_iso(entry_id),
+        **events.tweet_fields(entry_id, author, text, in_reply_to=in_reply_to, mentions=mentions),
         "repost_of": None
         if original is None
         else {
@@ -137,8 +139,8 @@ def tweet_object(
 
 def tweet_objects(entry_ids: Sequence[int]) -> list[dict[str, Any]]:
     """The tweet objects of these entries, in their order (one query for the
-    rows and their originals, one Redis call for the counts); an entry gone
-    meanwhile is left out. Visibility is the caller's."""
+    rows and their originals, one for the mentions, one Redis call for the
+    counts); an entry gone meanwhile is left out. Visibility is the caller's."""
     if not entry_ids:
         return []
     rows = Tweet.objects.filter(id__in=list(entry_ids)).values_list(
@@ -148,24 +150,38 @@ def tweet_objects(entry_ids: Sequence[int]) -> list[dict[str, Any]]:
         "repost_of_id",
         "repost_of__author__username",
         "repost_of__text",
+        # What the post (a repost: its original) answers: its id and author's name.
+        Coalesce("repost_of__in_reply_to", "in_reply_to"),
+        Coalesce("repost_of__reply_to__username", "reply_to__username"),
     )
     by_id = {row[0]: row for row in rows}
     present = [by_id[i] for i in entry_ids if i in by_id]
-    counts = tweet_counts(list(dict.fromkeys(row[3] or row[0] for row in present)))
+    originals = list(dict.fromkeys(row[3] or row[0] for row in present))
+    counts = tweet_counts(originals)
+    mentions = _mention_names(originals)
     out = []
-    for entry_id, author, text, original, original_author, original_text in present:
-        if original is None:
-            out.append(tweet_object(entry_id, author, text, counts=counts.get(entry_id)))
-        else:
-            out.append(
-                tweet_object(
-                    entry_id,
-                    author,
-                    original_text,
-                    original=(original, original_author),
-                    counts=counts.get(original),
-                )
+    for entry_id, author, text, original, original_author, original_text, *answered in present:
+        shown = original or entry_id
+        out.append(
+            tweet_object(
+                entry_id,
+                author,
+                text if original is None else original_text,
+                original=None if original is None else (original, original_author),
+                counts=counts.get(shown),
+                in_reply_to=(answered[0], answered[1]) if answered[0] is not None else None,
+                mentions=mentions.get(shown, ()),
             )
+        )
+    return out
+
+
+def _mention_names(tweet_ids: Sequence[int]) -> dict[int, list[str]]:
+    """The names of the users each of these tweets mentions, in its text's order."""
+    out: dict[int, list[str]] = {}
+    rows = Mention.objects.filter(tweet_id__in=tweet_ids).order_by("id")
+    for tweet_id, name in rows.values_list("tweet_id", "user__username"):
+        out.setdefault(tweet_id, []).append(name)
     return out
 
 
@@ -173,7 +189,8 @@ def tweet_counts(tweet_ids: Sequence[int]) -> dict[int, dict[str, int]]:
     """The counts of these (original) tweets: from Redis, where the fanout job
     keeps them (``ct:`` keys, :func:`fanout.store.keys.counts`); from the
     database when Redis is unreachable (a COUNT per kind for the page's
-    tweets, of live likes and reposts by active users)."""
+    tweets, of live likes, reposts and direct replies by active users:
+    :func:`_database_counts`)."""
     if not tweet_ids:
         return {}
     try:
@@ -198,6 +215,9 @@ def _stored_counts(tweet_ids: Sequence[int]) -> list[bytes | None]:
 
 
 def _database_counts(tweet_ids: Sequence[int]) -> dict[int, dict[str, int]]:
+    """The counts' view (docs/design.md) of these original tweets, by the
+    database: their live likes, reposts and direct replies by active users
+    (three indexed COUNTs, grouped by tweet)."""
     likes = dict(
         Like.objects.filter(tweet_id__in=tweet_ids, user__is_active=True)
         .values_list("tweet_id")
@@ -210,8 +230,15 @@ def _database_counts(tweet_ids: Sequence[int]) -> dict[int, dict[str, int]]:
         .annotate(n=Count("id"))
         .values_list("repost_of_id", "n")
     )
+    replies = dict(
+        Tweet.objects.filter(in_reply_to__in=tweet_ids, author__is_active=True)
+        .values_list("in_reply_to")
+        .annotate(n=Count("id"))
+        .values_list("in_reply_to", "n")
+    )
     return {
-        t: {"likes": likes.get(t, 0), "reposts": reposts.get(t, 0), "replies": 0} for t in tweet_ids
+        t: {"likes": likes.get(t, 0), "reposts": reposts.get(t, 0), "replies": replies.get(t, 0)}
+        for t in tweet_ids
     }
 
 

@@ -12,6 +12,11 @@ Wire format (KTable style: the topics are tables):
   natural key), value = the follow row as versioned JSON, unfollow = tombstone.
   A repost is a row of the same table: its value adds ``repost_of``, the
   original's id (a post's value has no such field), and its text is empty.
+  A reply adds ``in_reply_to`` (the post it answers), ``reply_to`` and
+  ``reply_to_name`` (that post's author's id and name); a post that
+  mentions users adds ``mentions`` (their ids, the author's own left out)
+  and ``mention_names`` (the names its body shows). A post without them, and
+  every repost, has none of these fields.
 * topic ``engagements``: key = ``"<kind>:<user_id>:<tweet_id>"`` (``kind`` is
   ``like`` or ``repost``), value = the row as versioned JSON, undo = tombstone;
   its join key is the (original) tweet: the job counts each tweet's likes and
@@ -38,7 +43,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,6 +85,17 @@ class TweetPosted:
     #: A repost: the original's author (fixed: a tweet's author never changes);
     #: 0 for a post, and in records written before it was carried.
     repost_of_author: int = 0
+    #: A reply: the post it answers (an older one), and that post's author
+    #: (fixed when the reply is written) with their name (the body shows it);
+    #: 0 and "" for anything else, and in records written before replies.
+    in_reply_to: int = 0
+    reply_to: int = 0
+    reply_to_name: str = ""
+    #: The users the post mentions other than its author, ascending.
+    mentions: tuple[int, ...] = ()
+    #: The names of the users the post mentions (its author's too, if they
+    #: name themselves), in the order its text names them: the body's.
+    mention_names: tuple[str, ...] = ()
 
     @property
     def original(self) -> int:
@@ -240,9 +256,30 @@ def _utc_second(second: int) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
 
 
-def tweet_fields(tweet_id: int, author: str, text: str) -> dict[str, Any]:
-    """A tweet as clients see it (the API and the timeline cache share this shape)."""
-    return {"id": tweet_id, "author": author, "text": text, "created_at": created_at_iso(tweet_id)}
+def tweet_fields(
+    tweet_id: int,
+    author: str,
+    text: str,
+    *,
+    in_reply_to: tuple[int, str] | None = None,
+    mentions: Sequence[str] = (),
+) -> dict[str, Any]:
+    """A tweet as clients see it (the API and the timeline cache share this
+    shape): ``in_reply_to`` is ``{"id", "author"}`` of the post it answers
+    (``None``: not a reply) and ``mentions`` the names of the users it
+    mentions. They come between ``text`` and ``created_at``: a repost's read
+    shows its original's ``text`` up to ``created_at`` (fanout/store/lua/entries.lua),
+    so a repost of a reply shows what the reply answers and mentions."""
+    return {
+        "id": tweet_id,
+        "author": author,
+        "text": text,
+        "in_reply_to": None
+        if in_reply_to is None
+        else {"id": in_reply_to[0], "author": in_reply_to[1]},
+        "mentions": list(mentions),
+        "created_at": created_at_iso(tweet_id),
+    }
 
 
 def tweet_json(event: TweetPosted) -> bytes:
@@ -253,7 +290,16 @@ def tweet_json(event: TweetPosted) -> bytes:
     as it is now."""
     if event.repost_of:
         return repost_json(event.tweet_id, event.author, event.repost_of)
-    return orjson.dumps(tweet_fields(event.tweet_id, event.author, event.text))
+    answered = (event.in_reply_to, event.reply_to_name) if event.in_reply_to else None
+    return orjson.dumps(
+        tweet_fields(
+            event.tweet_id,
+            event.author,
+            event.text,
+            in_reply_to=answered,
+            mentions=event.mention_names,
+        )
+    )
 
 
 def repost_json(repost_id: int, author: str, original: int) -> bytes:
@@ -290,6 +336,15 @@ def encode(event: Event) -> Record:
             row["repost_of"] = event.repost_of
             if event.repost_of_author:
                 row["repost_of_author"] = event.repost_of_author
+        # Only what a post has: most tweets keep the canonical form.
+        if event.in_reply_to:
+            row["in_reply_to"] = event.in_reply_to
+            row["reply_to"] = event.reply_to
+            row["reply_to_name"] = event.reply_to_name
+        if event.mentions:
+            row["mentions"] = list(event.mentions)
+        if event.mention_names:
+            row["mention_names"] = list(event.mention_names)
         value = orjson.dumps(row)
         return Record(TWEETS, str(event.tweet_id).encode("ascii"), value, event.author_id)
     if isinstance(event, Engaged | Disengaged):
@@ -366,9 +421,16 @@ CANONICAL_TWEET_VALUE = (
     rf'"author_id":(?P<author_id>{CANONICAL_ID}),'
     rf'"author":"(?P<author>{_PLAIN})","text":"(?P<text>{_PLAIN})"\}}$'
 )
-#: A tweet's body (:func:`tweet_json`) is these strings around its id, author,
-#: text and ``created_at`` (to the millisecond, without its ``Z``).
-TWEET_BODY = ('{"id":', ',"author":"', '","text":"', '","created_at":"', 'Z"}')
+#: A post's body (:func:`tweet_json`) is these strings around its id, author,
+#: text and ``created_at`` (to the millisecond, without its ``Z``), when it
+#: answers nobody and mentions nobody (a canonical value's).
+TWEET_BODY = (
+    '{"id":',
+    ',"author":"',
+    '","text":"',
+    '","in_reply_to":null,"mentions":[],"created_at":"',
+    'Z"}',
+)
 #: A repost's body (:func:`repost_json`) is these strings around its id,
 #: author, ``created_at`` and the original's id.
 REPOST_BODY = ('{"id":', ',"author":"', '","created_at":"', '","repost_of":', "}")
@@ -473,6 +535,43 @@ def _load(value: bytes) -> dict[str, Any]:
     return obj
 
 
+def _conversation(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """A tweet value's reply and mention fields, as :class:`TweetPosted`'s
+    keywords (absent: the defaults)."""
+    out: dict[str, Any] = {}
+    if "in_reply_to" in obj:
+        name = obj.get("reply_to_name")
+        if not isinstance(name, str) or not name:
+            raise BadEvent(f"field 'reply_to_name' is not a name: {name!r}")
+        out.update(
+            in_reply_to=_id(obj, "in_reply_to"), reply_to=_id(obj, "reply_to"), reply_to_name=name
+        )
+    elif "reply_to" in obj or "reply_to_name" in obj:
+        raise BadEvent("'reply_to' without 'in_reply_to'")
+    if "mentions" in obj:
+        mentions = obj["mentions"]
+        if not isinstance(mentions, list) or not all(ids.is_valid(u) for u in mentions):
+            raise BadEvent("field 'mentions' is not a list of user ids")
+        out["mentions"] = tuple(sorted(set(mentions)))
+    if "mention_names" in obj:
+        names = obj["mention_names"]
+        if not isinstance(names, list) or not all(isinstance(n, str) and n for n in names):
+            raise BadEvent("field 'mention_names' is not a list of names")
+        out["mention_names"] = tuple(names)
+    return out
+
+
+def _check_conversation(event: TweetPosted) -> None:
+    """A reply answers an older post; a repost neither answers nor mentions;
+    a tweet's author is not among its ``mentions``."""
+    if event.repost_of and (event.in_reply_to or event.mentions or event.mention_names):
+        raise BadEvent("a repost neither answers nor mentions anyone")
+    if event.in_reply_to and event.in_reply_to >= event.tweet_id:
+        raise BadEvent("a reply needs an older 'in_reply_to'")
+    if event.author_id in event.mentions:
+        raise BadEvent("field 'mentions' names the tweet's author")
+
+
 def _is_repost_record(record: object) -> bool:
     """[entry, original] or [entry, original, by] (``by``: a user id or 0)."""
     if not isinstance(record, list) or len(record) not in (2, 3):
@@ -527,6 +626,7 @@ def decode_record(
                 text=text,
                 repost_of=repost_of,
                 repost_of_author=_id(obj, "repost_of_author") if "repost_of_author" in obj else 0,
+                **_conversation(obj),
             )
             if event.tweet_id != tweet_id:
                 raise BadEvent(f"key {tweet_id} does not match tweet id {event.tweet_id}")
@@ -534,6 +634,7 @@ def decode_record(
                 raise BadEvent("a repost needs an empty text and an older original")
             if event.repost_of_author and not repost_of:
                 raise BadEvent("a post has no 'repost_of_author'")
+            _check_conversation(event)
     elif topic == ENGAGEMENTS:
         kind, _, rest = key.decode("ascii", "replace").partition(":")
         user_raw, colon, tweet_raw = rest.partition(":")

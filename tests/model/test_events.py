@@ -40,6 +40,39 @@ EVENTS = st.one_of(
         st.text(max_size=30),
         st.one_of(st.just(0), ID),  # 0: a record written before it was carried
     ),
+    st.builds(
+        lambda parent, gap, author_id, reply_to, name, mentions, names: events.TweetPosted(
+            parent + gap,
+            author_id,
+            "ann",
+            "a reply",
+            in_reply_to=parent,
+            reply_to=reply_to,
+            reply_to_name=name,
+            mentions=tuple(sorted(set(mentions) - {author_id})),
+            mention_names=tuple(names),
+        ),
+        st.integers(min_value=1, max_value=ids.MAX_ID // 2),
+        st.integers(min_value=1, max_value=ids.MAX_ID // 2),
+        ID,
+        ID,
+        st.text(min_size=1, max_size=30),
+        st.lists(ID, max_size=10),
+        st.lists(st.text(min_size=1, max_size=30), max_size=10),
+    ),
+    st.builds(
+        lambda tweet_id, author_id, mentions: events.TweetPosted(
+            tweet_id,
+            author_id,
+            "ann",
+            "hi",
+            mentions=tuple(sorted(set(mentions) - {author_id})),
+            mention_names=("ann",),
+        ),
+        ID,
+        ID,
+        st.lists(ID, max_size=10),
+    ),
     st.builds(events.Engaged, kind=st.sampled_from(events.KINDS), user_id=ID, tweet_id=ID),
     st.builds(events.Disengaged, kind=st.sampled_from(events.KINDS), user_id=ID, tweet_id=ID),
 )
@@ -379,4 +412,98 @@ def test_a_reposts_body_names_its_original() -> None:
     head, author, created_at, original, tail = events.REPOST_BODY
     assert events.repost_json(50, "b", 40) == (
         f"{head}50{author}b{created_at}{events.created_at_iso(50)}{original}40{tail}".encode()
+    )
+
+
+#: b (7) answers ann's (9) tweet 40, naming cy (3) and themselves.
+REPLY = events.TweetPosted(
+    50,
+    7,
+    "b",
+    "@Cy @b hi",
+    in_reply_to=40,
+    reply_to=9,
+    reply_to_name="ann",
+    mentions=(3,),
+    mention_names=("cy", "b"),
+)
+
+
+def test_a_reply_and_its_mentions_are_written_only_when_there_and_read_back() -> None:
+    topic, key, value, hdrs = wire(REPLY)
+    assert orjson.loads(value or b"") == {
+        "v": 1,
+        "id": 50,
+        "author_id": 7,
+        "author": "b",
+        "text": "@Cy @b hi",
+        "in_reply_to": 40,
+        "reply_to": 9,
+        "reply_to_name": "ann",
+        "mentions": [3],
+        "mention_names": ["cy", "b"],
+    }
+    assert events.decode(topic, key, value, hdrs).event == REPLY
+    # A post that answers and names nobody keeps the canonical form.
+    plain = events.encode(events.TweetPosted(50, 7, "b", "hi"))
+    assert plain.value == b'{"v":1,"id":50,"author_id":7,"author":"b","text":"hi"}'
+    # Older records (and posts) decode to the defaults.
+    posted = events.decode(topic, key, plain.value, hdrs).event
+    assert isinstance(posted, events.TweetPosted)
+    assert (posted.in_reply_to, posted.reply_to, posted.reply_to_name) == (0, 0, "")
+    assert (posted.mentions, posted.mention_names) == ((), ())
+
+
+@pytest.mark.parametrize(
+    ("extra", "reason"),
+    [
+        (b',"in_reply_to":"40","reply_to":9,"reply_to_name":"a"', "valid id"),
+        (b',"in_reply_to":40,"reply_to_name":"a"', "reply_to"),
+        (b',"in_reply_to":40,"reply_to":9', "reply_to_name"),
+        (b',"in_reply_to":40,"reply_to":9,"reply_to_name":""', "reply_to_name"),
+        (b',"in_reply_to":60,"reply_to":9,"reply_to_name":"a"', "older"),
+        (b',"in_reply_to":50,"reply_to":9,"reply_to_name":"a"', "older"),
+        (b',"reply_to":9,"reply_to_name":"a"', "without 'in_reply_to'"),
+        (b',"mentions":3', "mentions"),
+        (b',"mentions":[3,0]', "mentions"),
+        (b',"mentions":[3,"4"]', "mentions"),
+        (b',"mentions":[7]', "author"),
+        (b',"mention_names":"cy"', "mention_names"),
+        (b',"mention_names":["cy",""]', "mention_names"),
+        (b',"mention_names":[5]', "mention_names"),
+    ],
+)
+def test_a_malformed_reply_or_mention_is_a_bad_event(extra: bytes, reason: str) -> None:
+    value = b'{"v":1,"id":50,"author_id":7,"author":"b","text":"hi"' + extra + b"}"
+    with pytest.raises(events.BadEvent, match=reason):
+        events.decode(events.TWEETS, b"50", value, events.headers(1, 7))
+
+
+def test_a_repost_neither_answers_nor_mentions() -> None:
+    base = b'{"v":1,"id":50,"author_id":7,"author":"b","text":"","repost_of":40'
+    for extra in (
+        b',"in_reply_to":30,"reply_to":9,"reply_to_name":"a"',
+        b',"mentions":[3]',
+        b',"mention_names":["cy"]',
+    ):
+        with pytest.raises(events.BadEvent, match="a repost neither"):
+            events.decode(events.TWEETS, b"50", base + extra + b"}", events.headers(1, 7))
+
+
+def test_a_reply_s_body_shows_what_it_answers_and_whom_it_mentions() -> None:
+    body = events.tweet_json(REPLY)
+    assert list(orjson.loads(body).items()) == [
+        ("id", 50),
+        ("author", "b"),
+        ("text", "@Cy @b hi"),
+        ("in_reply_to", {"id": 40, "author": "ann"}),
+        ("mentions", ["cy", "b"]),
+        ("created_at", events.created_at_iso(50)),
+    ]
+    # A post's body: the same fields, null and empty.
+    post = orjson.loads(events.tweet_json(events.TweetPosted(50, 7, "b", "hi")))
+    assert post["in_reply_to"] is None and post["mentions"] == []
+    # A repost's body still names only its original (reads show the original's fields).
+    assert "in_reply_to" not in orjson.loads(
+        events.tweet_json(events.TweetPosted(60, 7, "b", "", 50))
     )

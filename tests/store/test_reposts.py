@@ -163,6 +163,9 @@ def test_a_page_composes_reposts_with_their_originals_and_counts(
             "id": 1002,
             "author": "cy",
             "text": original["text"],
+            # The original's, as its text: what it answers and whom it mentions.
+            "in_reply_to": None,
+            "mentions": [],
             "created_at": events.created_at_iso(1002),
             "repost_of": {"id": 1000, "author": "ann", "created_at": original["created_at"]},
             "counts": {"likes": 3, "reposts": 1, "replies": 0},

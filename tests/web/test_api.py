@@ -110,15 +110,27 @@ def test_writes_need_authentication() -> None:
 
 # --- tweets --------------------------------------------------------------------
 
+#: A tweet object's fields, in order (the cached bodies' order, feed.selectors.tweet_object).
+TWEET_FIELDS = [
+    "id",
+    "author",
+    "text",
+    "in_reply_to",
+    "mentions",
+    "created_at",
+    "repost_of",
+    "counts",
+]
+
 
 def test_post_tweet_returns_the_tweet_and_its_seq() -> None:
     alice = UserFactory(username="alice")
     response = client_for(alice).post("/api/v1/tweets", {"text": "cafe\u0301"}, format="json")
     assert response.status_code == 201
     body = response.json()
-    assert list(body) == ["id", "author", "text", "created_at", "repost_of", "counts", "seq"]
+    assert list(body) == [*TWEET_FIELDS, "seq"]
     assert body["author"] == "alice" and body["text"] == "caf\u00e9"
-    assert body["repost_of"] is None
+    assert body["repost_of"] is None and body["in_reply_to"] is None and body["mentions"] == []
     assert body["counts"] == {"likes": 0, "reposts": 0, "replies": 0}
     assert ids.is_valid(body["id"]) and body["created_at"].endswith("Z")
     event = OutboxEvent.objects.get(id=body["seq"])

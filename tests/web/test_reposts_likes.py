@@ -19,7 +19,7 @@ from feed import moderation, relations, selectors, services
 from feed.models import Like, OutboxEvent, Tweet, User
 from tests.support.clients import client_for
 from tests.support.factories import ModeratorFactory, UserFactory
-from tests.web.test_api import assert_error
+from tests.web.test_api import TWEET_FIELDS, assert_error
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("starling")]
 
@@ -240,7 +240,7 @@ def test_every_tweet_object_has_one_shape_with_the_original_s_counts(
     redis_client.set(keys.counts(original, starling.shards.tag_of(original)), counts)
     expected_counts = {"likes": 7, "reposts": 3, "replies": 0}
     got = client_for().get(f"/api/v1/tweets/{repost}").json()
-    assert list(got) == ["id", "author", "text", "created_at", "repost_of", "counts"]
+    assert list(got) == TWEET_FIELDS
     assert got["id"] == repost and got["author"] == "bob" and got["text"] == "the original"
     assert got["created_at"] == events.created_at_iso(repost)
     assert got["repost_of"] == {
