@@ -12,7 +12,12 @@ import hmac
 from typing import Any
 
 from django.conf import settings
-from drf_spectacular.utils import extend_schema, extend_schema_serializer, inline_serializer
+from drf_spectacular.utils import (
+    extend_schema,
+    extend_schema_field,
+    extend_schema_serializer,
+    inline_serializer,
+)
 from rest_framework import exceptions, serializers, status
 from rest_framework.permissions import AllowAny, IsAuthenticated
 from rest_framework.request import Request
@@ -63,18 +68,31 @@ class OriginalRef(serializers.Serializer):
 class CountsOut(serializers.Serializer):
     likes = serializers.IntegerField()
     reposts = serializers.IntegerField()
-    replies = serializers.IntegerField(help_text="0 until replies exist.")
+    replies = serializers.IntegerField(
+        help_text="Live direct replies by active users where the database counts (a page "
+        "served while Redis is unreachable); 0 in the counts kept in Redis."
+    )
+
+
+class ReplyRef(serializers.Serializer):
+    id = serializers.IntegerField(help_text="The post answered (it may be deleted since).")
+    author = serializers.CharField(help_text="Its author's name.")
 
 
 class TweetOut(serializers.Serializer):
     """A tweet wherever it appears: for a repost,
-    ``id``, ``author`` and ``created_at`` are the repost's, ``text`` is the
-    original's and ``repost_of`` names the original; ``counts`` are the
-    original's."""
+    ``id``, ``author`` and ``created_at`` are the repost's, ``text``,
+    ``in_reply_to`` and ``mentions`` are the original's and ``repost_of``
+    names the original; ``counts`` are the original's."""
 
     id = serializers.IntegerField(help_text="The entry's id (a timeline cursor).")
     author = serializers.CharField()
     text = serializers.CharField()
+    in_reply_to = ReplyRef(allow_null=True, help_text="The post it answers; null if none.")
+    mentions = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="The names of the users it mentions, in its text's order.",
+    )
     created_at = serializers.CharField()
     repost_of = OriginalRef(allow_null=True, help_text="The original, for a repost; else null.")
     counts = CountsOut()
@@ -159,6 +177,36 @@ def current_user(request: Request) -> User:
 # --- tweets -------------------------------------------------------------------
 
 
+@extend_schema_field(
+    {
+        "oneOf": [
+            {"type": "integer", "format": "int64", "minimum": 1, "maximum": ids.MAX_ID},
+            {"type": "string", "pattern": "^[0-9]{1,20}$"},
+        ]
+    }
+)
+class IdField(serializers.Field):
+    """A tweet id in a request body: a JSON number, or a string of its digits."""
+
+    default_error_messages = {
+        "invalid": "must be a tweet id: a whole number from 1 to {max}, as a number or a string"
+    }
+
+    def to_internal_value(self, data: Any) -> int:
+        value: Any = data
+        if isinstance(data, str):
+            try:
+                value = whole_number(self.field_name or "id", data, low=1, high=ids.MAX_ID)
+            except InvalidInput:
+                value = None
+        if isinstance(value, bool) or not isinstance(value, int) or not ids.is_valid(value):
+            self.fail("invalid", max=ids.MAX_ID)
+        return int(value)
+
+    def to_representation(self, value: int) -> int:
+        return value
+
+
 class TweetCreateApi(View):
     permission_classes = [IsAuthenticated]
 
@@ -166,21 +214,38 @@ class TweetCreateApi(View):
         text = StrictCharField(
             allow_blank=True, trim_whitespace=False, help_text="1-280 characters (after NFC)."
         )
+        in_reply_to = IdField(
+            required=False,
+            allow_null=True,
+            help_text="The tweet this one answers (a repost's id answers its original).",
+        )
 
     class OutputSerializer(TweetOut):
         seq = serializers.IntegerField()
 
     @extend_schema(
-        request=InputSerializer, responses={201: OutputSerializer, **error_responses(400, 401)}
+        request=InputSerializer,
+        description="Post a tweet, or a reply (``in_reply_to``). ``@name`` mentions of "
+        "active users are kept (the first 10). 404: the tweet answered is unknown, deleted "
+        "or its author suspended; 403 ``blocked``: a block stands between you and its author.",
+        responses={201: OutputSerializer, **error_responses(400, 401, 403, 404)},
     )
     def post(self, request: Request) -> Response:
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         written = services.tweet_create(
-            author=current_user(request), text=data.validated_data["text"]
+            author=current_user(request),
+            text=data.validated_data["text"],
+            in_reply_to=data.validated_data.get("in_reply_to"),
         )
         tweet = written.tweet
-        body = selectors.tweet_object(tweet.id, tweet.author.username, tweet.text)
+        body = selectors.tweet_object(
+            tweet.id,
+            tweet.author.username,
+            tweet.text,
+            in_reply_to=written.in_reply_to,
+            mentions=written.mentions,
+        )
         return Response({**body, "seq": written.seq}, status=status.HTTP_201_CREATED)
 
 

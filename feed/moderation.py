@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from fanout.model import events
 from feed import outbox
+from feed.conversations import links_of, posted
 from feed.errors import ApplicationError
 from feed.models import Follow, Like, ModerationAction, Tweet, User
 from feed.services import (
@@ -145,31 +146,21 @@ def user_reinstate(*, user: User, moderator: User, reason: str = "") -> Written:
             "pk", "username"
         )
     )
+    # A reply and a post with mentions come back as they were written.
+    links = links_of(row[0] for row in rows if row[4] is None)
     back: list[events.Event] = []
     for t, author, author_active, text, original, original_author in rows:
         if author == user.pk:
             if original is None or original_author in active_authors:
-                back.append(posted(t, author, names[author], text, original, original_author))
+                back.append(
+                    posted(t, author, names[author], text, original, original_author, links.get(t))
+                )
             if original is not None:
                 back.append(events.Engaged(events.REPOST, author, original))
         elif author_active:  # another's repost of the user's tweet
             back.append(posted(t, author, names[author], text, original, original_author))
     back.extend(events.Engaged(events.LIKE, user.pk, t) for t in liked)
     return Written(True, outbox.append_many(back) if back else outbox.high_water_seq())
-
-
-def posted(
-    t: int, author: int, name: str, text: str, original: int | None, original_author: int | None
-) -> events.Event:
-    """A tweet row posted again (a reinstatement, a republish)."""
-    return events.TweetPosted(
-        tweet_id=t,
-        author_id=author,
-        author=name,
-        text=text,
-        repost_of=original or 0,
-        repost_of_author=original_author or 0,
-    )
 
 
 def _active(user_ids: set[int]) -> set[int]:

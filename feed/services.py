@@ -30,19 +30,23 @@ from feed.errors import (
     ServiceUnavailable,
 )
 from feed.idgen import next_tweet_id
-from feed.models import Like, ModerationAction, Tweet, User
-from feed.validation import InvalidInput, normalize_tweet_text, validate_username
+from feed.models import DeletedReply, Like, ModerationAction, Tweet, User
+from feed.validation import InvalidInput, validate_username
 
 log = logging.getLogger(__name__)
 
 #: Attempts at a fresh tweet id if two processes ever mint the same one.
-_ID_ATTEMPTS = 5
+ID_ATTEMPTS = 5
 
 
 @dataclass(frozen=True)
 class TweetWrite:
     tweet: Tweet
     seq: int
+    #: (id, author's name) of the post it answers, for a reply.
+    in_reply_to: tuple[int, str] | None = None
+    #: The names of the users it mentions, in its text's order.
+    mentions: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -53,7 +57,7 @@ class Written:
     seq: int
 
 
-def _invalid(exc: InvalidInput) -> ApplicationError:
+def input_error(exc: InvalidInput) -> ApplicationError:
     return ApplicationError(exc.message, field=exc.field)
 
 
@@ -72,7 +76,7 @@ def new_user(username: str, password: str) -> User:
     try:
         validate_username(username)
     except InvalidInput as exc:
-        raise _invalid(exc) from None
+        raise input_error(exc) from None
     user = User(username=username)
     try:
         validate_password(password, user)
@@ -97,7 +101,7 @@ def user_add(*, user: User) -> User:
     try:
         validate_username(username)
     except InvalidInput as exc:
-        raise _invalid(exc) from None
+        raise input_error(exc) from None
     if User.objects.filter(username__lower=username.lower()).exists():
         raise Conflict(f"username {username!r} is already taken", field="username")
     try:
@@ -119,71 +123,43 @@ def user_rename(*, user: User, username: str) -> int:
     try:
         validate_username(username)
     except InvalidInput as exc:
-        raise _invalid(exc) from None
+        raise input_error(exc) from None
     taken = User.objects.filter(username__lower=username.lower()).exclude(pk=user.pk)
     if taken.exists():
         raise Conflict(f"username {username!r} is already taken", field="username")
     # The rows re-posted below, locked first (tweets before users, as every
     # write locks them): a delete of one in flight (an unrepost, an original
     # deleted with its reposts) commits before they are read, or waits.
-    rows = list(
+    own = list(
         selectors.visible_entries(
             Tweet.objects.select_for_update(of=("self",)).filter(author_id=user.pk)
         )
         .order_by("id")
-        .values_list("id", "text", "repost_of_id", "repost_of__author_id")
+        .values_list("id", flat=True)
     )
-    active = lock_users(user.pk)
+    lock_users(user.pk)
     try:
         with transaction.atomic():
             User.objects.filter(pk=user.pk).update(username=username)
     except IntegrityError:  # taken meanwhile (the case-insensitive unique index)
         raise Conflict(f"username {username!r} is already taken", field="username") from None
     user.username = username
-    if not active.get(user.pk):
-        return outbox.high_water_seq()  # suspended: the reinstatement posts the new name
+    from feed import conversations
+
     # Its posts, and its reposts whose original is visible (a repost's body
-    # names the reposter; reposts of its tweets by others name the original).
-    again = [
-        events.TweetPosted(
-            tweet_id=t,
-            author_id=user.pk,
-            author=username,
-            text=text,
-            repost_of=o or 0,
-            repost_of_author=o_author or 0,
-        )
-        for t, text, o, o_author in rows
-    ]
+    # names the reposter; reposts of its tweets by others name the original);
+    # a suspended user's none (the reinstatement posts the new name). And the
+    # posts of others that answer or mention it: their bodies show its name.
+    again = conversations.posted_again([*own, *conversations.naming(user.pk)])
     return outbox.append_many(again) if again else outbox.high_water_seq()
 
 
-@transaction.atomic
-def tweet_create(*, author: User, text: str) -> TweetWrite:
-    try:
-        text = normalize_tweet_text(text)
-    except InvalidInput as exc:
-        raise _invalid(exc) from None
-    for attempt in range(_ID_ATTEMPTS):
-        tweet_id = next_tweet_id()
-        tweet = Tweet(id=tweet_id, author=author, text=text, created_at=ids.created_at(tweet_id))
-        try:
-            with transaction.atomic():
-                tweet.save(force_insert=True)
-            break
-        except IntegrityError:
-            if attempt == _ID_ATTEMPTS - 1:
-                raise
-    # Locks the author's row: a suspension is either before (nothing updated:
-    # refused) or after (it sees this tweet and tombstones it too).
-    if not add_to_count(author.pk, "tweets_count", 1, if_active=True):
-        raise Forbidden("this account is suspended")
-    seq = outbox.append(
-        events.TweetPosted(
-            tweet_id=tweet.id, author_id=author.pk, author=author.username, text=text
-        )
-    )
-    return TweetWrite(tweet=tweet, seq=seq)
+def tweet_create(*, author: User, text: str, in_reply_to: int | None = None) -> TweetWrite:
+    """Post a tweet, a reply if ``in_reply_to`` names a tweet: the use-case is
+    :func:`feed.conversations.tweet_create` (mentions, replies)."""
+    from feed import conversations
+
+    return conversations.tweet_create(author=author, text=text, in_reply_to=in_reply_to)
 
 
 @transaction.atomic
@@ -226,6 +202,9 @@ def tweet_delete(*, tweet_id: int, actor: User) -> int:
     )
     Like.objects.filter(tweet_id=tweet_id).delete()
     Tweet.objects.filter(repost_of_id=tweet_id).delete()
+    if tweet.in_reply_to is not None and Tweet.objects.filter(in_reply_to=tweet_id).exists():
+        # What it answered stays known to the threads of its replies (feed.conversations).
+        DeletedReply.objects.create(id=tweet_id, in_reply_to=tweet.in_reply_to)
     tweet.delete()
     add_to_count(author_id, "tweets_count", -1)
     gone: list[events.Event] = [events.TweetDeleted(tweet_id=tweet_id, author_id=author_id)]
@@ -264,13 +243,12 @@ def _original_of(tweet_id: int) -> tuple[int, int] | None:
     return (repost_of, original_author) if repost_of else (own_id, author_id)
 
 
-def _engageable(user: User, tweet_id: int) -> tuple[int, int]:
-    """(id, author) of the visible original that ``tweet_id`` shows, for
-    ``user`` to like or repost, its row key-share locked (a delete of it waits
-    for this transaction; likes of one tweet do not wait for each other) and
-    both authors' rows share locked (a suspension of either waits, then sees
-    what this wrote). NotFound for an unknown, deleted or invisible tweet (a
-    repost by a suspended user too); Forbidden for a suspended ``user``."""
+def locked_original(tweet_id: int) -> tuple[int, int]:
+    """(id, author) of the original that ``tweet_id`` shows, its row
+    key-share locked (a delete of it waits for this transaction; likes of one
+    tweet do not wait for each other). NotFound for an unknown or deleted
+    tweet, and for a repost by a suspended user (the author of the original
+    is the caller's to check, under its lock)."""
     resolved = _original_of(tweet_id)
     if resolved is not None and resolved[0] != tweet_id:
         # A repost: visible only while its author is active.
@@ -279,7 +257,16 @@ def _engageable(user: User, tweet_id: int) -> tuple[int, int]:
             resolved = None
     if resolved is None or not _lock_tweet_shared(resolved[0]):
         raise NotFound(f"no tweet with id {tweet_id}")
-    original, author_id = resolved
+    return resolved
+
+
+def _engageable(user: User, tweet_id: int) -> tuple[int, int]:
+    """(id, author) of the visible original that ``tweet_id`` shows, for
+    ``user`` to like or repost (:func:`locked_original`), both authors' rows
+    share locked (a suspension of either waits, then sees what this wrote).
+    NotFound for an unknown, deleted or invisible tweet; Forbidden for a
+    suspended ``user``."""
+    original, author_id = locked_original(tweet_id)
     active = _lock_users_shared(user.pk, author_id)
     if not active.get(author_id):
         raise NotFound(f"no tweet with id {tweet_id}")  # a suspended author's
@@ -318,12 +305,12 @@ def _lock_users_shared(*user_ids: int) -> dict[int, bool]:
         return {int(i): bool(a) for i, a in cursor.fetchall()}
 
 
-def _repost_id(original: int, attempt: int) -> int:
-    """A fresh id for a repost of ``original``, greater than it (ids order
-    entries: a repost must come after what it reposts, even when the
-    original was minted by a web host whose clock is ahead of this one's)."""
+def id_after(earlier: int, attempt: int) -> int:
+    """A fresh tweet id greater than ``earlier`` (ids order entries: a repost
+    must come after what it reposts, a reply after what it answers, even
+    when that was minted by a web host whose clock is ahead of this one's)."""
     minted = next_tweet_id()
-    return minted if minted > original else original + 1 + attempt
+    return minted if minted > earlier else earlier + 1 + attempt
 
 
 @transaction.atomic
@@ -337,8 +324,8 @@ def repost_create(*, user: User, tweet_id: int) -> Reposted:
     existing = _repost_by(user.pk, original)
     if existing is not None:
         return Reposted(created=False, repost_id=existing, seq=outbox.high_water_seq())
-    for attempt in range(_ID_ATTEMPTS):
-        repost_id = _repost_id(original, attempt)
+    for attempt in range(ID_ATTEMPTS):
+        repost_id = id_after(original, attempt)
         repost = Tweet(
             id=repost_id,
             author=user,
@@ -354,7 +341,7 @@ def repost_create(*, user: User, tweet_id: int) -> Reposted:
             existing = _repost_by(user.pk, original)
             if existing is not None:  # the same repost, committed meanwhile
                 return Reposted(created=False, repost_id=existing, seq=outbox.high_water_seq())
-            if attempt == _ID_ATTEMPTS - 1:
+            if attempt == ID_ATTEMPTS - 1:
                 raise
     seq = outbox.append_many(
         [

@@ -151,3 +151,118 @@ def test_a_block_racing_a_follow_of_the_other_side_leaves_no_edge(starling) -> N
         assert [e.value is None for e in follows.order_by("id")] == (
             [False, True] if follow == 201 else []
         )
+
+
+def test_users_answering_and_naming_each_other_at_once_all_succeed(starling) -> None:
+    """Each reply locks its writer's row and share locks the other's, in id
+    order: two users answering and naming each other never wait in a circle."""
+    ann, bob = UserFactory(username="ann"), UserFactory(username="bob")
+    parents = {
+        "ann": tweet_create(author=bob, text="bob's").tweet.id,
+        "bob": tweet_create(author=ann, text="ann's").tweet.id,
+    }
+    writers = [ann, bob] * 4
+
+    def answer(i: int) -> int:
+        writer = writers[i]
+        other = "bob" if writer.username == "ann" else "ann"
+        body = {"text": f"@{other} {i}", "in_reply_to": parents[writer.username]}
+        return client(writer).post("/api/v1/tweets", body, format="json").status_code
+
+    codes = race(len(writers), answer)
+    assert codes == [201] * len(writers), codes
+    assert Tweet.objects.filter(in_reply_to__isnull=False).count() == len(writers)
+
+
+def test_a_rename_racing_replies_to_the_user_leaves_every_reply_with_the_new_name(
+    starling,
+) -> None:
+    """A reply naming the user is committed before the rename, which posts it
+    again with the new name, or waits for it and reads the new name: each
+    reply's last record names the user anew. Rounds with the rename later
+    and later, so that it meets replies in flight."""
+    import time
+
+    from fanout.model import events
+    from feed.services import user_rename
+
+    for round_ in range(6):
+        ann = UserFactory(username=f"ann{round_}")
+        fans = [UserFactory(username=f"fan{round_}x{i}") for i in range(5)]
+        parent = tweet_create(author=ann, text="ask me").tweet.id
+
+        def work(
+            i: int,
+            ann: User = ann,
+            fans: list[User] = fans,
+            parent: int = parent,
+            delay: int = round_,
+        ) -> Any:
+            if i == len(fans):
+                time.sleep(0.01 * delay)
+                return user_rename(user=User.objects.get(pk=ann.pk), username=f"{ann.username}z")
+            body = {"text": f"@{ann.username} hi {i}", "in_reply_to": parent}
+            return client(fans[i]).post("/api/v1/tweets", body, format="json").status_code
+
+        results = race(len(fans) + 1, work)
+        assert results[:-1] == [201] * len(fans) and isinstance(results[-1], int), results
+        last: dict[int, events.TweetPosted] = {}
+        rows = OutboxEvent.objects.filter(topic="tweets", join_key__in=[f.pk for f in fans])
+        for row in rows.order_by("id"):
+            event = events.decode_record(
+                row.topic, row.key.encode(), (row.value or "").encode(), row.id, row.join_key
+            ).event
+            assert isinstance(event, events.TweetPosted)
+            last[event.tweet_id] = event
+        new = f"{ann.username}z"
+        assert len(last) == len(fans)
+        assert {e.reply_to_name for e in last.values()} == {new}, (round_, last)
+        # A mention names whom the text named when it was written: ann, or no one
+        # once renamed (the old name names no one).
+        assert all(e.mention_names in ((new,), ()) for e in last.values()), (round_, last)
+
+
+def test_a_rename_waits_for_a_tweet_in_flight_that_mentions_the_user(starling) -> None:
+    """The mention's write share locks the named user's row: the rename waits
+    for it to commit, then posts it again under the new name."""
+    from django.db import transaction
+
+    from fanout.model import events
+    from feed.services import user_rename
+
+    ann, bob = UserFactory(username="ann"), UserFactory(username="bob")
+    written, release = threading.Event(), threading.Event()
+    mention: list[int] = []
+
+    def mentioning() -> None:
+        try:
+            with transaction.atomic():
+                mention.append(tweet_create(author=bob, text="hi @ann").tweet.id)
+                written.set()
+                release.wait(10)
+        finally:
+            connection.close()
+
+    def renaming() -> None:
+        try:
+            user_rename(user=User.objects.get(pk=ann.pk), username="anne")
+        finally:
+            connection.close()
+
+    first = threading.Thread(target=mentioning)
+    first.start()
+    assert written.wait(10)
+    second = threading.Thread(target=renaming)
+    second.start()
+    second.join(0.5)
+    waited = second.is_alive()
+    release.set()
+    first.join(10)
+    second.join(10)
+    assert waited, "the rename did not wait for the write naming the user"
+    rows = OutboxEvent.objects.filter(topic="tweets", key=str(mention[0])).order_by("id")
+    last = events.decode_record(
+        "tweets", rows.last().key.encode(), rows.last().value.encode(), 1, bob.pk
+    )
+    assert isinstance(last.event, events.TweetPosted)
+    assert last.event.mention_names == ("anne",) and rows.count() == 2

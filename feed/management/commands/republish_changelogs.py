@@ -20,8 +20,8 @@ from django.db.models import Exists, OuterRef
 
 from fanout.model import events
 from feed import outbox
+from feed.conversations import links_of, posted
 from feed.models import Block, Follow, Like, Mute, Tweet, User
-from feed.moderation import posted
 from feed.relations import filters_set
 
 BATCH = 5000
@@ -63,6 +63,7 @@ def _tweets(after: int) -> tuple[list[events.Event], int]:
             "repost_of__author__is_active",
         )[:BATCH]
     )
+    links = links_of(row[0] for row in rows if row[5] is None)
     out: list[events.Event] = []
     for t, a, name, active, text, original, original_author, original_active in rows:
         # A suspended author's tweets and reposts are tombstoned on the
@@ -72,7 +73,7 @@ def _tweets(after: int) -> tuple[list[events.Event], int]:
         if not active:
             continue
         if original is None or original_active:
-            out.append(posted(t, a, name, text, original, original_author))
+            out.append(posted(t, a, name, text, original, original_author, links.get(t)))
         if original is not None:
             out.append(events.Engaged(events.REPOST, a, original))
     return out, rows[-1][0] if rows else 0

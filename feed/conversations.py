@@ -1,0 +1,300 @@
+"""Replies and mentions: writing a tweet (which may answer another and name
+users), and the fields its changelog record carries for them.
+
+A reply is a post whose ``in_reply_to`` names the post it answers (a
+repost's id answers its original) and whose ``reply_to`` is that post's
+author, both fixed when it is written and kept when the parent goes. Its id
+is greater than its parent's, so a chain of parents always ends. Mentions
+are read from the text once, when it is written (:mod:`feed.mentions`), and
+kept as :class:`~feed.models.Mention` rows, in the text's order.
+
+A tweet object shows the names of the user it answers and of the users it
+mentions as they are now: the changelog record carries them for the cached
+body (``reply_to_name``, ``mention_names``), so renaming a user posts
+again the tweets that show the name (:func:`naming`, :func:`posted_again`).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass
+
+from django.db import IntegrityError, connection, transaction
+
+from fanout.model import events, ids
+from feed import outbox, selectors, services
+from feed.errors import Forbidden, NotFound
+from feed.mentions import MAX_MENTIONS, mentioned_names
+from feed.models import Mention, Tweet, User
+from feed.validation import InvalidInput, normalize_tweet_text
+
+# --- writing -------------------------------------------------------------------------
+
+
+@transaction.atomic
+def tweet_create(*, author: User, text: str, in_reply_to: int | None = None) -> services.TweetWrite:
+    """Post ``text`` by ``author``, answering the tweet ``in_reply_to`` if
+    given (a repost's id answers its original), with the users it mentions.
+
+    NotFound when the parent is unknown, deleted, a suspended user's repost
+    or its author is suspended; 403 ``blocked`` while a block stands either
+    way between the author and the parent's author; Forbidden for a
+    suspended author. The parent's row is key-share locked (its delete waits
+    for this write, or this write sees it gone), then the users' rows
+    (:func:`_lock_writers`)."""
+    try:
+        text = normalize_tweet_text(text)
+    except InvalidInput as exc:
+        raise services.input_error(exc) from None
+    parent, parent_author = (
+        services.locked_original(in_reply_to) if in_reply_to is not None else (0, 0)
+    )
+    named = _active_users_named(mentioned_names(text))
+    users = _lock_writers(author, parent_author, [u for u, _ in named], in_reply_to)
+    # Those still active and so named under the lock (one renamed meanwhile is not).
+    mentioned = [
+        (u, users[u][1]) for u, name in named if users[u][0] and users[u][1].lower() == name.lower()
+    ]
+    tweet = _insert(author, text, parent, parent_author)
+    # Locks the author's row (if not yet): a suspension is either before
+    # (nothing updated: refused) or after (it sees this tweet and tombstones it too).
+    if not services.add_to_count(author.pk, "tweets_count", 1, if_active=True):
+        raise Forbidden("this account is suspended")
+    Mention.objects.bulk_create(Mention(tweet_id=tweet.id, user_id=u) for u, _ in mentioned)
+    links = Links(
+        in_reply_to=parent,
+        reply_to=parent_author,
+        reply_to_name=users[parent_author][1] if parent else "",
+        mentions=tuple(sorted(u for u, _ in mentioned if u != author.pk)),
+        mention_names=tuple(name for _, name in mentioned),
+    )
+    seq = outbox.append(posted(tweet.id, author.pk, author.username, text, None, None, links))
+    return services.TweetWrite(
+        tweet=tweet,
+        seq=seq,
+        in_reply_to=(parent, links.reply_to_name) if parent else None,
+        mentions=links.mention_names,
+    )
+
+
+def _active_users_named(names: list[str]) -> list[tuple[int, str]]:
+    """(id, name) of the first :data:`MAX_MENTIONS` active users named, in
+    the order of ``names`` (lowercased): one look-up through the
+    case-insensitive unique index."""
+    if not names:
+        return []
+    users = User.objects.filter(username__lower__in=names, is_active=True)
+    found = {name.lower(): (pk, name) for pk, name in users.values_list("pk", "username")}
+    return [found[name] for name in names if name in found][:MAX_MENTIONS]
+
+
+def _lock_writers(
+    author: User, parent_author: int, mentioned: list[int], in_reply_to: int | None
+) -> dict[int, tuple[bool, str]]:
+    """For a reply or a tweet that mentions anyone: the rows of the author,
+    of the parent's author and of the users mentioned, locked
+    (:func:`_lock_users`: a suspension or a rename of one of them waits for
+    this write, then sees it), with their (is_active, username). Refuses a
+    suspended parent's author (NotFound), a suspended author (Forbidden) and
+    a reply across a block (``blocked``)."""
+    if not parent_author and not mentioned:
+        return {}
+    users = _lock_users(author.pk, {parent_author, *mentioned} - {0, author.pk})
+    if parent_author and not users[parent_author][0]:
+        raise NotFound(f"no tweet with id {in_reply_to}")  # a suspended author's
+    if not users[author.pk][0]:
+        raise Forbidden("this account is suspended")
+    if parent_author:
+        services.refuse_if_blocked(author.pk, parent_author, "reply to this account's tweets")
+    return users
+
+
+def _insert(author: User, text: str, parent: int, parent_author: int) -> Tweet:
+    """The tweet's row, under a fresh id (greater than its parent's)."""
+    for attempt in range(services.ID_ATTEMPTS):
+        tweet_id = services.id_after(parent, attempt)
+        tweet = Tweet(
+            id=tweet_id,
+            author=author,
+            text=text,
+            created_at=ids.created_at(tweet_id),
+            in_reply_to=parent or None,
+            reply_to_id=parent_author or None,
+        )
+        try:
+            with transaction.atomic():
+                tweet.save(force_insert=True)
+            return tweet
+        except IntegrityError:
+            if attempt == services.ID_ATTEMPTS - 1:
+                raise
+    raise AssertionError("unreachable")  # the loop returns or raises
+
+
+def _lock_users(exclusive: int, shared: Collection[int]) -> dict[int, tuple[bool, str]]:
+    """Lock the rows of ``exclusive`` (the writer: its count changes) and of
+    ``shared`` until the transaction ends, in id order, each once (in the
+    mode it keeps: no upgrade, so two writes naming each other's authors
+    never wait for each other in a circle). Returns each found user's
+    (is_active, username), as read under the lock. SQLite runs one write
+    transaction at a time: a plain read."""
+    wanted = sorted({exclusive, *shared})
+    if connection.vendor != "postgresql":
+        rows = User.objects.filter(pk__in=wanted).values_list("pk", "is_active", "username")
+        return {pk: (active, name) for pk, active, name in rows}
+    table = connection.ops.quote_name(User._meta.db_table)
+    out: dict[int, tuple[bool, str]] = {}
+    with connection.cursor() as cursor:
+        for mode, run in itertools.groupby(
+            wanted, key=lambda u: "NO KEY UPDATE" if u == exclusive else "SHARE"
+        ):
+            batch = list(run)
+            marks = ", ".join(["%s"] * len(batch))
+            cursor.execute(
+                f"SELECT id, is_active, username FROM {table} "  # noqa: S608 (the model's table)
+                f"WHERE id IN ({marks}) ORDER BY id FOR {mode}",
+                batch,
+            )
+            out.update({int(i): (bool(a), str(n)) for i, a, n in cursor.fetchall()})
+    return out
+
+
+# --- the changelog's fields ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Links:
+    """What a post answers and whom it mentions, as its changelog record
+    carries them (:class:`fanout.model.events.TweetPosted`)."""
+
+    in_reply_to: int = 0
+    reply_to: int = 0
+    reply_to_name: str = ""
+    #: The mentioned users other than the author, ascending.
+    mentions: tuple[int, ...] = ()
+    #: The mentioned users' names (the author's too), in the text's order.
+    mention_names: tuple[str, ...] = ()
+
+
+def posted(
+    t: int,
+    author: int,
+    name: str,
+    text: str,
+    original: int | None,
+    original_author: int | None,
+    links: Links | None = None,
+) -> events.TweetPosted:
+    """A tweet row's changelog record: a write, or the row posted again (a
+    rename, a reinstatement, a republish) with its :class:`Links` (a
+    repost's none)."""
+    links = links or Links()
+    return events.TweetPosted(
+        tweet_id=t,
+        author_id=author,
+        author=name,
+        text=text,
+        repost_of=original or 0,
+        repost_of_author=original_author or 0,
+        in_reply_to=links.in_reply_to,
+        reply_to=links.reply_to,
+        reply_to_name=links.reply_to_name,
+        mentions=links.mentions,
+        mention_names=links.mention_names,
+    )
+
+
+def links_of(tweet_ids: Iterable[int]) -> dict[int, Links]:
+    """The :class:`Links` of those of these tweets that answer or mention
+    anyone, with the names as they are now (two queries per
+    :data:`CHUNK` tweets)."""
+    out: dict[int, Links] = {}
+    for chunk in _chunks(sorted(set(tweet_ids))):
+        answering = Tweet.objects.filter(id__in=chunk, in_reply_to__isnull=False)
+        replies: dict[int, tuple[int, int, str]] = {}
+        for t, parent, author, name in answering.values_list(
+            "id", "in_reply_to", "reply_to_id", "reply_to__username"
+        ):
+            replies[t] = (parent or 0, author or 0, name or "")  # a reply has all three
+        mentioned: dict[int, list[tuple[int, str, int]]] = {}
+        rows = (
+            Mention.objects.filter(tweet_id__in=chunk)
+            .order_by("id")
+            .values_list("tweet_id", "user_id", "user__username", "tweet__author_id")
+        )
+        for t, user, name, author in rows:
+            mentioned.setdefault(t, []).append((user, name, author))
+        for t in replies.keys() | mentioned.keys():
+            parent, reply_to, reply_to_name = replies.get(t, (0, 0, ""))
+            found = mentioned.get(t, [])
+            out[t] = Links(
+                in_reply_to=parent,
+                reply_to=reply_to,
+                reply_to_name=reply_to_name,
+                mentions=tuple(sorted(u for u, _, author in found if u != author)),
+                mention_names=tuple(name for _, name, _ in found),
+            )
+    return out
+
+
+def posted_again(tweet_ids: Iterable[int]) -> list[events.TweetPosted]:
+    """The changelog records of the visible entries among these tweets (of
+    active authors; a repost while its original's author is active), as the
+    tables say now, ascending: what a rename posts again."""
+    out: list[events.TweetPosted] = []
+    for chunk in _chunks(sorted(set(tweet_ids))):
+        rows = list(
+            selectors.visible_entries(Tweet.objects.filter(id__in=chunk, author__is_active=True))
+            .order_by("id")
+            .values_list(
+                "id",
+                "author_id",
+                "author__username",
+                "text",
+                "repost_of_id",
+                "repost_of__author_id",
+            )
+        )
+        links = links_of(row[0] for row in rows if row[4] is None)  # posts: a repost has none
+        out.extend(posted(*row, links.get(row[0])) for row in rows)
+    return out
+
+
+#: Tweets read per query by :func:`links_of` and :func:`posted_again` (a
+#: user's tweets can be many more than a statement takes parameters).
+CHUNK = 1000
+
+
+def _chunks(items: list[int]) -> Iterable[list[int]]:
+    for start in range(0, len(items), CHUNK):
+        yield items[start : start + CHUNK]
+
+
+#: The posts by others than user %s that answer or mention them (%s twice
+#: more), ascending: the (reply_to, id) and (user, tweet) indexes, then a
+#: primary-key look-up each.
+_NAMING_SQL = """
+    SELECT id FROM feed_tweet
+    WHERE id IN (
+        SELECT id FROM feed_tweet WHERE reply_to_id = %s
+        UNION SELECT tweet_id FROM feed_mention WHERE user_id = %s
+    ) AND author_id <> %s
+    ORDER BY id
+"""
+
+
+def naming(user_id: int) -> list[int]:
+    """The posts by others that show ``user_id``'s name (they answer or
+    mention the user), locked until the transaction ends, in id order.
+
+    For a rename, which holds the user's row: a write naming the user share
+    locks that row (:func:`tweet_create`), so every such post is committed
+    and found here, or waits and reads the new name. The lock (no key
+    update) makes a delete of one in flight commit before it is read here,
+    or wait (no stale upsert after its tombstone), and two renames of users
+    one post names take their turns (the second reads the first's name)."""
+    lock = " FOR NO KEY UPDATE" if connection.vendor == "postgresql" else ""
+    with connection.cursor() as cursor:
+        cursor.execute(_NAMING_SQL + lock, [user_id, user_id, user_id])
+        return [int(t) for (t,) in cursor.fetchall()]

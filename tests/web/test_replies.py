@@ -1,0 +1,409 @@
+"""Replies, threads and mentions on the web side (feed.conversations): the
+endpoints and their refusals, the rows and outbox events a reply leaves,
+the tweet object's ``in_reply_to`` and ``mentions`` wherever it is
+rendered (the database's renderer and the cached body's read alike), the
+replies' count, the thread, and the writes that post tweets again (rename,
+suspension and reinstatement, republish)."""
+
+from __future__ import annotations
+
+import io
+from dataclasses import replace
+from typing import Any
+
+import orjson
+import pytest
+from django.core.management import call_command
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from fanout.config import StarlingConfig
+from fanout.model import events, ids
+from fanout.model.join import Mutation, Op
+from fanout.store.reads import compose
+from fanout.store.timelines import store_for
+from feed import moderation, relations, selectors, services
+from feed.errors import Forbidden
+from feed.models import Mention, Tweet, User
+from tests.support.clients import client_for
+from tests.support.factories import ModeratorFactory, UserFactory
+from tests.web.test_api import assert_error
+from tests.web.test_reposts_likes import high, outbox_after, post
+
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("starling")]
+
+
+def users(*names: str) -> list[User]:
+    return [UserFactory(username=name) for name in names]
+
+
+def reply(user: User, parent: int, text: str = "a reply") -> int:
+    return services.tweet_create(author=user, text=text, in_reply_to=parent).tweet.id
+
+
+def posted_events(seq: int) -> list[events.TweetPosted]:
+    return [e for e in outbox_after(seq) if isinstance(e, events.TweetPosted)]
+
+
+def create(user: User, **fields: Any) -> Any:
+    """``POST /api/v1/tweets`` as ``user`` with these fields."""
+    return client_for(user).post("/api/v1/tweets", fields, format="json")
+
+
+# --- writing a reply ------------------------------------------------------------------
+
+
+def test_a_reply_names_its_parent_and_its_author_in_the_row_the_event_and_the_answer() -> None:
+    ann, bob = users("ann", "bob")
+    parent = post(ann, "the parent")
+    before = high()
+    response = create(bob, text="an answer", in_reply_to=parent)
+    assert response.status_code == 201, response.content
+    body = response.json()
+    assert body["in_reply_to"] == {"id": parent, "author": "ann"}
+    assert body["mentions"] == [] and body["text"] == "an answer" and body["id"] > parent
+    row = Tweet.objects.get(id=body["id"])
+    assert (row.in_reply_to, row.reply_to_id, row.author_id) == (parent, ann.pk, bob.pk)
+    assert outbox_after(before) == [
+        events.TweetPosted(
+            body["id"],
+            bob.pk,
+            "bob",
+            "an answer",
+            in_reply_to=parent,
+            reply_to=ann.pk,
+            reply_to_name="ann",
+        )
+    ]
+    assert body["seq"] == high()
+    bob.refresh_from_db()
+    assert bob.tweets_count == 1  # a reply is a post
+    # The id as a string of digits, as the API's ids may be given.
+    again = create(bob, text="again", in_reply_to=str(parent))
+    assert again.status_code == 201 and again.json()["in_reply_to"]["id"] == parent
+
+
+def test_a_reply_to_a_repost_answers_its_original() -> None:
+    ann, bob, cat = users("ann", "bob", "cat")
+    original = post(ann)
+    repost = services.repost_create(user=bob, tweet_id=original).repost_id
+    written = services.tweet_create(author=cat, text="to the repost", in_reply_to=repost)
+    assert written.in_reply_to == (original, "ann")
+    row = Tweet.objects.get(id=written.tweet.id)
+    assert (row.in_reply_to, row.reply_to_id) == (original, ann.pk)
+
+
+def test_a_reply_s_id_is_greater_than_its_parent_s(monkeypatch: pytest.MonkeyPatch) -> None:
+    ann, bob = users("ann", "bob")
+    parent = post(ann)
+    # This host's clock is behind the one that minted the parent.
+    monkeypatch.setattr(services, "next_tweet_id", lambda: parent - 1000)
+    assert reply(bob, parent) > parent
+
+
+def test_replying_to_an_unknown_or_deleted_tweet_is_404() -> None:
+    ann, bob, cat = users("ann", "bob", "cat")
+    mod = ModeratorFactory()
+    gone = post(ann)
+    services.tweet_delete(tweet_id=gone, actor=ann)
+    # A repost by a suspended user is no tweet to answer either.
+    suspended_repost = services.repost_create(user=cat, tweet_id=post(ann)).repost_id
+    moderation.user_suspend(user=cat, moderator=mod, reason="spam")
+    before = high()
+    for parent in (gone, 12345, suspended_repost):
+        response = create(bob, text="hm", in_reply_to=parent)
+        assert_error(response, 404, "not_found", mentions=f"no tweet with id {parent}")
+    assert high() == before and not Tweet.objects.filter(author=bob).exists()
+
+
+def test_replying_to_a_suspended_author_s_tweet_is_404() -> None:
+    ann, bob = users("ann", "bob")
+    parent = post(ann)
+    repost = services.repost_create(user=bob, tweet_id=parent).repost_id
+    moderation.user_suspend(user=ann, moderator=ModeratorFactory(), reason="spam")
+    for target in (parent, repost):
+        response = create(bob, text="hm", in_reply_to=target)
+        assert_error(response, 404, "not_found")
+    assert not Tweet.objects.filter(author=bob, repost_of__isnull=True).exists()
+
+
+@pytest.mark.parametrize("replier_blocks", [True, False])
+def test_a_block_either_way_refuses_the_reply(replier_blocks: bool) -> None:
+    ann, bob = users("ann", "bob")
+    parent = post(ann)
+    blocker, blocked = (bob, ann) if replier_blocks else (ann, bob)
+    relations.block_create(blocker=blocker, blocked=blocked)
+    before = high()
+    response = create(bob, text="hm", in_reply_to=parent)
+    assert_error(response, 403, "blocked", mentions="reply to")
+    assert high() == before and not Tweet.objects.filter(author=bob).exists()
+    # Others may answer; unblocked, bob may too.
+    assert reply(UserFactory(username="cat"), parent)
+    relations.block_delete(blocker=blocker, blocked=blocked)
+    assert reply(bob, parent)
+
+
+def test_one_may_answer_oneself() -> None:
+    (ann,) = users("ann")
+    first = post(ann, "a thread, 1/2")
+    written = services.tweet_create(author=ann, text="2/2", in_reply_to=first)
+    assert written.in_reply_to == (first, "ann")
+    assert Tweet.objects.get(id=written.tweet.id).reply_to_id == ann.pk
+
+
+def test_a_suspended_author_cannot_reply() -> None:
+    ann, bob = users("ann", "bob")
+    parent = post(ann)
+    User.objects.filter(pk=bob.pk).update(is_active=False)
+    with pytest.raises(Forbidden, match="suspended"):
+        services.tweet_create(author=bob, text="hm", in_reply_to=parent)
+
+
+@pytest.mark.parametrize(
+    "bad", ["abc", "", "12x", "1 2", "-1", -1, 0, 1.5, True, [1], {"id": 1}, 2**60, str(2**60)]
+)
+def test_an_in_reply_to_that_is_not_a_tweet_id_is_400_naming_the_field(bad: Any) -> None:
+    (ann,) = users("ann")
+    response = create(ann, text="hm", in_reply_to=bad)
+    error = assert_error(response, 400, "invalid", mentions="in_reply_to")
+    assert list(error["fields"]) == ["in_reply_to"]
+    assert "tweet id" in error["fields"]["in_reply_to"][0]
+
+
+def test_a_null_in_reply_to_is_a_plain_post() -> None:
+    (ann,) = users("ann")
+    response = create(ann, text="hm", in_reply_to=None)
+    assert response.status_code == 201 and response.json()["in_reply_to"] is None
+
+
+# --- mentions -----------------------------------------------------------------------------
+
+
+def test_mentions_are_the_active_users_named_in_the_text_s_order_each_once() -> None:
+    ann, bob, cat, dee, sus = users("ann", "Bob", "cat", "dee", "sus")
+    User.objects.filter(pk=sus.pk).update(is_active=False)
+    before = high()
+    text = "@CAT hi @bob, @cat again, @nobody @sus, @ann x@dee @dee@x"
+    response = create(ann, text=text)
+    assert response.status_code == 201, response.content
+    body = response.json()
+    # As the users are named (their own case), the author's own mention kept.
+    assert body["mentions"] == ["cat", "Bob", "ann"]
+    rows = Mention.objects.filter(tweet_id=body["id"]).order_by("id")
+    assert list(rows.values_list("user_id", flat=True)) == [cat.pk, bob.pk, ann.pk]
+    # The event: the others, ascending; the names as the body shows them.
+    (event,) = posted_events(before)
+    assert event.mentions == tuple(sorted([cat.pk, bob.pk]))
+    assert event.mention_names == ("cat", "Bob", "ann")
+    assert dee  # named only in an address and glued to one: not mentioned
+
+
+def test_a_tweet_keeps_its_first_ten_mentions() -> None:
+    (ann,) = users("ann")
+    named = users(*(f"u{i}" for i in range(12)))
+    text = " ".join(f"@u{i}" for i in range(12))
+    written = services.tweet_create(author=ann, text=text)
+    assert written.mentions == tuple(f"u{i}" for i in range(10))
+    kept = Mention.objects.filter(tweet=written.tweet).values_list("user_id", flat=True)
+    assert set(kept) == {u.pk for u in named[:10]}
+
+
+def test_a_tweet_naming_no_one_and_answering_nothing_reads_and_locks_nothing() -> None:
+    (ann,) = users("ann")
+    services.tweet_create(author=ann, text="warm-up")
+    with CaptureQueriesContext(connection) as queries:
+        services.tweet_create(author=ann, text="no one named, mail me at x@y")
+    reads = [q["sql"] for q in queries.captured_queries if q["sql"].lstrip().startswith("SELECT")]
+    # PostgreSQL: the outbox's transaction id (feed.outbox), nothing else.
+    assert all("pg_current_xact_id" in sql for sql in reads), reads
+    assert not Mention.objects.exists()
+
+
+# --- the tweet object ---------------------------------------------------------------------
+
+
+def _cached(tweet_id: int, seq: int, original: bytes | None = None) -> dict[str, Any]:
+    """The tweet object the timeline read builds from the cached body the job
+    writes for ``tweet_id`` (its event in the outbox after ``seq``)."""
+    (event,) = [e for e in posted_events(seq) if e.tweet_id == tweet_id]
+    counts = orjson.dumps(selectors.ZERO_COUNTS)
+    composed = compose(events.tweet_json(event), original, counts)
+    assert composed is not None
+    return orjson.loads(composed)
+
+
+def test_a_reply_s_fields_are_the_same_in_every_rendering() -> None:
+    ann, bob, cat = users("ann", "bob", "cat")
+    relations.follow_create(follower=cat, followee=bob)
+    parent = post(ann, "the parent")
+    before = high()
+    created = create(bob, text="@ann @cat see", in_reply_to=parent)
+    assert created.status_code == 201, created.content
+    body = created.json()
+    del body["seq"]
+    answer = body["id"]
+    assert body["in_reply_to"] == {"id": parent, "author": "ann"}
+    assert body["mentions"] == ["ann", "cat"]
+    assert client_for().get(f"/api/v1/tweets/{answer}").json() == body
+    assert client_for().get("/api/v1/users/bob/tweets").json()["tweets"] == [body]
+    page = selectors.home_timeline_page(cat.pk, _query(count=10))
+    assert page["tweets"] == [body]
+    # The timeline read's object, from the body the job caches: the same.
+    assert _cached(answer, before) == body
+    # A repost of the reply shows what the reply answers and mentions, as its text.
+    seq = high()
+    repost = services.repost_create(user=cat, tweet_id=answer).repost_id
+    shown = client_for().get(f"/api/v1/tweets/{repost}").json()
+    assert shown["in_reply_to"] == body["in_reply_to"] and shown["mentions"] == body["mentions"]
+    assert shown["repost_of"]["id"] == answer and shown["text"] == "@ann @cat see"
+    original_body = events.tweet_json(
+        next(e for e in posted_events(before) if e.tweet_id == answer)
+    )
+    assert _cached(repost, seq, original_body) == shown
+    services.like_create(user=cat, tweet_id=answer)
+    assert client_for().get("/api/v1/users/cat/likes").json()["tweets"] == [body]
+
+
+def test_a_timeline_page_from_redis_shows_replies_as_the_database_s_page_does(
+    starling: StarlingConfig,
+) -> None:
+    ann, bob, cat = users("ann", "bob", "cat")
+    for followee in (ann, bob):
+        relations.follow_create(follower=cat, followee=followee)
+    before = high()
+    parent = post(ann, "the parent")
+    answer = reply(bob, parent, "@ann @cat @nobody look")
+    reply(ann, answer, "@bob thanks")
+    services.repost_create(user=ann, tweet_id=answer)
+    # The job's part, done here: the bodies it caches from the changelog, and
+    # cat's timeline holding every entry (the read keeps one per original).
+    written = posted_events(before)
+    store = store_for(starling)
+    generation = store.ensure_active_generation()
+    store.apply(
+        generation,
+        {e.tweet_id: events.tweet_json(e) for e in written},
+        [
+            Mutation(
+                Op.ADD,
+                (cat.pk,),
+                tuple(sorted(e.tweet_id for e in written)),
+                0,
+                high(),
+                reposts=tuple(
+                    (e.tweet_id, e.repost_of, e.repost_of_author) for e in written if e.repost_of
+                ),
+            )
+        ],
+    )
+    response = client_for(cat).get("/api/v1/timeline?count=10")
+    assert response["X-Starling-Source"] == "redis", response.content
+    from_redis = response.json()["tweets"]
+    assert len(from_redis) == 3 and from_redis[0]["repost_of"]["id"] == answer
+    assert from_redis[0]["in_reply_to"] == {"id": parent, "author": "ann"}
+    assert from_redis == selectors.home_timeline_page(cat.pk, _query(count=10))["tweets"]
+
+
+def test_a_post_s_fields_are_null_and_empty_in_every_rendering() -> None:
+    (ann,) = users("ann")
+    before = high()
+    tweet = post(ann, "plain")
+    got = client_for().get(f"/api/v1/tweets/{tweet}").json()
+    assert got["in_reply_to"] is None and got["mentions"] == []
+    assert _cached(tweet, before) == got
+
+
+def test_a_reply_keeps_what_it_answered_when_its_parent_is_deleted() -> None:
+    ann, bob = users("ann", "bob")
+    parent = post(ann)
+    answer = reply(bob, parent)
+    services.tweet_delete(tweet_id=parent, actor=ann)
+    got = client_for().get(f"/api/v1/tweets/{answer}").json()
+    assert got["in_reply_to"] == {"id": parent, "author": "ann"}
+    assert Tweet.objects.get(id=answer).in_reply_to == parent
+
+
+def test_replies_are_counted_by_the_database(settings: Any, starling: StarlingConfig) -> None:
+    ann, bob, cat, dee = users("ann", "bob", "cat", "dee")
+    parent = post(ann)
+    repost = services.repost_create(user=bob, tweet_id=parent).repost_id
+    reply(bob, parent)
+    reply(cat, repost)  # answers the original
+    gone = reply(dee, parent)
+    services.tweet_delete(tweet_id=gone, actor=dee)
+    reply(dee, parent)
+    suspended = UserFactory(username="sus")
+    reply(suspended, parent)
+    User.objects.filter(pk=suspended.pk).update(is_active=False)
+    nested = reply(ann, reply(bob, parent))  # a reply to a reply is not the parent's
+    assert nested
+    # The database counts when Redis is unreachable.
+    settings.STARLING = replace(starling, redis_url="redis://127.0.0.1:1/0")
+    got = client_for().get(f"/api/v1/tweets/{parent}").json()
+    assert got["counts"] == {"likes": 0, "reposts": 1, "replies": 4}
+    assert client_for().get(f"/api/v1/tweets/{repost}").json()["counts"]["replies"] == 4
+
+
+# --- posting tweets again -----------------------------------------------------------------
+
+
+def test_a_rename_posts_again_the_tweets_that_show_the_name() -> None:
+    ann, bob, cat = users("ann", "bob", "cat")
+    parent = post(ann)
+    answer = reply(bob, parent, "@cat look")
+    own = reply(ann, answer, "@bob thanks")
+    before = high()
+    services.user_rename(user=ann, username="anne")
+    again = posted_events(before)
+    # ann's own reply under her new name; bob's reply to her, naming her anew.
+    assert [e.tweet_id for e in again] == [parent, answer, own]
+    by_id = {e.tweet_id: e for e in again}
+    assert by_id[answer].reply_to_name == "anne" and by_id[answer].author == "bob"
+    assert by_id[answer].mention_names == ("cat",) and by_id[answer].mentions == (cat.pk,)
+    assert by_id[own].author == "anne" and by_id[own].in_reply_to == answer
+    assert by_id[own].reply_to_name == "bob" and by_id[own].mentions == (bob.pk,)
+    before = high()
+    services.user_rename(user=cat, username="kat")
+    (mentioning,) = posted_events(before)
+    assert (mentioning.tweet_id, mentioning.mention_names) == (answer, ("kat",))
+    got = client_for().get(f"/api/v1/tweets/{answer}").json()
+    assert got["in_reply_to"]["author"] == "anne" and got["mentions"] == ["kat"]
+    assert _cached(answer, before) == got
+
+
+def test_a_reinstatement_and_a_republish_post_replies_with_what_they_answer_and_mention() -> None:
+    ann, bob, _ = users("ann", "bob", "cat")
+    parent = post(ann)
+    before = high()
+    answer = reply(bob, parent, "@cat @bob hm")
+    (written,) = posted_events(before)
+    mod = ModeratorFactory()
+    moderation.user_suspend(user=bob, moderator=mod, reason="x")
+    before = high()
+    moderation.user_reinstate(user=bob, moderator=mod)
+    assert posted_events(before) == [written]
+    before = high()
+    call_command("republish_changelogs", stdout=io.StringIO())
+    republished = {e.tweet_id: e for e in posted_events(before)}
+    assert republished[answer] == written
+    assert republished[parent] == events.TweetPosted(parent, ann.pk, "ann", "hello")
+    assert ids.is_valid(answer)
+
+
+def test_a_moderator_deletes_a_reply_with_its_mentions_in_the_admin() -> None:
+    from django.test import Client
+
+    ann, bob = users("ann", "bob")
+    answer = reply(bob, post(ann), "@ann spam")
+    moderator = Client()
+    moderator.force_login(ModeratorFactory())
+    page = moderator.get(f"/admin/feed/tweet/{answer}/delete/")
+    assert page.status_code == 200 and b"Cannot delete" not in page.content
+    assert moderator.post(f"/admin/feed/tweet/{answer}/delete/", {"post": "yes"}).status_code == 302
+    assert not Tweet.objects.filter(id=answer).exists() and not Mention.objects.exists()
+
+
+def _query(**kw: Any) -> Any:
+    from feed.timeline import TimelineQuery
+
+    return TimelineQuery(**kw)
