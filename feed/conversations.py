@@ -1,5 +1,6 @@
-"""Replies and mentions: writing a tweet (which may answer another and name
-users), and the fields its changelog record carries for them.
+"""Replies, threads and mentions: writing a tweet (which may answer another
+and name users), the fields its changelog record carries for them, and the
+thread read.
 
 A reply is a post whose ``in_reply_to`` names the post it answers (a
 repost's id answers its original) and whose ``reply_to`` is that post's
@@ -19,15 +20,21 @@ from __future__ import annotations
 import itertools
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from django.db import IntegrityError, connection, transaction
+from django.db.models import Q, QuerySet
 
 from fanout.model import events, ids
 from feed import outbox, selectors, services
 from feed.errors import Forbidden, NotFound
 from feed.mentions import MAX_MENTIONS, mentioned_names
-from feed.models import Mention, Tweet, User
+from feed.models import Block, Mention, Mute, Tweet, User
 from feed.validation import InvalidInput, normalize_tweet_text
+
+#: The most ancestors a thread shows: the nearest ones, when the chain is longer.
+MAX_ANCESTORS = 50
+
 
 # --- writing -------------------------------------------------------------------------
 
@@ -298,3 +305,131 @@ def naming(user_id: int) -> list[int]:
     with connection.cursor() as cursor:
         cursor.execute(_NAMING_SQL + lock, [user_id, user_id, user_id])
         return [int(t) for (t,) in cursor.fetchall()]
+
+
+# --- the thread ------------------------------------------------------------------------
+
+
+def thread_focus(tweet_id: int) -> tuple[int, int]:
+    """(id, author) of the post whose thread ``tweet_id`` asks for: itself, or
+    a repost's original. NotFound for an unknown or deleted tweet, and for
+    one whose author (a repost: or whose original's author) is suspended."""
+    row = (
+        Tweet.objects.filter(id=tweet_id)
+        .values_list(
+            "author_id",
+            "author__is_active",
+            "repost_of_id",
+            "repost_of__author_id",
+            "repost_of__author__is_active",
+        )
+        .first()
+        if ids.is_valid(tweet_id)
+        else None
+    )
+    if row is None or not row[1] or (row[2] is not None and not row[4]):
+        raise NotFound(f"no tweet with id {tweet_id}")
+    author, _, original, original_author, _ = row
+    return (tweet_id, author) if original is None else (original, original_author)
+
+
+#: The chain of parents above a post, nearest first, at most a bound deep:
+#: (id, author, the author's is_active), the author NULL for a tweet gone.
+#: Each step is a primary-key look-up in the tweets, or in the deleted
+#: replies (what a deleted reply answered): one statement, on PostgreSQL and
+#: SQLite alike. Ids decrease along the chain (a reply's id is greater than
+#: its parent's): it ends. Parameters: the post, the bound.
+_ANCESTORS_SQL = """
+    WITH RECURSIVE up(id, depth) AS (
+        SELECT CAST(%s AS bigint), 0
+        UNION ALL
+        SELECT COALESCE(t.in_reply_to, g.in_reply_to), up.depth + 1
+        FROM up
+        LEFT JOIN feed_tweet t ON t.id = up.id
+        LEFT JOIN feed_deletedreply g ON g.id = up.id
+        WHERE up.depth < %s AND COALESCE(t.in_reply_to, g.in_reply_to) IS NOT NULL
+    )
+    SELECT up.id, t.author_id, u.is_active
+    FROM up
+    LEFT JOIN feed_tweet t ON t.id = up.id
+    LEFT JOIN feed_user u ON u.id = t.author_id
+    WHERE up.depth > 0
+    ORDER BY up.depth
+"""
+
+
+def ancestors(tweet_id: int, limit: int = MAX_ANCESTORS) -> list[tuple[int, int | None]]:
+    """The chain of parents above ``tweet_id``, nearest first, at most
+    ``limit``: (id, author), the author None for a tweet deleted or of a
+    suspended user."""
+    with connection.cursor() as cursor:
+        cursor.execute(_ANCESTORS_SQL, [tweet_id, limit])
+        return [(int(t), int(a) if a is not None and u else None) for t, a, u in cursor.fetchall()]
+
+
+def replies_query(tweet_id: int, reader: User | None, *, cursor: int | None) -> QuerySet[Tweet]:
+    """The direct replies to ``tweet_id`` after ``cursor`` (a reply's id), by
+    active users, leaving out, for a signed-in reader, the users the reader
+    blocks, is blocked by or mutes. Served by the (in_reply_to, id) index."""
+    qs = Tweet.objects.filter(in_reply_to=tweet_id, author__is_active=True)
+    if reader is not None:
+        hidden = (
+            Q(author_id__in=Block.objects.filter(blocker_id=reader.pk).values("blocked_id"))
+            | Q(author_id__in=Block.objects.filter(blocked_id=reader.pk).values("blocker_id"))
+            | Q(author_id__in=Mute.objects.filter(muter_id=reader.pk).values("muted_id"))
+        )
+        qs = qs.exclude(hidden)
+    if cursor is not None:
+        qs = qs.filter(id__gt=cursor)
+    return qs.order_by("id")
+
+
+def replies(
+    tweet_id: int, reader: User | None, *, count: int, cursor: int | None = None
+) -> tuple[list[int], int | None]:
+    """One page of :func:`replies_query`, oldest first: the ids and the next
+    page's cursor (None on the last page)."""
+    query = replies_query(tweet_id, reader, cursor=cursor)
+    found = list(query.values_list("id", flat=True)[: count + 1])
+    page = found[:count]
+    return page, (page[-1] if len(found) > count else None)
+
+
+def thread(
+    tweet_id: int, reader: User | None, *, count: int, cursor: int | None = None
+) -> dict[str, Any]:
+    """The thread of the post ``tweet_id`` (:func:`thread_focus`'s; visible,
+    and the reader's to read: the caller checks): ``{"ancestors", "tweet",
+    "replies", "next_cursor"}``. Ancestors from the root down (the nearest
+    :data:`MAX_ANCESTORS`); one deleted or of a suspended user is ``{"id",
+    "deleted": true}``, one whose author blocks the reader ``{"id",
+    "blocked": true}``. Replies: :func:`replies`. A bounded number of
+    queries, whatever the chain's length and the page's size."""
+    chain = ancestors(tweet_id)
+    authors = {a for _, a in chain if a is not None}
+    blocking = (
+        set(
+            Block.objects.filter(blocked_id=reader.pk, blocker_id__in=authors).values_list(
+                "blocker_id", flat=True
+            )
+        )
+        if reader is not None and authors
+        else set()
+    )
+    page, next_cursor = replies(tweet_id, reader, count=count, cursor=cursor)
+    shown = [t for t, a in chain if a is not None and a not in blocking]
+    objects = {o["id"]: o for o in selectors.tweet_objects([tweet_id, *shown, *page])}
+    if tweet_id not in objects:  # deleted meanwhile
+        raise NotFound(f"no tweet with id {tweet_id}")
+    above: list[dict[str, Any]] = []
+    for t, author in reversed(chain):
+        if author in blocking:
+            above.append({"id": t, "blocked": True})
+        else:
+            above.append(objects.get(t) or {"id": t, "deleted": True})
+    return {
+        "ancestors": above,
+        "tweet": objects[tweet_id],
+        "replies": [objects[t] for t in page if t in objects],
+        "next_cursor": next_cursor,
+    }

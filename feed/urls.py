@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from feed import apis, apis_accounts, apis_relations
+from feed import apis, apis_accounts, apis_conversations, apis_relations
 
 # GET /api/v1/timeline and /metrics are not here: the WSGI front
 # (feed.fastpath, in feed.wsgi) answers them before Django.
@@ -15,6 +15,9 @@ api_v1 = [
     path("tweets/<int:tweet_id>", apis.TweetDetailApi.as_view(), name="tweet-detail"),
     path("tweets/<int:tweet_id>/repost", apis.RepostApi.as_view(), name="tweet-repost"),
     path("tweets/<int:tweet_id>/like", apis.LikeApi.as_view(), name="tweet-like"),
+    path(
+        "tweets/<int:tweet_id>/thread", apis_conversations.ThreadApi.as_view(), name="tweet-thread"
+    ),
     path("users/<str:username>", apis.UserDetailApi.as_view(), name="user-detail"),
     path("users/<str:username>/follow", apis.FollowApi.as_view(), name="follow"),
     path("users/<str:username>/block", apis_relations.BlockApi.as_view(), name="block"),

@@ -22,9 +22,9 @@ from fanout.model import events, ids
 from fanout.model.join import Mutation, Op
 from fanout.store.reads import compose
 from fanout.store.timelines import store_for
-from feed import moderation, relations, selectors, services
+from feed import conversations, moderation, relations, selectors, services
 from feed.errors import Forbidden
-from feed.models import Mention, Tweet, User
+from feed.models import DeletedReply, Mention, Tweet, User
 from tests.support.clients import client_for
 from tests.support.factories import ModeratorFactory, UserFactory
 from tests.web.test_api import assert_error
@@ -48,6 +48,12 @@ def posted_events(seq: int) -> list[events.TweetPosted]:
 def create(user: User, **fields: Any) -> Any:
     """``POST /api/v1/tweets`` as ``user`` with these fields."""
     return client_for(user).post("/api/v1/tweets", fields, format="json")
+
+
+def thread(tweet_id: int, reader: User | None = None, query: str = "") -> dict[str, Any]:
+    response = client_for(reader).get(f"/api/v1/tweets/{tweet_id}/thread{query}")
+    assert response.status_code == 200, response.content
+    return response.json()
 
 
 # --- writing a reply ------------------------------------------------------------------
@@ -344,6 +350,175 @@ def test_replies_are_counted_by_the_database(settings: Any, starling: StarlingCo
     assert client_for().get(f"/api/v1/tweets/{repost}").json()["counts"]["replies"] == 4
 
 
+# --- the thread ---------------------------------------------------------------------------
+
+
+def test_a_thread_shows_the_chain_above_from_the_root_and_the_replies_below() -> None:
+    ann, bob, cat = users("ann", "bob", "cat")
+    root = post(ann, "root")
+    first = reply(bob, root, "first")
+    second = reply(cat, first, "second")
+    below = reply(ann, second, "below")
+    aside = reply(bob, root, "aside")
+    got = thread(second)
+    assert [t["id"] for t in got["ancestors"]] == [root, first]
+    assert got["ancestors"][1]["in_reply_to"] == {"id": root, "author": "ann"}
+    assert got["tweet"] == client_for().get(f"/api/v1/tweets/{second}").json()
+    assert [t["id"] for t in got["replies"]] == [below] and got["next_cursor"] is None
+    top = thread(root)
+    assert top["ancestors"] == [] and [t["id"] for t in top["replies"]] == [first, aside]
+
+
+def test_a_repost_s_thread_is_its_original_s() -> None:
+    ann, bob = users("ann", "bob")
+    root = post(ann)
+    answer = reply(bob, root)
+    repost = services.repost_create(user=bob, tweet_id=root).repost_id
+    got = thread(repost)
+    assert got["tweet"]["id"] == root and [t["id"] for t in got["replies"]] == [answer]
+
+
+def test_a_deleted_or_suspended_ancestor_shows_as_deleted_and_the_chain_goes_on() -> None:
+    ann, bob, cat, dee = users("ann", "bob", "cat", "dee")
+    root = post(ann, "root")
+    first = reply(bob, root)
+    second = reply(cat, first)
+    third = reply(dee, second)
+    services.tweet_delete(tweet_id=first, actor=bob)
+    assert DeletedReply.objects.get(id=first).in_reply_to == root
+    moderation.user_suspend(user=cat, moderator=ModeratorFactory(), reason="spam")
+    got = thread(third)
+    assert got["ancestors"][0]["id"] == root and got["ancestors"][0]["text"] == "root"
+    assert got["ancestors"][1:] == [{"id": first, "deleted": True}, {"id": second, "deleted": True}]
+    # A deleted reply that no one answered leaves nothing behind.
+    lonely = reply(bob, root)
+    services.tweet_delete(tweet_id=lonely, actor=bob)
+    assert not DeletedReply.objects.filter(id=lonely).exists()
+
+
+def test_a_thread_shows_the_nearest_fifty_ancestors(django_assert_max_num_queries: Any) -> None:
+    ann, bob = users("ann", "bob")
+    chain = [post(ann, "0")]
+    for n in range(1, 55):
+        chain.append(reply(bob if n % 2 else ann, chain[-1], str(n)))
+    for n in range(5):
+        reply(UserFactory(username=f"r{n}"), chain[-1], f"@ann @bob {n}")
+    assert conversations.MAX_ANCESTORS == 50
+    with django_assert_max_num_queries(8):  # whatever the chain's length and the page's size
+        response = client_for(bob).get(f"/api/v1/tweets/{chain[-1]}/thread")
+    got = response.json()
+    assert [t["id"] for t in got["ancestors"]] == chain[4:54]
+    # The first one shown says what it answers: there is more above.
+    assert got["ancestors"][0]["in_reply_to"]["id"] == chain[3]
+    assert len(got["replies"]) == 5 and all(r["mentions"] == ["ann", "bob"] for r in got["replies"])
+    assert [t["id"] for t in thread(chain[50])["ancestors"]] == chain[0:50]
+
+
+def test_replies_are_paged_oldest_first_without_a_gap_or_a_repeat() -> None:
+    ann, bob = users("ann", "bob")
+    root = post(ann)
+    answers = [reply(bob if n % 2 else ann, root, str(n)) for n in range(7)]
+    reply(bob, answers[0], "nested: not a direct reply")
+    seen: list[int] = []
+    cursor = None
+    pages = 0
+    while True:
+        query = "?count=3" + (f"&cursor={cursor}" if cursor else "")
+        got = thread(root, query=query)
+        assert len(got["replies"]) <= 3
+        seen += [t["id"] for t in got["replies"]]
+        cursor = got["next_cursor"]
+        pages += 1
+        if cursor is None:
+            break
+    assert seen == answers and pages == 3
+    for bad in ("?count=0", "?count=201", "?cursor=x"):
+        assert_error(client_for().get(f"/api/v1/tweets/{root}/thread{bad}"), 400, "invalid")
+
+
+def test_replies_leave_out_whom_the_reader_blocks_is_blocked_by_or_mutes_and_suspended_users() -> (
+    None
+):
+    ann, bob, blocked, blocker, muted, sus, other = users(
+        "ann", "bob", "blocked", "blocker", "muted", "sus", "other"
+    )
+    root = post(ann)
+    by = {u.username: reply(u, root) for u in (blocked, blocker, muted, sus, other, bob)}
+    relations.block_create(blocker=bob, blocked=blocked)
+    relations.block_create(blocker=blocker, blocked=bob)
+    relations.mute_create(muter=bob, muted=muted)
+    moderation.user_suspend(user=sus, moderator=ModeratorFactory(), reason="spam")
+    mine = [t["id"] for t in thread(root, bob)["replies"]]
+    assert mine == [by["other"], by["bob"]]
+    everyone = [t["id"] for t in thread(root)["replies"]]
+    assert everyone == [by[n] for n in ("blocked", "blocker", "muted", "other", "bob")]
+    assert [t["id"] for t in thread(root, other)["replies"]] == everyone
+
+
+def test_an_ancestor_whose_author_blocks_the_reader_is_not_shown() -> None:
+    ann, bob, cat = users("ann", "bob", "cat")
+    root = post(cat, "root")
+    first = reply(ann, root)
+    second = reply(cat, first)
+    relations.block_create(blocker=ann, blocked=bob)
+    got = thread(second, bob)
+    assert got["ancestors"][0]["id"] == root
+    assert got["ancestors"][1] == {"id": first, "blocked": True}
+    assert thread(second, cat)["ancestors"][1]["id"] == first
+
+
+def test_a_thread_of_what_is_not_there_is_404_and_of_a_blocker_s_tweet_403() -> None:
+    ann, bob, cat = users("ann", "bob", "cat")
+    gone = post(ann)
+    services.tweet_delete(tweet_id=gone, actor=ann)
+    suspended = post(cat)
+    moderation.user_suspend(user=cat, moderator=ModeratorFactory(), reason="spam")
+    for tweet_id in (gone, 12345, suspended, 2**60):
+        assert_error(client_for().get(f"/api/v1/tweets/{tweet_id}/thread"), 404, "not_found")
+    tweet = post(ann)
+    relations.block_create(blocker=ann, blocked=bob)
+    assert_error(client_for(bob).get(f"/api/v1/tweets/{tweet}/thread"), 403, "blocked")
+    # The blocker, anyone else and anonymous readers read it.
+    for reader in (ann, UserFactory(username="dee"), None):
+        assert client_for(reader).get(f"/api/v1/tweets/{tweet}/thread").status_code == 200
+
+
+def _plan(sql: str, params: list[Any]) -> str:
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("SET LOCAL enable_seqscan = off")  # tiny tables: no index otherwise
+            cursor.execute(f"EXPLAIN {sql}", params)
+        else:
+            cursor.execute(f"EXPLAIN QUERY PLAN {sql}", params)
+        return "\n".join(str(row) for row in cursor.fetchall())
+
+
+def test_the_thread_s_queries_are_index_look_ups() -> None:
+    ann, bob = users("ann", "bob")
+    root = post(ann)
+    answer = reply(bob, root, "@ann")
+    replies_sql, params = conversations.replies_query(
+        root, bob, cursor=None
+    ).query.sql_with_params()
+    plans = {
+        "replies": _plan(replies_sql, list(params)),
+        "ancestors": _plan(conversations._ANCESTORS_SQL, [answer, 50]),
+        "naming": _plan(conversations._NAMING_SQL, [ann.pk, ann.pk, ann.pk]),
+    }
+    if connection.vendor == "postgresql":
+        for name, plan in plans.items():
+            assert "Seq Scan on feed_tweet" not in plan, (name, plan)
+        assert "tweet_in_reply_to_id_idx" in plans["replies"]
+        assert "feed_tweet_pkey" in plans["ancestors"]
+        assert "tweet_reply_to_id_idx" in plans["naming"]
+        assert "mention_user_tweet_idx" in plans["naming"]
+    else:
+        for name, plan in plans.items():
+            assert "SCAN feed_tweet" not in plan and "SCAN t " not in plan, (name, plan)
+        assert "tweet_in_reply_to_id_idx" in plans["replies"]
+        assert "tweet_reply_to_id_idx" in plans["naming"]
+
+
 # --- posting tweets again -----------------------------------------------------------------
 
 
@@ -401,6 +576,18 @@ def test_a_moderator_deletes_a_reply_with_its_mentions_in_the_admin() -> None:
     assert page.status_code == 200 and b"Cannot delete" not in page.content
     assert moderator.post(f"/admin/feed/tweet/{answer}/delete/", {"post": "yes"}).status_code == 302
     assert not Tweet.objects.filter(id=answer).exists() and not Mention.objects.exists()
+
+
+def test_the_schema_describes_replies_mentions_and_threads() -> None:
+    schema = orjson.loads(client_for().get("/api/schema/?format=json").content)
+    components = schema["components"]["schemas"]
+    assert {"in_reply_to", "mentions"} <= set(components["TweetOut"]["properties"])
+    assert "in_reply_to" in components["TweetCreateInputRequest"]["properties"]
+    thread_op = schema["paths"]["/api/v1/tweets/{tweet_id}/thread"]["get"]
+    assert {p["name"] for p in thread_op["parameters"]} >= {"count", "cursor", "tweet_id"}
+    assert {"200", "403", "404"} <= set(thread_op["responses"])
+    out = components["ThreadOutput"]["properties"]
+    assert set(out) == {"ancestors", "tweet", "replies", "next_cursor"}
 
 
 def _query(**kw: Any) -> Any:
