@@ -22,12 +22,18 @@ from feed.apis import (
 )
 
 
-class GoneOut(serializers.Serializer):
-    """An ancestor not shown: deleted (or its author suspended), or its author blocks you."""
+class DeletedOut(serializers.Serializer):
+    """An ancestor deleted, or whose author is suspended."""
 
     id = serializers.IntegerField()
-    deleted = serializers.BooleanField(required=False)
-    blocked = serializers.BooleanField(required=False)
+    deleted = serializers.BooleanField()
+
+
+class BlockedOut(serializers.Serializer):
+    """An ancestor whose author blocks you."""
+
+    id = serializers.IntegerField()
+    blocked = serializers.BooleanField()
 
 
 class ThreadApi(View):
@@ -39,7 +45,7 @@ class ThreadApi(View):
     class OutputSerializer(serializers.Serializer):
         ancestors = PolymorphicProxySerializer(
             component_name="Ancestor",
-            serializers=[TweetOut, GoneOut],
+            serializers=[TweetOut, DeletedOut, BlockedOut],
             resource_type_field_name=None,
             many=True,
             help_text=f"The posts above, from the root down (the nearest "

@@ -588,6 +588,12 @@ def test_the_schema_describes_replies_mentions_and_threads() -> None:
     assert {"200", "403", "404"} <= set(thread_op["responses"])
     out = components["ThreadOutput"]["properties"]
     assert set(out) == {"ancestors", "tweet", "replies", "next_cursor"}
+    # An ancestor is one of three shapes, and never two at once (a placeholder
+    # requires the flag a tweet object has not).
+    shapes = [ref["$ref"].rsplit("/", 1)[1] for ref in components["Ancestor"]["oneOf"]]
+    assert shapes == ["TweetOut", "DeletedOut", "BlockedOut"]
+    assert set(components["DeletedOut"]["required"]) == {"id", "deleted"}
+    assert set(components["BlockedOut"]["required"]) == {"id", "blocked"}
 
 
 def _query(**kw: Any) -> Any:
