@@ -76,7 +76,9 @@ class CountsOut(serializers.Serializer):
 
 class ReplyRef(serializers.Serializer):
     id = serializers.IntegerField(help_text="The post answered (it may be deleted since).")
-    author = serializers.CharField(help_text="Its author's name.")
+    author = serializers.CharField(
+        help_text="Its author's name as written: when the reply was written (a rename leaves it)."
+    )
 
 
 class TweetOut(serializers.Serializer):
@@ -91,7 +93,8 @@ class TweetOut(serializers.Serializer):
     in_reply_to = ReplyRef(allow_null=True, help_text="The post it answers; null if none.")
     mentions = serializers.ListField(
         child=serializers.CharField(),
-        help_text="The names of the users it mentions, in its text's order.",
+        help_text="The names of the users it mentions, as written (a rename leaves them), "
+        "in its text's order.",
     )
     created_at = serializers.CharField()
     repost_of = OriginalRef(allow_null=True, help_text="The original, for a repost; else null.")

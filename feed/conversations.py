@@ -10,9 +10,12 @@ are read from the text once, when it is written (:mod:`feed.mentions`), and
 kept as :class:`~feed.models.Mention` rows, in the text's order.
 
 A tweet object shows the names of the user it answers and of the users it
-mentions as they are now: the changelog record carries them for the cached
-body (``reply_to_name``, ``mention_names``), so renaming a user posts
-again the tweets that show the name (:func:`naming`, :func:`posted_again`).
+mentions as written: their usernames when the tweet was written, fixed then,
+like the ``@name`` in its text (``Tweet.reply_to_name``, ``Mention.name``;
+the changelog record's ``reply_to_name`` and ``mention_names`` for the cached
+body). Renaming a user changes none of them: a rename posts again only the
+user's own tweets (:func:`feed.services.user_rename`), whatever the number
+of tweets that answer or mention them.
 """
 
 from __future__ import annotations
@@ -63,16 +66,19 @@ def tweet_create(*, author: User, text: str, in_reply_to: int | None = None) -> 
     mentioned = [
         (u, users[u][1]) for u, name in named if users[u][0] and users[u][1].lower() == name.lower()
     ]
-    tweet = _insert(author, text, parent, parent_author)
+    reply_to_name = users[parent_author][1] if parent else ""
+    tweet = _insert(author, text, parent, parent_author, reply_to_name)
     # Locks the author's row (if not yet): a suspension is either before
     # (nothing updated: refused) or after (it sees this tweet and tombstones it too).
     if not services.add_to_count(author.pk, "tweets_count", 1, if_active=True):
         raise Forbidden("this account is suspended")
-    Mention.objects.bulk_create(Mention(tweet_id=tweet.id, user_id=u) for u, _ in mentioned)
+    Mention.objects.bulk_create(
+        Mention(tweet_id=tweet.id, user_id=u, name=name) for u, name in mentioned
+    )
     links = Links(
         in_reply_to=parent,
         reply_to=parent_author,
-        reply_to_name=users[parent_author][1] if parent else "",
+        reply_to_name=reply_to_name,
         mentions=tuple(sorted(u for u, _ in mentioned if u != author.pk)),
         mention_names=tuple(name for _, name in mentioned),
     )
@@ -117,7 +123,7 @@ def _lock_writers(
     return users
 
 
-def _insert(author: User, text: str, parent: int, parent_author: int) -> Tweet:
+def _insert(author: User, text: str, parent: int, parent_author: int, reply_to_name: str) -> Tweet:
     """The tweet's row, under a fresh id (greater than its parent's)."""
     for attempt in range(services.ID_ATTEMPTS):
         tweet_id = services.id_after(parent, attempt)
@@ -128,6 +134,7 @@ def _insert(author: User, text: str, parent: int, parent_author: int) -> Tweet:
             created_at=ids.created_at(tweet_id),
             in_reply_to=parent or None,
             reply_to_id=parent_author or None,
+            reply_to_name=reply_to_name,
         )
         try:
             with transaction.atomic():
@@ -177,10 +184,12 @@ class Links:
 
     in_reply_to: int = 0
     reply_to: int = 0
+    #: ``reply_to``'s name as written (``Tweet.reply_to_name``).
     reply_to_name: str = ""
     #: The mentioned users other than the author, ascending.
     mentions: tuple[int, ...] = ()
-    #: The mentioned users' names (the author's too), in the text's order.
+    #: The mentioned users' names as written (``Mention.name``; the author's
+    #: too), in the text's order.
     mention_names: tuple[str, ...] = ()
 
 
@@ -214,21 +223,22 @@ def posted(
 
 def links_of(tweet_ids: Iterable[int]) -> dict[int, Links]:
     """The :class:`Links` of those of these tweets that answer or mention
-    anyone, with the names as they are now (two queries per
-    :data:`CHUNK` tweets)."""
+    anyone, with the names as written (two queries per :data:`CHUNK`
+    tweets): what a rename of their author, a reinstatement and a republish
+    post again."""
     out: dict[int, Links] = {}
     for chunk in _chunks(sorted(set(tweet_ids))):
         answering = Tweet.objects.filter(id__in=chunk, in_reply_to__isnull=False)
         replies: dict[int, tuple[int, int, str]] = {}
         for t, parent, author, name in answering.values_list(
-            "id", "in_reply_to", "reply_to_id", "reply_to__username"
+            "id", "in_reply_to", "reply_to_id", "reply_to_name"
         ):
-            replies[t] = (parent or 0, author or 0, name or "")  # a reply has all three
+            replies[t] = (parent or 0, author or 0, name)  # a reply has all three
         mentioned: dict[int, list[tuple[int, str, int]]] = {}
         rows = (
             Mention.objects.filter(tweet_id__in=chunk)
             .order_by("id")
-            .values_list("tweet_id", "user_id", "user__username", "tweet__author_id")
+            .values_list("tweet_id", "user_id", "name", "tweet__author_id")
         )
         for t, user, name, author in rows:
             mentioned.setdefault(t, []).append((user, name, author))
@@ -245,66 +255,14 @@ def links_of(tweet_ids: Iterable[int]) -> dict[int, Links]:
     return out
 
 
-def posted_again(tweet_ids: Iterable[int]) -> list[events.TweetPosted]:
-    """The changelog records of the visible entries among these tweets (of
-    active authors; a repost while its original's author is active), as the
-    tables say now, ascending: what a rename posts again."""
-    out: list[events.TweetPosted] = []
-    for chunk in _chunks(sorted(set(tweet_ids))):
-        rows = list(
-            selectors.visible_entries(Tweet.objects.filter(id__in=chunk, author__is_active=True))
-            .order_by("id")
-            .values_list(
-                "id",
-                "author_id",
-                "author__username",
-                "text",
-                "repost_of_id",
-                "repost_of__author_id",
-            )
-        )
-        links = links_of(row[0] for row in rows if row[4] is None)  # posts: a repost has none
-        out.extend(posted(*row, links.get(row[0])) for row in rows)
-    return out
-
-
-#: Tweets read per query by :func:`links_of` and :func:`posted_again` (a
-#: user's tweets can be many more than a statement takes parameters).
+#: Tweets read per query by :func:`links_of` (a user's tweets can be many
+#: more than a statement takes parameters).
 CHUNK = 1000
 
 
 def _chunks(items: list[int]) -> Iterable[list[int]]:
     for start in range(0, len(items), CHUNK):
         yield items[start : start + CHUNK]
-
-
-#: The posts by others than user %s that answer or mention them (%s twice
-#: more), ascending: the (reply_to, id) and (user, tweet) indexes, then a
-#: primary-key look-up each.
-_NAMING_SQL = """
-    SELECT id FROM feed_tweet
-    WHERE id IN (
-        SELECT id FROM feed_tweet WHERE reply_to_id = %s
-        UNION SELECT tweet_id FROM feed_mention WHERE user_id = %s
-    ) AND author_id <> %s
-    ORDER BY id
-"""
-
-
-def naming(user_id: int) -> list[int]:
-    """The posts by others that show ``user_id``'s name (they answer or
-    mention the user), locked until the transaction ends, in id order.
-
-    For a rename, which holds the user's row: a write naming the user share
-    locks that row (:func:`tweet_create`), so every such post is committed
-    and found here, or waits and reads the new name. The lock (no key
-    update) makes a delete of one in flight commit before it is read here,
-    or wait (no stale upsert after its tombstone), and two renames of users
-    one post names take their turns (the second reads the first's name)."""
-    lock = " FOR NO KEY UPDATE" if connection.vendor == "postgresql" else ""
-    with connection.cursor() as cursor:
-        cursor.execute(_NAMING_SQL + lock, [user_id, user_id, user_id])
-        return [int(t) for (t,) in cursor.fetchall()]
 
 
 # --- the thread ------------------------------------------------------------------------

@@ -95,8 +95,12 @@ class Tweet(models.Model):
         blank=True,
         on_delete=models.PROTECT,
         related_name="+",
-        db_index=False,  # the partial index below serves "the replies to u"
+        db_index=False,  # nothing looks replies up by the user they answer
     )
+    #: ``reply_to``'s name as written: their username when the reply was
+    #: written, which its tweet object shows for good (a rename of theirs
+    #: leaves it, as it leaves an ``@name`` in the text); "" for a non-reply.
+    reply_to_name = models.CharField(max_length=150, blank=True, default="")
 
     class Meta:
         indexes = [
@@ -114,12 +118,6 @@ class Tweet(models.Model):
                 name="tweet_in_reply_to_id_idx",
                 condition=Q(in_reply_to__isnull=False),
             ),
-            # The replies to a user (a rename posts them again: they name the user).
-            models.Index(
-                fields=["reply_to", "id"],
-                name="tweet_reply_to_id_idx",
-                condition=Q(reply_to__isnull=False),
-            ),
         ]
         constraints = [
             models.UniqueConstraint(
@@ -131,12 +129,16 @@ class Tweet(models.Model):
                 condition=Q(repost_of__isnull=True) | (Q(text="") & Q(repost_of__lt=F("id"))),
                 name="tweet_repost_empty_and_newer",
             ),
-            # A reply is a post, newer than its parent, with the parent's author.
+            # A reply is a post, newer than its parent, with the parent's
+            # author and their name as written.
             models.CheckConstraint(
-                condition=(Q(in_reply_to__isnull=True) & Q(reply_to__isnull=True))
+                condition=(
+                    Q(in_reply_to__isnull=True) & Q(reply_to__isnull=True) & Q(reply_to_name="")
+                )
                 | (
                     Q(repost_of__isnull=True)
                     & Q(reply_to__isnull=False)
+                    & ~Q(reply_to_name="")
                     & Q(in_reply_to__lt=F("id"))
                 ),
                 name="tweet_reply_is_a_newer_post",
@@ -157,21 +159,24 @@ class Tweet(models.Model):
 class Mention(models.Model):
     """``tweet`` mentions ``user`` (an active user when it was written; the
     author too, if they name themselves): read from its text once, when it is
-    written, in the order the text names them (the row's id)."""
+    written, in the order the text names them (the row's id), with the name
+    it was written with."""
 
     #: The mentions go with their tweet (they have no changelog of their own).
-    #: Indexed by the unique pair, as the user is by the (user, tweet) index.
+    #: Indexed by the unique pair; nothing looks mentions up by user.
     tweet = models.ForeignKey(
         Tweet, on_delete=models.CASCADE, related_name="mentions", db_index=False
     )
     user = models.ForeignKey(User, on_delete=models.PROTECT, related_name="+", db_index=False)
+    #: The user's name as written: their username when the tweet was written
+    #: (in its own case), which the tweet object shows for good (a rename
+    #: leaves it, as it leaves the ``@name`` in the text).
+    name = models.CharField(max_length=150)
 
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["tweet", "user"], name="mention_once"),
         ]
-        # The tweets that mention a user (a rename posts them again).
-        indexes = [models.Index(fields=["user", "tweet"], name="mention_user_tweet_idx")]
 
     def __str__(self) -> str:
         return f"{self.tweet_id} mentions {self.user_id}"

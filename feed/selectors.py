@@ -123,7 +123,8 @@ def tweet_object(
     and ``counts``). For a repost, ``id``, ``author`` and ``created_at`` are
     the repost's; ``text``, ``in_reply_to`` and ``mentions`` are the
     original's, and ``original`` (its id and author) gives ``repost_of``;
-    ``counts`` are the original's."""
+    ``counts`` are the original's. The names in ``in_reply_to`` and
+    ``mentions`` are as written (feed.conversations), not as they are now."""
     return {
         **events.tweet_fields(entry_id, author, text, in_reply_to=in_reply_to, mentions=mentions),
         "repost_of": None
@@ -150,9 +151,10 @@ def tweet_objects(entry_ids: Sequence[int]) -> list[dict[str, Any]]:
         "repost_of_id",
         "repost_of__author__username",
         "repost_of__text",
-        # What the post (a repost: its original) answers: its id and author's name.
+        # What the post (a repost: its original) answers: its id, and its
+        # author's name as written.
         Coalesce("repost_of__in_reply_to", "in_reply_to"),
-        Coalesce("repost_of__reply_to__username", "reply_to__username"),
+        Coalesce("repost_of__reply_to_name", "reply_to_name"),
     )
     by_id = {row[0]: row for row in rows}
     present = [by_id[i] for i in entry_ids if i in by_id]
@@ -177,10 +179,11 @@ def tweet_objects(entry_ids: Sequence[int]) -> list[dict[str, Any]]:
 
 
 def _mention_names(tweet_ids: Sequence[int]) -> dict[int, list[str]]:
-    """The names of the users each of these tweets mentions, in its text's order."""
+    """The names of the users each of these tweets mentions, as written, in
+    its text's order."""
     out: dict[int, list[str]] = {}
     rows = Mention.objects.filter(tweet_id__in=tweet_ids).order_by("id")
-    for tweet_id, name in rows.values_list("tweet_id", "user__username"):
+    for tweet_id, name in rows.values_list("tweet_id", "name"):
         out.setdefault(tweet_id, []).append(name)
     return out
 

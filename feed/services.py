@@ -43,9 +43,9 @@ ID_ATTEMPTS = 5
 class TweetWrite:
     tweet: Tweet
     seq: int
-    #: (id, author's name) of the post it answers, for a reply.
+    #: (id, author's name as written) of the post it answers, for a reply.
     in_reply_to: tuple[int, str] | None = None
-    #: The names of the users it mentions, in its text's order.
+    #: The names of the users it mentions, as written, in its text's order.
     mentions: tuple[str, ...] = ()
 
 
@@ -119,7 +119,12 @@ def user_rename(*, user: User, username: str) -> int:
     """Give a user a new name, everywhere: the row, and each tweet of theirs
     posted again under it (through the outbox: the fanout job rewrites the
     cached bodies, and the changelog, which a rebuild reads, holds the new
-    name). The old name is free once this commits. Returns the seq."""
+    name). The old name is free once this commits. Returns the seq.
+
+    Only the user's own tweets: the tweets of others that answer or mention
+    the user show the name they were written with (feed.conversations), as
+    their text does, so a rename costs the user's own tweets, whoever names
+    them."""
     try:
         validate_username(username)
     except InvalidInput as exc:
@@ -130,27 +135,33 @@ def user_rename(*, user: User, username: str) -> int:
     # The rows re-posted below, locked first (tweets before users, as every
     # write locks them): a delete of one in flight (an unrepost, an original
     # deleted with its reposts) commits before they are read, or waits.
-    own = list(
+    rows = list(
         selectors.visible_entries(
             Tweet.objects.select_for_update(of=("self",)).filter(author_id=user.pk)
         )
         .order_by("id")
-        .values_list("id", flat=True)
+        .values_list("id", "text", "repost_of_id", "repost_of__author_id")
     )
-    lock_users(user.pk)
+    active = lock_users(user.pk)
     try:
         with transaction.atomic():
             User.objects.filter(pk=user.pk).update(username=username)
     except IntegrityError:  # taken meanwhile (the case-insensitive unique index)
         raise Conflict(f"username {username!r} is already taken", field="username") from None
     user.username = username
+    if not active.get(user.pk):
+        return outbox.high_water_seq()  # suspended: the reinstatement posts the new name
     from feed import conversations
 
     # Its posts, and its reposts whose original is visible (a repost's body
-    # names the reposter; reposts of its tweets by others name the original);
-    # a suspended user's none (the reinstatement posts the new name). And the
-    # posts of others that answer or mention it: their bodies show its name.
-    again = conversations.posted_again([*own, *conversations.naming(user.pk)])
+    # names the reposter; reposts of its tweets by others name the original).
+    # A reply or a post with mentions keeps what it answers and mentions,
+    # with the names as written.
+    links = conversations.links_of(t for t, _, o, _ in rows if o is None)
+    again = [
+        conversations.posted(t, user.pk, username, text, o, o_author, links.get(t))
+        for t, text, o, o_author in rows
+    ]
     return outbox.append_many(again) if again else outbox.high_water_seq()
 
 

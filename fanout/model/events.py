@@ -13,10 +13,12 @@ Wire format (KTable style: the topics are tables):
   A repost is a row of the same table: its value adds ``repost_of``, the
   original's id (a post's value has no such field), and its text is empty.
   A reply adds ``in_reply_to`` (the post it answers), ``reply_to`` and
-  ``reply_to_name`` (that post's author's id and name); a post that
-  mentions users adds ``mentions`` (their ids, the author's own left out)
-  and ``mention_names`` (the names its body shows). A post without them, and
-  every repost, has none of these fields.
+  ``reply_to_name`` (that post's author's id, and their name as written:
+  when the reply was written); a post that mentions users adds ``mentions``
+  (their ids, the author's own left out) and ``mention_names`` (their names
+  as written, which its body shows). Names as written never change: a
+  rename posts again only the renamed user's own tweets. A post without
+  them, and every repost, has none of these fields.
 * topic ``engagements``: key = ``"<kind>:<user_id>:<tweet_id>"`` (``kind`` is
   ``like`` or ``repost``), value = the row as versioned JSON, undo = tombstone;
   its join key is the (original) tweet: the job counts each tweet's likes and
@@ -86,15 +88,16 @@ class TweetPosted:
     #: 0 for a post, and in records written before it was carried.
     repost_of_author: int = 0
     #: A reply: the post it answers (an older one), and that post's author
-    #: (fixed when the reply is written) with their name (the body shows it);
-    #: 0 and "" for anything else, and in records written before replies.
+    #: with their name as written (both fixed when the reply is written; the
+    #: body shows the name); 0 and "" for anything else, and in records
+    #: written before replies.
     in_reply_to: int = 0
     reply_to: int = 0
     reply_to_name: str = ""
     #: The users the post mentions other than its author, ascending.
     mentions: tuple[int, ...] = ()
     #: The names of the users the post mentions (its author's too, if they
-    #: name themselves), in the order its text names them: the body's.
+    #: name themselves), as written, in the order its text names them: the body's.
     mention_names: tuple[str, ...] = ()
 
     @property

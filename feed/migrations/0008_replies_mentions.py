@@ -35,17 +35,18 @@ class Migration(migrations.Migration):
             name='reply_to',
             field=models.ForeignKey(blank=True, db_index=False, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='+', to=settings.AUTH_USER_MODEL),
         ),
+        migrations.AddField(
+            model_name='tweet',
+            name='reply_to_name',
+            field=models.CharField(blank=True, default='', max_length=150),
+        ),
         migrations.AddIndex(
             model_name='tweet',
             index=models.Index(condition=models.Q(('in_reply_to__isnull', False)), fields=['in_reply_to', 'id'], name='tweet_in_reply_to_id_idx'),
         ),
-        migrations.AddIndex(
-            model_name='tweet',
-            index=models.Index(condition=models.Q(('reply_to__isnull', False)), fields=['reply_to', 'id'], name='tweet_reply_to_id_idx'),
-        ),
         migrations.AddConstraint(
             model_name='tweet',
-            constraint=models.CheckConstraint(condition=models.Q(models.Q(('in_reply_to__isnull', True), ('reply_to__isnull', True)), models.Q(('repost_of__isnull', True), ('reply_to__isnull', False), ('in_reply_to__lt', models.F('id'))), _connector='OR'), name='tweet_reply_is_a_newer_post'),
+            constraint=models.CheckConstraint(condition=models.Q(models.Q(('in_reply_to__isnull', True), ('reply_to__isnull', True), ('reply_to_name', '')), models.Q(('repost_of__isnull', True), ('reply_to__isnull', False), models.Q(('reply_to_name', ''), _negated=True), ('in_reply_to__lt', models.F('id'))), _connector='OR'), name='tweet_reply_is_a_newer_post'),
         ),
         migrations.AddField(
             model_name='mention',
@@ -57,9 +58,10 @@ class Migration(migrations.Migration):
             name='user',
             field=models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.PROTECT, related_name='+', to=settings.AUTH_USER_MODEL),
         ),
-        migrations.AddIndex(
+        migrations.AddField(
             model_name='mention',
-            index=models.Index(fields=['user', 'tweet'], name='mention_user_tweet_idx'),
+            name='name',
+            field=models.CharField(max_length=150),
         ),
         migrations.AddConstraint(
             model_name='mention',

@@ -3,7 +3,7 @@ endpoints and their refusals, the rows and outbox events a reply leaves,
 the tweet object's ``in_reply_to`` and ``mentions`` wherever it is
 rendered (the database's renderer and the cached body's read alike), the
 replies' count, the thread, and the writes that post tweets again (rename,
-suspension and reinstatement, republish)."""
+suspension and reinstatement, republish), with the names as written."""
 
 from __future__ import annotations
 
@@ -270,6 +270,38 @@ def test_a_reply_s_fields_are_the_same_in_every_rendering() -> None:
     assert client_for().get("/api/v1/users/cat/likes").json()["tweets"] == [body]
 
 
+def _timeline_from_redis(starling: StarlingConfig, reader: User, seq: int) -> list[dict[str, Any]]:
+    """``reader``'s timeline page served from Redis, once the job's part is
+    done here: each tweet's body cached from its last changelog record after
+    ``seq`` (as the job upserts it), and the reader's timeline holding every
+    entry those records post (the read keeps one per original)."""
+    written = {e.tweet_id: e for e in posted_events(seq)}  # the last record of each
+    store = store_for(starling)
+    generation = store.ensure_active_generation()
+    store.apply(
+        generation,
+        {t: events.tweet_json(e) for t, e in written.items()},
+        [
+            Mutation(
+                Op.ADD,
+                (reader.pk,),
+                tuple(sorted(written)),
+                0,
+                high(),
+                reposts=tuple(
+                    (e.tweet_id, e.repost_of, e.repost_of_author)
+                    for e in written.values()
+                    if e.repost_of
+                ),
+            )
+        ],
+    )
+    response = client_for(reader).get("/api/v1/timeline?count=10")
+    assert response["X-Starling-Source"] == "redis", response.content
+    tweets: list[dict[str, Any]] = response.json()["tweets"]
+    return tweets
+
+
 def test_a_timeline_page_from_redis_shows_replies_as_the_database_s_page_does(
     starling: StarlingConfig,
 ) -> None:
@@ -281,30 +313,7 @@ def test_a_timeline_page_from_redis_shows_replies_as_the_database_s_page_does(
     answer = reply(bob, parent, "@ann @cat @nobody look")
     reply(ann, answer, "@bob thanks")
     services.repost_create(user=ann, tweet_id=answer)
-    # The job's part, done here: the bodies it caches from the changelog, and
-    # cat's timeline holding every entry (the read keeps one per original).
-    written = posted_events(before)
-    store = store_for(starling)
-    generation = store.ensure_active_generation()
-    store.apply(
-        generation,
-        {e.tweet_id: events.tweet_json(e) for e in written},
-        [
-            Mutation(
-                Op.ADD,
-                (cat.pk,),
-                tuple(sorted(e.tweet_id for e in written)),
-                0,
-                high(),
-                reposts=tuple(
-                    (e.tweet_id, e.repost_of, e.repost_of_author) for e in written if e.repost_of
-                ),
-            )
-        ],
-    )
-    response = client_for(cat).get("/api/v1/timeline?count=10")
-    assert response["X-Starling-Source"] == "redis", response.content
-    from_redis = response.json()["tweets"]
+    from_redis = _timeline_from_redis(starling, cat, before)
     assert len(from_redis) == 3 and from_redis[0]["repost_of"]["id"] == answer
     assert from_redis[0]["in_reply_to"] == {"id": parent, "author": "ann"}
     assert from_redis == selectors.home_timeline_page(cat.pk, _query(count=10))["tweets"]
@@ -503,57 +512,98 @@ def test_the_thread_s_queries_are_index_look_ups() -> None:
     plans = {
         "replies": _plan(replies_sql, list(params)),
         "ancestors": _plan(conversations._ANCESTORS_SQL, [answer, 50]),
-        "naming": _plan(conversations._NAMING_SQL, [ann.pk, ann.pk, ann.pk]),
     }
     if connection.vendor == "postgresql":
         for name, plan in plans.items():
             assert "Seq Scan on feed_tweet" not in plan, (name, plan)
         assert "tweet_in_reply_to_id_idx" in plans["replies"]
         assert "feed_tweet_pkey" in plans["ancestors"]
-        assert "tweet_reply_to_id_idx" in plans["naming"]
-        assert "mention_user_tweet_idx" in plans["naming"]
     else:
         for name, plan in plans.items():
             assert "SCAN feed_tweet" not in plan and "SCAN t " not in plan, (name, plan)
         assert "tweet_in_reply_to_id_idx" in plans["replies"]
-        assert "tweet_reply_to_id_idx" in plans["naming"]
 
 
 # --- posting tweets again -----------------------------------------------------------------
 
 
-def test_a_rename_posts_again_the_tweets_that_show_the_name() -> None:
-    ann, bob, cat = users("ann", "bob", "cat")
-    parent = post(ann)
-    answer = reply(bob, parent, "@cat look")
-    own = reply(ann, answer, "@bob thanks")
+def test_a_rename_posts_again_only_the_user_s_own_tweets_others_keep_the_names_as_written(
+    starling: StarlingConfig,
+) -> None:
+    ann, bob, cat, dee = users("ann", "bob", "cat", "dee")
+    for followee in (ann, bob, cat):
+        relations.follow_create(follower=dee, followee=followee)
+    start = high()
+    parent = post(ann, "the parent")
+    answer = reply(bob, parent, "@ann @cat look")
+    mentioning = post(cat, "hey @ann")
+    own = reply(ann, answer, "@bob @ann thanks")
+    repost = services.repost_create(user=ann, tweet_id=answer).repost_id
     before = high()
     services.user_rename(user=ann, username="anne")
+    # ann's own entries, and nothing else: her posts under her new name (a
+    # reply with what it answers and mentions, the names as written, her own
+    # old one too) and her repost.
     again = posted_events(before)
-    # ann's own reply under her new name; bob's reply to her, naming her anew.
-    assert [e.tweet_id for e in again] == [parent, answer, own]
+    assert outbox_after(before) == again
+    assert [e.tweet_id for e in again] == [parent, own, repost]
+    assert {(e.author_id, e.author) for e in again} == {(ann.pk, "anne")}
     by_id = {e.tweet_id: e for e in again}
-    assert by_id[answer].reply_to_name == "anne" and by_id[answer].author == "bob"
-    assert by_id[answer].mention_names == ("cat",) and by_id[answer].mentions == (cat.pk,)
-    assert by_id[own].author == "anne" and by_id[own].in_reply_to == answer
-    assert by_id[own].reply_to_name == "bob" and by_id[own].mentions == (bob.pk,)
-    before = high()
+    assert (by_id[own].in_reply_to, by_id[own].reply_to, by_id[own].reply_to_name) == (
+        answer,
+        bob.pk,
+        "bob",
+    )
+    assert by_id[own].mention_names == ("bob", "ann") and by_id[own].mentions == (bob.pk,)
+    assert by_id[repost].repost_of == answer
+    # Another rename: cat's own tweet only, still naming ann as written.
+    before_cat = high()
     services.user_rename(user=cat, username="kat")
-    (mentioning,) = posted_events(before)
-    assert (mentioning.tweet_id, mentioning.mention_names) == (answer, ("kat",))
-    got = client_for().get(f"/api/v1/tweets/{answer}").json()
-    assert got["in_reply_to"]["author"] == "anne" and got["mentions"] == ["kat"]
-    assert _cached(answer, before) == got
+    (cats,) = outbox_after(before_cat)
+    assert isinstance(cats, events.TweetPosted)
+    assert (cats.tweet_id, cats.author, cats.mention_names) == (mentioning, "kat", ("ann",))
+    # The database's objects: what others wrote shows the names as written...
+    got = {t: client_for().get(f"/api/v1/tweets/{t}").json() for t in (answer, own, repost)}
+    assert got[answer]["author"] == "bob"
+    assert got[answer]["in_reply_to"] == {"id": parent, "author": "ann"}
+    assert got[answer]["mentions"] == ["ann", "cat"]
+    assert got[own]["author"] == "anne" and got[own]["mentions"] == ["bob", "ann"]
+    assert got[own]["in_reply_to"] == {"id": answer, "author": "bob"}
+    assert got[repost]["author"] == "anne" and got[repost]["mentions"] == ["ann", "cat"]
+    # ... as the bodies cached from the last records do: bob's reply's is still
+    # the one it was written with, ann's own tweets' the rename's.
+    assert _cached(answer, start) == got[answer]
+    assert _cached(own, before) == got[own]
+    assert _cached(repost, before, events.tweet_json(_last(answer))) == got[repost]
+    # The timeline served from Redis and the database's page agree, and so
+    # does the thread (the database's objects).
+    from_redis = _timeline_from_redis(starling, dee, start)
+    assert from_redis == selectors.home_timeline_page(dee.pk, _query(count=10))["tweets"]
+    assert [t["id"] for t in from_redis] == [repost, own, mentioning, parent]
+    assert from_redis[0]["in_reply_to"] == {"id": parent, "author": "ann"}
+    assert from_redis[2]["author"] == "kat" and from_redis[2]["mentions"] == ["ann"]
+    shown = thread(answer)
+    assert shown["ancestors"][0]["author"] == "anne"
+    assert shown["tweet"] == got[answer] and shown["replies"] == [got[own]]
+
+
+def _last(tweet_id: int) -> events.TweetPosted:
+    """The last changelog record of ``tweet_id`` in the outbox."""
+    return [e for e in posted_events(0) if e.tweet_id == tweet_id][-1]
 
 
 def test_a_reinstatement_and_a_republish_post_replies_with_what_they_answer_and_mention() -> None:
-    ann, bob, _ = users("ann", "bob", "cat")
+    ann, bob, cat = users("ann", "bob", "cat")
     parent = post(ann)
     before = high()
     answer = reply(bob, parent, "@cat @bob hm")
     (written,) = posted_events(before)
+    assert (written.reply_to_name, written.mention_names) == ("ann", ("cat", "bob"))
     mod = ModeratorFactory()
     moderation.user_suspend(user=bob, moderator=mod, reason="x")
+    # The users it answers and mentions renamed meanwhile: it keeps the names as written.
+    services.user_rename(user=ann, username="anne")
+    services.user_rename(user=cat, username="kat")
     before = high()
     moderation.user_reinstate(user=bob, moderator=mod)
     assert posted_events(before) == [written]
@@ -561,7 +611,7 @@ def test_a_reinstatement_and_a_republish_post_replies_with_what_they_answer_and_
     call_command("republish_changelogs", stdout=io.StringIO())
     republished = {e.tweet_id: e for e in posted_events(before)}
     assert republished[answer] == written
-    assert republished[parent] == events.TweetPosted(parent, ann.pk, "ann", "hello")
+    assert republished[parent] == events.TweetPosted(parent, ann.pk, "anne", "hello")
     assert ids.is_valid(answer)
 
 
