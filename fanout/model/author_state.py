@@ -3,8 +3,11 @@
 The fanout job keeps one per join key in Spark's state store
 (spark/stream/operator.py): every follower and every live entry of the author
 (its posts and its reposts), as packed 8-byte ids behind a small header, for
-each repost its original and the original's author (24 bytes), and the
-followers who follow with reposts off. A follower who mutes the author is not
+each repost its original and the original's author (24 bytes), the
+followers who follow with reposts off, the user each entry's original
+answers when that is someone else (16 bytes an entry: docs/decisions.md
+D29), and the users each post notifies (those it mentions or answers: their
+mentions timelines hold it). A follower who mutes the author is not
 one here: the join treats the mute as an unfollow (docs/decisions.md D28). A
 pulled author's follower ids (D18) are stored apart, in a value of their own.
 """
@@ -15,8 +18,10 @@ import struct
 from array import array
 from collections.abc import Callable, Iterable
 
-_STATE_VERSION = 5
-_HEADER = struct.Struct("<BIIBII")  # version, n_followers, n_tweets, flags, n_reposts, n_quiet
+_STATE_VERSION = 6
+#: version, n_followers, n_tweets, flags, n_reposts, n_quiet, n_answers, words of notified
+_HEADER = struct.Struct("<BIIBIIII")
+_HEADER_V5 = struct.Struct("<BIIBII")  # version 5 had no answers nor notified users
 _HEADER_V4 = struct.Struct("<BIIBI")  # version 4 had no original authors nor quiet followers
 _HEADER_V3 = struct.Struct("<BIIB")  # version 3 had no reposts
 _HEADER_V2 = struct.Struct("<BII")  # version 2 had no flags (every author was pushed)
@@ -30,8 +35,11 @@ class AuthorState:
     """An author's join state: its followers and every live entry (``tweets``:
     its posts and reposts, ascending), with the original of each repost
     (``originals``: repost id → original id) and that original's author
-    (``original_authors``: repost id → user id, 0 where unknown), and the
-    followers who follow with reposts off (``quiet``, a subset of the followers).
+    (``original_authors``: repost id → user id, 0 where unknown), the
+    followers who follow with reposts off (``quiet``, a subset of the
+    followers), the user each entry's original answers where that is not
+    the original's author (``answers``: entry → user), and the users each
+    post notifies (``notified``: post → user ids, ascending).
 
     The followers are decoded on first use and written back as they were
     read when unchanged; a pulled author's are stored apart
@@ -44,6 +52,8 @@ class AuthorState:
         "_count",
         "_followers",
         "_load",
+        "answers",
+        "notified",
         "original_authors",
         "originals",
         "pulled",
@@ -62,6 +72,8 @@ class AuthorState:
         originals: dict[int, int] | None = None,
         original_authors: dict[int, int] | None = None,
         quiet: Iterable[int] = (),
+        answers: dict[int, int] | None = None,
+        notified: dict[int, tuple[int, ...]] | None = None,
     ) -> None:
         self.tweets: list[int] = list(tweets)  # ascending
         #: The reposts among ``tweets``: repost id → the original's id.
@@ -70,6 +82,11 @@ class AuthorState:
         self.original_authors: dict[int, int] = original_authors or {}
         #: Followers who do not receive the author's reposts.
         self.quiet: set[int] = set(quiet)
+        #: Entries whose original answers someone other than its author: entry → that user.
+        self.answers: dict[int, int] = answers or {}
+        #: Posts that mention or answer other users: post → those users (their
+        #: mentions timelines hold it), ascending.
+        self.notified: dict[int, tuple[int, ...]] = notified or {}
         #: Followers read the author's list instead of receiving its tweets.
         self.pulled = pulled
         self._followers: set[int] | None = None if load is not None else set(followers)
@@ -98,7 +115,16 @@ class AuthorState:
 
     def _key(self) -> tuple[object, ...]:
         authors = {r: a for r, a in self.original_authors.items() if a}
-        return (self.followers, self.tweets, self.pulled, self.originals, authors, self.quiet)
+        return (
+            self.followers,
+            self.tweets,
+            self.pulled,
+            self.originals,
+            authors,
+            self.quiet,
+            self.answers,
+            self.notified,
+        )
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, AuthorState):
@@ -113,6 +139,10 @@ class AuthorState:
         if any(self.original_authors.values()):
             reposts += f", original_authors={self.original_authors}"
         quiet = f", quiet={sorted(self.quiet)}" if self.quiet else ""
+        if self.answers:
+            quiet += f", answers={self.answers}"
+        if self.notified:
+            quiet += f", notified={self.notified}"
         return (
             f"AuthorState(followers={followers}, tweets={self.tweets}, pulled={self.pulled}"
             f"{reposts}{quiet})"
@@ -124,6 +154,8 @@ class AuthorState:
         pulled: bool,
         originals: dict[int, int] | None = None,
         original_authors: dict[int, int] | None = None,
+        answers: dict[int, int] | None = None,
+        notified: dict[int, tuple[int, ...]] | None = None,
     ) -> AuthorState:
         """The same followers (still undecoded if they were) with these entries."""
         out = AuthorState(
@@ -132,6 +164,8 @@ class AuthorState:
             originals=originals,
             original_authors=original_authors,
             quiet=self.quiet,
+            answers=answers,
+            notified=notified,
         )
         out._followers, out._load, out._count = self._followers, self._load, self._count
         out._apart = self._apart
@@ -154,7 +188,7 @@ class AuthorState:
     @staticmethod
     def apart(blob: bytes | None) -> bool:
         """Whether a value from :meth:`encode_split` left the follower ids out."""
-        if not blob or blob[0] not in (3, 4, _STATE_VERSION):
+        if not blob or blob[0] not in (3, 4, 5, _STATE_VERSION):
             return False
         return bool(blob[_HEADER_V3.size - 1] & _APART)
 
@@ -175,9 +209,24 @@ class AuthorState:
             triples.append(authors.get(repost, 0))
         return triples.tobytes()
 
+    def _answers_packed(self) -> tuple[bytes, bytes]:
+        """(entry, user) pairs by entry, and the notified users as (post, n,
+        n user ids) records by post."""
+        pairs, notified = array("q"), array("q")
+        for entry in sorted(self.answers):
+            pairs.append(entry)
+            pairs.append(self.answers[entry])
+        for post in sorted(self.notified):
+            users = self.notified[post]
+            notified.append(post)
+            notified.append(len(users))
+            notified.extend(users)
+        return pairs.tobytes(), notified.tobytes()
+
     def _pack(self, followers: bytes, flags: int, n_followers: int | None = None) -> bytes:
         tweets = array("q", self.tweets)
         quiet = array("q", sorted(self.quiet))
+        answers, notified = self._answers_packed()
         header = _HEADER.pack(
             _STATE_VERSION,
             len(followers) // 8 if n_followers is None else n_followers,
@@ -185,8 +234,18 @@ class AuthorState:
             flags,
             len(self.originals),
             len(quiet),
+            len(answers) // 16,
+            len(notified) // 8,
         )
-        return header + followers + tweets.tobytes() + self._originals_packed() + quiet.tobytes()
+        return (
+            header
+            + followers
+            + tweets.tobytes()
+            + self._originals_packed()
+            + quiet.tobytes()
+            + answers
+            + notified
+        )
 
     @classmethod
     def decode(
@@ -197,9 +256,15 @@ class AuthorState:
         if not blob:
             return cls()
         version, flags, n_reposts, n_quiet, width = blob[0], 0, 0, 0, 2
+        n_answers = n_notified = 0
         if version == _STATE_VERSION:
-            _, n_followers, n_tweets, flags, n_reposts, n_quiet = _HEADER.unpack_from(blob)
+            _, n_followers, n_tweets, flags, n_reposts, n_quiet, n_answers, n_notified = (
+                _HEADER.unpack_from(blob)
+            )
             body, width = blob[_HEADER.size :], 3
+        elif version == 5:
+            _, n_followers, n_tweets, flags, n_reposts, n_quiet = _HEADER_V5.unpack_from(blob)
+            body, width = blob[_HEADER_V5.size :], 3
         elif version == 4:
             _, n_followers, n_tweets, flags, n_reposts = _HEADER_V4.unpack_from(blob)
             body = blob[_HEADER_V4.size :]
@@ -217,7 +282,9 @@ class AuthorState:
         inline = 0 if flags & _APART else n_followers
         at = 8 * (inline + n_tweets)
         end = at + 8 * width * n_reposts
-        if len(body) != end + 8 * n_quiet:
+        quiet_end = end + 8 * n_quiet
+        answers_end = quiet_end + 16 * n_answers
+        if len(body) != answers_end + 8 * n_notified:
             raise ValueError("author state is truncated")
         tweets = array("q")
         tweets.frombytes(body[8 * inline : at])
@@ -231,7 +298,8 @@ class AuthorState:
             if width == 3:
                 original_authors = dict(zip(reposts, records[2::width], strict=True))
         quiet = array("q")
-        quiet.frombytes(body[end:])
+        quiet.frombytes(body[end:quiet_end])
+        answers, notified = _answers_of(body[quiet_end:answers_end], body[answers_end:])
         if flags & _APART:
             if followers is None:
                 raise ValueError("the author state's followers are stored apart")
@@ -244,6 +312,8 @@ class AuthorState:
                 originals=originals,
                 original_authors=original_authors,
                 quiet=quiet,
+                answers=answers,
+                notified=notified,
             )
             state._apart = True
             return state
@@ -255,4 +325,24 @@ class AuthorState:
             originals=originals,
             original_authors=original_authors,
             quiet=quiet,
+            answers=answers,
+            notified=notified,
         )
+
+
+def _answers_of(pairs: bytes, records: bytes) -> tuple[dict[int, int], dict[int, tuple[int, ...]]]:
+    """The answers and the notified users of a state's packed tail."""
+    numbers = array("q")
+    numbers.frombytes(pairs)
+    answers = dict(zip(numbers[0::2], numbers[1::2], strict=True))
+    words = array("q")
+    words.frombytes(records)
+    notified: dict[int, tuple[int, ...]] = {}
+    at = 0
+    while at < len(words):
+        post, n = words[at], words[at + 1]
+        notified[post] = tuple(words[at + 2 : at + 2 + n])
+        at += 2 + n
+    if at != len(words):
+        raise ValueError("author state's notified users are truncated")
+    return answers, notified

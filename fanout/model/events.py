@@ -99,11 +99,23 @@ class TweetPosted:
     #: The names of the users the post mentions (its author's too, if they
     #: name themselves), as written, in the order its text names them: the body's.
     mention_names: tuple[str, ...] = ()
+    #: A repost of a reply: the user the reply answers (fixed, like
+    #: ``repost_of_author``); 0 for anything else, and in records written before.
+    repost_of_reply_to: int = 0
 
     @property
     def original(self) -> int:
         """The tweet this entry shows: itself, or the one it reposts."""
         return self.repost_of or self.tweet_id
+
+    @property
+    def answers(self) -> int:
+        """The user this entry's original answers when that is someone other
+        than the original's author (docs/decisions.md D29), else 0."""
+        if self.repost_of:
+            other = self.repost_of_reply_to != self.repost_of_author
+            return self.repost_of_reply_to if other else 0
+        return self.reply_to if self.reply_to != self.author_id else 0
 
     @property
     def join_key(self) -> int:
@@ -339,6 +351,8 @@ def encode(event: Event) -> Record:
             row["repost_of"] = event.repost_of
             if event.repost_of_author:
                 row["repost_of_author"] = event.repost_of_author
+            if event.repost_of_reply_to:
+                row["repost_of_reply_to"] = event.repost_of_reply_to
         # Only what a post has: most tweets keep the canonical form.
         if event.in_reply_to:
             row["in_reply_to"] = event.in_reply_to
@@ -629,14 +643,17 @@ def decode_record(
                 text=text,
                 repost_of=repost_of,
                 repost_of_author=_id(obj, "repost_of_author") if "repost_of_author" in obj else 0,
+                repost_of_reply_to=(
+                    _id(obj, "repost_of_reply_to") if "repost_of_reply_to" in obj else 0
+                ),
                 **_conversation(obj),
             )
             if event.tweet_id != tweet_id:
                 raise BadEvent(f"key {tweet_id} does not match tweet id {event.tweet_id}")
             if repost_of and (repost_of >= tweet_id or text):
                 raise BadEvent("a repost needs an empty text and an older original")
-            if event.repost_of_author and not repost_of:
-                raise BadEvent("a post has no 'repost_of_author'")
+            if (event.repost_of_author or event.repost_of_reply_to) and not repost_of:
+                raise BadEvent("a post has no 'repost_of_author' nor 'repost_of_reply_to'")
             _check_conversation(event)
     elif topic == ENGAGEMENTS:
         kind, _, rest = key.decode("ascii", "replace").partition(":")

@@ -361,6 +361,26 @@ def test_a_repost_carries_its_original_s_author_and_older_records_decode_without
             events.decode(topic, key, bad, hdrs)
 
 
+def test_a_repost_of_a_reply_carries_whom_the_reply_answers() -> None:
+    """The user a repost's original answers travels with the repost (the
+    filters check it, docs/decisions.md D29); a post's own ``answers`` is its
+    ``reply_to`` unless it answers its own author."""
+    repost = events.TweetPosted(50, 7, "b", "", 40, repost_of_author=9, repost_of_reply_to=11)
+    topic, key, value, hdrs = wire(repost)
+    assert orjson.loads(value)["repost_of_reply_to"] == 11
+    decoded = events.decode(topic, key, value, hdrs).event
+    assert decoded == repost and isinstance(decoded, events.TweetPosted)
+    assert decoded.answers == 11
+    assert events.TweetPosted(50, 7, "b", "", 40, 9, repost_of_reply_to=9).answers == 0
+    reply = events.TweetPosted(60, 7, "b", "hi", in_reply_to=40, reply_to=9, reply_to_name="c")
+    assert reply.answers == 9
+    own = events.TweetPosted(60, 7, "b", "hi", in_reply_to=40, reply_to=7, reply_to_name="b")
+    assert own.answers == 0 and events.TweetPosted(60, 7, "b", "hi").answers == 0
+    bad = b'{"v":1,"id":50,"author_id":7,"author":"b","text":"x","repost_of_reply_to":9}'
+    with pytest.raises(events.BadEvent):
+        events.decode(topic, key, bad, hdrs)
+
+
 def test_a_follow_s_flags_are_written_only_when_not_the_default() -> None:
     plain = events.encode(events.Followed(3, 4))
     assert plain.value == b'{"v":1,"follower_id":3,"followee_id":4}'

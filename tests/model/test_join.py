@@ -193,6 +193,24 @@ def test_state_round_trips_and_reads_version_one() -> None:
         AuthorState.decode(state.encode()[:-3])
     v1 = struct.pack("<BqII", 1, 10, 1, 2) + array("q", [5, 10, 20]).tobytes()
     assert AuthorState.decode(v1) == AuthorState(followers={5}, tweets=[10, 20])
+    full = AuthorState(
+        followers={5, 9},
+        tweets=[10, 20, 30, 40],
+        originals={30: 7},
+        original_authors={30: 8},
+        quiet={9},
+        answers={20: 6, 30: 4},
+        notified={20: (3, 6), 40: (2,)},
+    )
+    assert AuthorState.decode(full.encode()) == full
+    for cut in (1, 8, 17):  # into the notified users, the answers, the quiet followers
+        with pytest.raises(ValueError):
+            AuthorState.decode(full.encode()[:-cut])
+    # version 5: no answers nor notified users
+    v5 = struct.pack("<BIIBII", 5, 1, 2, 0, 1, 0) + array("q", [5, 10, 30, 30, 7, 8]).tobytes()
+    assert AuthorState.decode(v5) == AuthorState(
+        followers={5}, tweets=[10, 30], originals={30: 7}, original_authors={30: 8}
+    )
 
 
 def test_coalesce_merges_adjacent_tweet_adds_to_the_same_owners() -> None:
