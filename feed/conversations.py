@@ -51,8 +51,11 @@ def tweet_create(*, author: User, text: str, in_reply_to: int | None = None) -> 
     or its author is suspended; 403 ``blocked`` while a block stands either
     way between the author and the parent's author; Forbidden for a
     suspended author. The parent's row is key-share locked (its delete waits
-    for this write, or this write sees it gone), then the users' rows
-    (:func:`_lock_writers`)."""
+    for this write, or this write sees it gone), then, for a reply, the
+    author's and the parent's author's rows (:func:`_lock_writers`). The
+    users mentioned are read, not locked: a mention keeps the name it is
+    written with, and nothing a rename or a suspension of that user does
+    reads or changes it, so neither waits for the other."""
     try:
         text = normalize_tweet_text(text)
     except InvalidInput as exc:
@@ -60,13 +63,8 @@ def tweet_create(*, author: User, text: str, in_reply_to: int | None = None) -> 
     parent, parent_author = (
         services.locked_original(in_reply_to) if in_reply_to is not None else (0, 0)
     )
-    named = _active_users_named(mentioned_names(text))
-    users = _lock_writers(author, parent_author, [u for u, _ in named], in_reply_to)
-    # Those still active and so named under the lock (one renamed meanwhile is not).
-    mentioned = [
-        (u, users[u][1]) for u, name in named if users[u][0] and users[u][1].lower() == name.lower()
-    ]
-    reply_to_name = users[parent_author][1] if parent else ""
+    reply_to_name = _lock_writers(author, parent_author, in_reply_to) if parent else ""
+    mentioned = _active_users_named(mentioned_names(text))
     tweet = _insert(author, text, parent, parent_author, reply_to_name)
     # Locks the author's row (if not yet): a suspension is either before
     # (nothing updated: refused) or after (it sees this tweet and tombstones it too).
@@ -92,9 +90,10 @@ def tweet_create(*, author: User, text: str, in_reply_to: int | None = None) -> 
 
 
 def _active_users_named(names: list[str]) -> list[tuple[int, str]]:
-    """(id, name) of the first :data:`MAX_MENTIONS` active users named, in
-    the order of ``names`` (lowercased): one look-up through the
-    case-insensitive unique index."""
+    """(id, username) of the first :data:`MAX_MENTIONS` active users named,
+    in the order of ``names`` (lowercased): one look-up through the
+    case-insensitive unique index, without a lock (the names as written are
+    what this read finds)."""
     if not names:
         return []
     users = User.objects.filter(username__lower__in=names, is_active=True)
@@ -102,25 +101,23 @@ def _active_users_named(names: list[str]) -> list[tuple[int, str]]:
     return [found[name] for name in names if name in found][:MAX_MENTIONS]
 
 
-def _lock_writers(
-    author: User, parent_author: int, mentioned: list[int], in_reply_to: int | None
-) -> dict[int, tuple[bool, str]]:
-    """For a reply or a tweet that mentions anyone: the rows of the author,
-    of the parent's author and of the users mentioned, locked
-    (:func:`_lock_users`: a suspension or a rename of one of them waits for
-    this write, then sees it), with their (is_active, username). Refuses a
-    suspended parent's author (NotFound), a suspended author (Forbidden) and
-    a reply across a block (``blocked``)."""
-    if not parent_author and not mentioned:
-        return {}
-    users = _lock_users(author.pk, {parent_author, *mentioned} - {0, author.pk})
-    if parent_author and not users[parent_author][0]:
+def _lock_writers(author: User, parent_author: int, in_reply_to: int | None) -> str:
+    """For a reply: the rows of the author and of the parent's author
+    locked (:func:`_lock_users`), and the parent's author's name as written
+    (read under the lock). A suspension of either waits for this write, then
+    sees it (the reply and its count), or comes first and this write is
+    refused: a suspended parent's author (NotFound), a suspended author
+    (Forbidden). A block between the two takes both rows too
+    (:func:`feed.relations.block_create`): it is checked here under the
+    locks, so a block and a reply across it never both commit
+    (``blocked``)."""
+    users = _lock_users(author.pk, {parent_author} - {author.pk})
+    if not users[parent_author][0]:
         raise NotFound(f"no tweet with id {in_reply_to}")  # a suspended author's
     if not users[author.pk][0]:
         raise Forbidden("this account is suspended")
-    if parent_author:
-        services.refuse_if_blocked(author.pk, parent_author, "reply to this account's tweets")
-    return users
+    services.refuse_if_blocked(author.pk, parent_author, "reply to this account's tweets")
+    return users[parent_author][1]
 
 
 def _insert(author: User, text: str, parent: int, parent_author: int, reply_to_name: str) -> Tweet:
@@ -149,7 +146,7 @@ def _insert(author: User, text: str, parent: int, parent_author: int, reply_to_n
 def _lock_users(exclusive: int, shared: Collection[int]) -> dict[int, tuple[bool, str]]:
     """Lock the rows of ``exclusive`` (the writer: its count changes) and of
     ``shared`` until the transaction ends, in id order, each once (in the
-    mode it keeps: no upgrade, so two writes naming each other's authors
+    mode it keeps: no upgrade, so two users answering each other's tweets
     never wait for each other in a circle). Returns each found user's
     (is_active, username), as read under the lock. SQLite runs one write
     transaction at a time: a plain read."""

@@ -172,3 +172,61 @@ def test_users_answering_and_naming_each_other_at_once_all_succeed(starling) -> 
     codes = race(len(writers), answer)
     assert codes == [201] * len(writers), codes
     assert Tweet.objects.filter(in_reply_to__isnull=False).count() == len(writers)
+
+
+def test_a_rename_does_not_wait_for_a_tweet_in_flight_that_mentions_the_user(starling) -> None:
+    """A mention keeps the name it was written with and locks nothing of the
+    user it names: a rename of that user commits while the tweet's write is
+    still open, and posts again only the user's own tweets. The tweet, once
+    committed, shows the name as written."""
+    from django.db import transaction
+
+    from fanout.model import events
+    from feed.services import user_rename
+
+    ann, bob = UserFactory(username="ann"), UserFactory(username="bob")
+    own = tweet_create(author=ann, text="ann's").tweet.id
+    written, release = threading.Event(), threading.Event()
+    mention: list[int] = []
+    renamed: list[int] = []
+
+    def mentioning() -> None:
+        try:
+            with transaction.atomic():
+                mention.append(tweet_create(author=bob, text="hi @ann").tweet.id)
+                written.set()
+                release.wait(10)
+        finally:
+            connection.close()
+
+    def renaming() -> None:
+        try:
+            renamed.append(user_rename(user=User.objects.get(pk=ann.pk), username="anne"))
+        finally:
+            connection.close()
+
+    first = threading.Thread(target=mentioning)
+    first.start()
+    assert written.wait(10)
+    second = threading.Thread(target=renaming)
+    second.start()
+    second.join(5)
+    waited = second.is_alive()
+    release.set()
+    first.join(10)
+    second.join(10)
+    assert not waited, "the rename waited for the write mentioning the user"
+    # The rename's one record: ann's own tweet (the seq it returned).
+    (seq,) = renamed
+    assert OutboxEvent.objects.get(id=seq).key == str(own)
+    # ann's tweet, written and posted again by the rename; bob's, written once.
+    records = OutboxEvent.objects.filter(topic="tweets")
+    assert sorted((r.key, r.join_key) for r in records) == sorted(
+        [(str(own), ann.pk), (str(own), ann.pk), (str(mention[0]), bob.pk)]
+    )
+    row = records.get(key=str(mention[0]))
+    decoded = events.decode_record("tweets", row.key.encode(), row.value.encode(), row.id, bob.pk)
+    assert isinstance(decoded.event, events.TweetPosted)
+    assert decoded.event.mention_names == ("ann",)
+    shown = client(bob).get(f"/api/v1/tweets/{mention[0]}").json()
+    assert shown["mentions"] == ["ann"] and shown["text"] == "hi @ann"

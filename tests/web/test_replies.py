@@ -8,6 +8,7 @@ suspension and reinstatement, republish), with the names as written."""
 from __future__ import annotations
 
 import io
+import re
 from dataclasses import replace
 from typing import Any
 
@@ -25,6 +26,7 @@ from fanout.store.timelines import store_for
 from feed import conversations, moderation, relations, selectors, services
 from feed.errors import Forbidden
 from feed.models import DeletedReply, Mention, Tweet, User
+from tests.support import postgres
 from tests.support.clients import client_for
 from tests.support.factories import ModeratorFactory, UserFactory
 from tests.web.test_api import assert_error
@@ -223,6 +225,27 @@ def test_a_tweet_naming_no_one_and_answering_nothing_reads_and_locks_nothing() -
     # PostgreSQL: the outbox's transaction id (feed.outbox), nothing else.
     assert all("pg_current_xact_id" in sql for sql in reads), reads
     assert not Mention.objects.exists()
+
+
+@pytest.mark.skipif(postgres.database_kind() != "postgres", reason="PostgreSQL's row locks")
+def test_a_tweet_locks_no_row_of_the_users_it_mentions() -> None:
+    """The names a tweet mentions are kept as written: nothing serializes it
+    with a rename or a suspension of those users. A reply locks the rows of
+    its writer and of its parent's author (suspensions, blocks), no other."""
+    ann, bob, *_ = users("ann", "bob", "cat", "dee")
+    parent = post(ann)
+    for in_reply_to, locked in ((None, set()), (parent, {ann.pk, bob.pk})):
+        with CaptureQueriesContext(connection) as queries:
+            written = services.tweet_create(
+                author=bob, text="@cat @dee hi", in_reply_to=in_reply_to
+            )
+        assert written.mentions == ("cat", "dee")
+        statements = [q["sql"] for q in queries.captured_queries]
+        user_locks = [sql for sql in statements if '"feed_user"' in sql and " FOR " in sql]
+        ids_locked = {
+            int(i) for sql in user_locks for i in re.findall(r"\d+", sql.split(" IN ", 1)[1])
+        }
+        assert ids_locked == locked, user_locks
 
 
 # --- the tweet object ---------------------------------------------------------------------
