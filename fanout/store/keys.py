@@ -9,7 +9,7 @@
 | ``al:<g>:<t><author>`` | string | a pulled author's newest tweets, packed like a timeline |
 | ``ar:<g>:<t><author>`` | string | that list's reposts, packed like a timeline's |
 | ``pl:<g>:<t><user>`` | set | the pulled authors the user follows (merged into each read) |
-| ``tx:<g>:<t><user>`` | string | the users the user hides (blocks both ways, mutes): packed ids, ascending |
+| ``tx:<g>:<t><user>`` | string | the users the user hides (blocks both ways, mutes), packed |
 | ``starling:generation`` | string | the active generation |
 | ``starling:generation<t>`` | string | the active generation, as a shard's reads see it (cluster) |
 | ``starling:generations`` | string | the last generation number handed out |
