@@ -179,6 +179,12 @@ class TimelineReset:
     #: entry: ``by`` is the original's author, 0 for the owner's own reposts (the
     #: user the owner's filter checks the entry against: fanout.model.join).
     reposts: tuple[tuple[int, int, int], ...] = ()
+    #: (entry, user) of the entries of ``tweet_ids`` whose original answers a
+    #: user other than its author, as the owner sees them (none of the owner's
+    #: own entries, none answering the owner): docs/decisions.md D29. The
+    #: entries include the replies the owner's view leaves out for now (to
+    #: users it does not follow): the store keeps them aside.
+    answers: tuple[tuple[int, int], ...] = ()
 
     @property
     def join_key(self) -> int:
@@ -404,16 +410,17 @@ def encode(event: Event) -> Record:
         value = orjson.dumps({"v": SCHEMA_VERSION, "hidden": list(event.hidden)})
         return Record(FILTERS, str(event.owner_id).encode("ascii"), value, event.owner_id)
     if isinstance(event, TimelineReset):
-        value = orjson.dumps(
-            {
-                "v": SCHEMA_VERSION,
-                "ids": list(event.tweet_ids),
-                "horizon": event.horizon,
-                "as_of": event.as_of,
-                "pulled": list(event.pulled),
-                "reposts": [list(r) if r[2] else [r[0], r[1]] for r in event.reposts],
-            }
-        )
+        row = {
+            "v": SCHEMA_VERSION,
+            "ids": list(event.tweet_ids),
+            "horizon": event.horizon,
+            "as_of": event.as_of,
+            "pulled": list(event.pulled),
+            "reposts": [list(r) if r[2] else [r[0], r[1]] for r in event.reposts],
+        }
+        if event.answers:
+            row["answers"] = [list(a) for a in event.answers]
+        value = orjson.dumps(row)
         return Record(TIMELINES, str(event.owner_id).encode("ascii"), value, event.owner_id)
     raise TypeError(f"not an event: {event!r}")
 
@@ -688,6 +695,11 @@ def decode_record(
         reposts = obj.get("reposts", [])
         if not isinstance(reposts, list) or not all(_is_repost_record(p) for p in reposts):
             raise BadEvent("field 'reposts' is not a list of [entry, original, by] records")
+        answers = obj.get("answers", [])
+        if not isinstance(answers, list) or not all(
+            isinstance(a, list) and len(a) == 2 and all(ids.is_valid(x) for x in a) for a in answers
+        ):
+            raise BadEvent("field 'answers' is not a list of [entry, user] records")
         event = TimelineReset(
             owner_id,
             tuple(sorted(set(tweet_ids))),
@@ -695,6 +707,7 @@ def decode_record(
             as_of,
             tuple(sorted(set(pulled))),
             tuple(sorted({(p[0], p[1], p[2] if len(p) == 3 else 0) for p in reposts})),
+            tuple(sorted({(a[0], a[1]) for a in answers})),
         )
     elif topic == FOLLOWS:
         left, sep, right = key.partition(b":")

@@ -92,6 +92,8 @@ class Op(IntEnum):
     PULL = 6  # the owners read ``authors[0]`` from its list: its tweets leave their timelines
     UNPULL = 7  # the owners stop reading ``authors[0]``'s list: its tweets are merged in
     FILTER = 8  # the owner's hidden users are ``tweets`` (user ids): the store applies them
+    FOLLOWED = 9  # the owners now follow ``authors[0]``: replies to it show (D29)
+    UNFOLLOWED = 10  # the owners no longer follow ``authors[0]``: replies to it go aside
 
 
 #: A pulled author goes back to push below this share of the threshold (in
@@ -123,6 +125,11 @@ class Mutation:
     #: PULL / UNPULL: the owners follow with reposts off (their reads of the
     #: list leave its reposts out).
     quiet: bool = False
+    #: (entry, user) of the entries of ``tweets`` whose original answers a
+    #: user other than its own author, by entry (docs/decisions.md D29): a
+    #: post shows only to owners who follow that user (or are it, or its
+    #: actor), and every owner's filter checks it.
+    answers: tuple[tuple[int, int], ...] = ()
 
     @property
     def deliveries(self) -> int:
@@ -223,6 +230,7 @@ def join_events(
     # The followers are decoded only if needed: a pulled author's posts do not need them.
     tweets, pulled, originals = list(state.tweets), state.pulled, dict(state.originals)
     by = dict(state.original_authors)
+    answers, notified = dict(state.answers), dict(state.notified)
     quiet = state.quiet
     bodies: dict[int, bytes] = {}
     out: list[Mutation] = []
@@ -253,6 +261,16 @@ def join_events(
             return newest_entries([t for t in tweets if t not in originals], {}, keep)
         return newest_entries(tweets, originals, keep, by)
 
+    def answered(entries: Iterable[int]) -> tuple[tuple[int, int], ...]:
+        """(entry, user) of ``entries`` whose original answers another user."""
+        if not answers:
+            return ()
+        return tuple((e, answers[e]) for e in entries if e in answers)
+
+    def edge(op: Op, follower: int, seq: int) -> None:
+        """The follower's follow of the author starts or ends (FOLLOWED, UNFOLLOWED)."""
+        out.append(Mutation(op, (follower,), (), 0, seq, authors=(author_id,), actor=author_id))
+
     def move(op: Op, owners: Iterable[int], seq: int) -> None:
         """PULL or UNPULL ``owners``, the quiet ones with their mark."""
         loud = tuple(sorted(o for o in owners if o not in quiet))
@@ -274,6 +292,7 @@ def join_events(
                     reposts=pairs,
                     actor=author_id,
                     quiet=posts_only,
+                    answers=answered(merged),
                 )
             )
 
@@ -295,6 +314,7 @@ def join_events(
         quiet.discard(follower)
         changed = True
         cached.clear()
+        edge(Op.UNFOLLOWED, follower, seq)
         if pulled:  # nothing of the author is in the timeline: only the fence moves
             out.append(
                 Mutation(Op.UNPULL, (follower,), (), 0, seq, authors=(author_id,), actor=author_id)
@@ -302,7 +322,16 @@ def join_events(
         else:
             removed, _, pairs = run(posts_only)
             out.append(
-                Mutation(Op.REMOVE, (follower,), removed, 0, seq, reposts=pairs, actor=author_id)
+                Mutation(
+                    Op.REMOVE,
+                    (follower,),
+                    removed,
+                    0,
+                    seq,
+                    reposts=pairs,
+                    actor=author_id,
+                    answers=answered(removed),
+                )
             )
 
     def follow(follower: int, reposts: bool, seq: int) -> None:
@@ -320,6 +349,7 @@ def join_events(
             if not known or was_quiet == reposts:
                 changed = True
                 cached.clear()
+            edge(Op.FOLLOWED, follower, seq)  # again for a known one: changes nothing
         if pulled and not own:
             # Also for a known follower: the store replaces its mark (a flag's change).
             out.append(
@@ -340,7 +370,16 @@ def join_events(
                 _, _, pairs = run()
                 gone = tuple(e for e, _, _ in pairs)
                 out.append(
-                    Mutation(Op.REMOVE, (follower,), gone, 0, seq, reposts=pairs, actor=author_id)
+                    Mutation(
+                        Op.REMOVE,
+                        (follower,),
+                        gone,
+                        0,
+                        seq,
+                        reposts=pairs,
+                        actor=author_id,
+                        answers=answered(gone),
+                    )
                 )
                 return  # its posts are there (merging them again could raise the horizon)
             merged, horizon, pairs = run(posts_only=True)
@@ -348,7 +387,16 @@ def join_events(
             # Also for a known follower (a relay re-send): merging again is harmless.
             merged, horizon, pairs = run()
         out.append(
-            Mutation(Op.ADD, (follower,), merged, horizon, seq, reposts=pairs, actor=author_id)
+            Mutation(
+                Op.ADD,
+                (follower,),
+                merged,
+                horizon,
+                seq,
+                reposts=pairs,
+                actor=author_id,
+                answers=answered(merged),
+            )
         )
 
     for envelope in sorted(envelopes, key=lambda e: e.seq):
@@ -372,6 +420,10 @@ def join_events(
                 originals[ev.tweet_id] = ev.repost_of
                 by[ev.tweet_id] = ev.repost_of_author
                 pair = ((ev.tweet_id, ev.repost_of, ev.repost_of_author),)
+            elif ev.mentions or ev.answers:
+                notified[ev.tweet_id] = tuple(sorted({*ev.mentions, ev.answers} - {0}))
+            if ev.answers:
+                answers[ev.tweet_id] = ev.answers
             out.append(
                 Mutation(
                     Op.ADD,
@@ -381,6 +433,7 @@ def join_events(
                     seq,
                     reposts=pair,
                     actor=author_id,
+                    answers=((ev.tweet_id, ev.answers),) if ev.answers else (),
                 )
             )
         elif isinstance(ev, events.TweetDeleted):
@@ -393,9 +446,18 @@ def join_events(
             original = originals.pop(ev.tweet_id, 0)
             author = by.pop(ev.tweet_id, 0)
             pair = ((ev.tweet_id, original, author),) if original else ()
+            notified.pop(ev.tweet_id, None)
+            user = answers.pop(ev.tweet_id, 0)
             out.append(Mutation(Op.DELETE_BODY, (), (ev.tweet_id,)))
             out.append(
-                Mutation(Op.REMOVE, audience(), (ev.tweet_id,), reposts=pair, actor=author_id)
+                Mutation(
+                    Op.REMOVE,
+                    audience(),
+                    (ev.tweet_id,),
+                    reposts=pair,
+                    actor=author_id,
+                    answers=((ev.tweet_id, user),) if user else (),
+                )
             )
         elif isinstance(ev, events.Followed):
             follower = ev.follower_id
@@ -423,6 +485,7 @@ def join_events(
                     ev.as_of,
                     ev.pulled,
                     ev.reposts,
+                    answers=ev.answers,
                 )
             )
             continue
@@ -435,10 +498,19 @@ def join_events(
     if listed:
         merged, horizon, pairs = run()
         out.insert(
-            0, Mutation(Op.LIST, (author_id,), merged, horizon, reposts=pairs, actor=author_id)
+            0,
+            Mutation(
+                Op.LIST,
+                (author_id,),
+                merged,
+                horizon,
+                reposts=pairs,
+                actor=author_id,
+                answers=answered(merged),
+            ),
         )
     return JoinResult(
-        state=state.replaced(tweets, pulled, originals, by),
+        state=state.replaced(tweets, pulled, originals, by, answers, notified),
         bodies=bodies,
         mutations=coalesce(out),
         changed=changed,
@@ -454,8 +526,8 @@ def coalesce(mutations: list[Mutation]) -> list[Mutation]:
     author posting k tweets in a batch used to cost k sorted merges), and the
     owners, one cached tuple per audience, compare by identity first."""
     out: list[Mutation] = []
-    # index in out -> (ids, highest seq, repost pairs)
-    runs: dict[int, tuple[set[int], int, set[tuple[int, int, int]]]] = {}
+    # index in out -> (ids, highest seq, repost pairs, answers)
+    runs: dict[int, tuple[set[int], int, set[tuple[int, int, int]], set[tuple[int, int]]]] = {}
     for m in mutations:
         prev = out[-1] if out else None
         if (
@@ -466,13 +538,19 @@ def coalesce(mutations: list[Mutation]) -> list[Mutation]:
             and (prev.owners is m.owners or prev.owners == m.owners)
         ):
             at = len(out) - 1
-            ids, seq, pairs = runs.get(at) or (set(prev.tweets), prev.seq, set(prev.reposts))
+            ids, seq, pairs, answers = runs.get(at) or (
+                set(prev.tweets),
+                prev.seq,
+                set(prev.reposts),
+                set(prev.answers),
+            )
             ids.update(m.tweets)
             pairs.update(m.reposts)
-            runs[at] = (ids, max(seq, m.seq), pairs)
+            answers.update(m.answers)
+            runs[at] = (ids, max(seq, m.seq), pairs, answers)
         else:
             out.append(m)
-    for at, (ids, seq, pairs) in runs.items():
+    for at, (ids, seq, pairs, answers) in runs.items():
         out[at] = Mutation(
             Op.ADD,
             out[at].owners,
@@ -481,6 +559,7 @@ def coalesce(mutations: list[Mutation]) -> list[Mutation]:
             seq,
             reposts=tuple(sorted(pairs)),
             actor=out[at].actor,
+            answers=tuple(sorted(answers)),
         )
     return out
 

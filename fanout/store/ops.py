@@ -102,6 +102,10 @@ class TimelineOp(NamedTuple):
     #: original's author; 0 for the owner's own reposts).
     reposts: tuple[tuple[int, int, int], ...] = ()
     quiet: bool = False  # see Mutation.quiet
+    #: (entry, user) of the entries of ``tweets`` whose original answers a user
+    #: other than its author, as this owner sees them: none of its own
+    #: entries, none answering the owner (those always show; D29).
+    answers: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,13 +142,17 @@ def group_by_timeline(
     #: An entry's original, the original's author and the entry's actor are
     #: facts of the entry: merged ops take their pairs from here.
     originals: Facts = {}
+    #: entry -> (the user its original answers, the entry's actor)
+    answered: dict[int, tuple[int, int]] = {}
     for m in mutations:
         op = m.op
         if op is Op.DELETE_BODY:
             deleted.extend(m.tweets)
         elif op is Op.LIST:
             owner = m.owners[0]
-            lists[owner] = TimelineOp(Op.LIST, owner, m.tweets, m.horizon, reposts=m.reposts)
+            lists[owner] = TimelineOp(
+                Op.LIST, owner, m.tweets, m.horizon, reposts=m.reposts, answers=m.answers
+            )
         else:
             timeline_mutations.append(m)
             plain_adds = plain_adds and op is Op.ADD and not m.as_of and not m.authors
@@ -152,12 +160,31 @@ def group_by_timeline(
                 actor = m.actor
                 for e, o, by in m.reposts:
                     originals[e] = (o, by, actor)
+            if m.answers and op is not Op.RESET:
+                for e, u in m.answers:
+                    answered[e] = (u, m.actor)
     out = list(lists.values())
     if plain_adds:
-        out += _group_adds(timeline_mutations, keep, originals)
+        grouped = _group_adds(timeline_mutations, keep, originals)
     else:
-        out += _group_any(timeline_mutations, keep, originals)
-    return out, deleted
+        grouped = _group_any(timeline_mutations, keep, originals)
+    if answered:
+        grouped = [_with_answers(op, answered) for op in grouped]
+    return out + grouped, deleted
+
+
+def _with_answers(op: TimelineOp, answered: dict[int, tuple[int, int]]) -> TimelineOp:
+    """``op`` with the answers of its entries as its owner sees them (a reset
+    carries its own; filters and follows have no entries)."""
+    if op.op is Op.RESET or not op.tweets or op.op is Op.FILTER:
+        return op
+    owner = op.owner
+    found = []
+    for t in op.tweets:
+        fact = answered.get(t)
+        if fact is not None and owner != fact[0] and owner != fact[1]:
+            found.append((t, fact[0]))
+    return op._replace(answers=tuple(found)) if found else op
 
 
 #: entry -> (original, original's author, actor) of the reposts a batch names.
@@ -221,7 +248,16 @@ def _group_any(mutations: list[Mutation], keep: int | None, originals: Facts) ->
             pairs = _owned(trimmed[2]) if owner == m.actor and trimmed[2] else trimmed[2]
             out.append(
                 TimelineOp(
-                    m.op, owner, trimmed[0], trimmed[1], m.seq, m.as_of, m.authors, pairs, m.quiet
+                    m.op,
+                    owner,
+                    trimmed[0],
+                    trimmed[1],
+                    m.seq,
+                    m.as_of,
+                    m.authors,
+                    pairs,
+                    m.quiet,
+                    m.answers if m.op is Op.RESET else (),
                 )
             )
             continue
@@ -233,7 +269,10 @@ def _group_any(mutations: list[Mutation], keep: int | None, originals: Facts) ->
                 pairs = ()
             else:
                 pairs = _pairs_of(tweets, originals, owner)
-            out.append(TimelineOp(op, owner, tweets, horizon, seq, as_of, authors, pairs, m.quiet))
+            answers = m.answers if op is Op.RESET else ()
+            out.append(
+                TimelineOp(op, owner, tweets, horizon, seq, as_of, authors, pairs, m.quiet, answers)
+            )
     return out
 
 
@@ -501,6 +540,8 @@ def encode_ops(
     packed: dict[tuple[int, ...], bytes] = {}  # a post's id, packed once for all followers
     packed_pairs: dict[Triples, bytes] = {(): b""}
     for op in ops:
+        if op.op is Op.FOLLOWED or op.op is Op.UNFOLLOWED:
+            continue  # not kept by the apply script yet: replies show like posts (D29)
         blob = packed.get(op.tweets)
         if blob is None:
             blob = packed[op.tweets] = pack_ids(op.tweets)

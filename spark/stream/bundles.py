@@ -73,6 +73,7 @@ def encode_bundle(b: Bundle) -> bytes:
                     m.reposts,
                     m.actor,
                     m.quiet,
+                    m.answers,
                 ]
                 for m in b.mutations
             ],
@@ -100,7 +101,9 @@ def decode_bundle(raw: bytes) -> Bundle:
                 m[5],
                 tuple(m[6]),
                 tuple(map(tuple, m[7])),
-                *m[8:],  # actor, quiet
+                m[8],  # actor
+                m[9],  # quiet
+                tuple(map(tuple, m[10])),  # answers
             )
             for m in obj["m"]
         ],

@@ -651,7 +651,8 @@ def test_a_follow_merges_the_entries_showing_cap_plus_slack_originals() -> None:
     assert horizon == 30
     assert pairs == ((41, 40, 0), (51, 50, 0), (61, 60, 0))
     follow = join_events(R, state, [events.Envelope(1, events.Followed(5, R))], cap=3, slack=1)
-    (add,) = follow.mutations
+    followed, add = follow.mutations
+    assert (followed.op, followed.owners, followed.authors) == (Op.FOLLOWED, (5,), (R,))
     assert (add.tweets, add.horizon, add.reposts) == (kept, horizon, pairs)
     assert winners(add.tweets, {e: o for e, o, _ in add.reposts}) == [30, 41, 51, 61]
 
@@ -665,9 +666,17 @@ def test_a_follow_merges_the_entries_showing_cap_plus_slack_originals() -> None:
     resets=st.sampled_from([0.0, 0.3]),
     threshold=st.sampled_from([0, 2, 3]),
     relations=st.sampled_from([0.0, 0.3]),
+    replies=st.sampled_from([0.0, 0.4]),
 )
 def test_reposts_undos_likes_and_deletes_under_any_interleaving_equal_the_oracle(
-    seed: int, cap: int, slack: int, jitter: int, resets: float, threshold: int, relations: float
+    seed: int,
+    cap: int,
+    slack: int,
+    jitter: int,
+    resets: float,
+    threshold: int,
+    relations: float,
+    replies: float,
 ) -> None:
     """Reposts (of tweets and of reposts, of one's own tweets too), undone
     reposts, likes and unlikes, deletes of reposted tweets, suspensions that
@@ -678,7 +687,11 @@ def test_reposts_undos_likes_and_deletes_under_any_interleaving_equal_the_oracle
     order: once done, every view is the join's newest ``cap`` (one entry per
     original, the newest), leaving out what each user's blocks and mutes hide
     (reposts of hidden users' tweets included) and the reposts of followees
-    followed with reposts off, and every count is the tables'."""
+    followed with reposts off, and every count is the tables'. With
+    ``replies``, answers to random entries: a reply to someone else shows
+    only to its author, to whom it answers, and to that user's followers
+    (docs/decisions.md D29), and follows and unfollows of the user answered
+    bring such replies in and take them out."""
     rnd = random.Random(seed)
     world, envs = random_workload(
         rnd,
@@ -690,6 +703,7 @@ def test_reposts_undos_likes_and_deletes_under_any_interleaving_equal_the_oracle
         engagements=0.35,
         suspensions=0.03,
         relations=relations,
+        replies=replies,
     )
     system = System(cap, slack, pull_threshold=threshold)
     system.run(interleave(rnd, envs))
@@ -716,4 +730,34 @@ def test_a_view_shows_each_original_once_as_its_newest_entry() -> None:
     assert system.view(F) == [r_g]
     system.run([world.unrepost(r_g)])
     assert system.view(F) == [t]
+    exact(system, world)
+
+
+def test_a_reply_shows_to_followers_of_whom_it_answers_and_a_follow_of_them_brings_it() -> None:
+    """docs/decisions.md D29: A answers U's post; F follows A but not U, so the
+    reply is kept aside in F's timeline; following U shows it (and U's post),
+    unfollowing U takes both out again; a reply to F itself always shows, and
+    A's own timeline always has A's replies."""
+    U = 4
+    world = World(Log())
+    system = System(cap=4, slack=2)
+    system.run([[*world.register(A, F, U), world.follow(F, A), *world.post(U)]])
+    post = max(world.rows)
+    system.run([world.reply(A, post)])
+    reply = max(world.rows)
+    assert system.view(F) == [] and system.view(A) == [reply]
+    assert system.model.timelines[F].aside == {reply: U}
+    system.run([[world.follow(F, U)]])
+    assert system.view(F) == [reply, post]
+    system.run([[world.unfollow(F, U)]])
+    assert system.view(F) == [] and system.model.timelines[F].aside == {reply: U}
+    system.run([world.post(F)])
+    mine = max(world.rows)
+    system.run([world.reply(A, mine)])
+    to_f = max(world.rows)
+    assert system.view(F) == [to_f, mine]
+    exact(system, world)
+    # The unfollow of A takes its replies out, the aside one included.
+    system.run([[world.unfollow(F, A)]])
+    assert system.view(F) == [mine] and system.model.timelines[F].aside == {}
     exact(system, world)

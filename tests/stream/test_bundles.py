@@ -18,7 +18,8 @@ def test_bundles_round_trip() -> None:
         mutations=[
             Mutation(Op.REMOVE, (1, 2), (5,), 0, 4),
             Mutation(Op.ADD, (3,), (), 7),
-            Mutation(Op.ADD, (3,), (6, 9), 6, reposts=((9, 5, 11),), actor=12),
+            Mutation(Op.ADD, (3,), (6, 9), 6, reposts=((9, 5, 11),), actor=12, answers=((6, 4),)),
+            Mutation(Op.FOLLOWED, (3,), (), 0, 8, authors=(12,), actor=12),
             Mutation(Op.PULL, (3,), (), 0, 8, authors=(12,), actor=12, quiet=True),
             Mutation(Op.FILTER, (3,), (11, 13), 0, 9),
         ],

@@ -44,31 +44,69 @@ class Log:
             next(self.seq), events.TweetPosted(t, author, f"u{author}", f"tweet {t}")
         )
 
+    def reply(self, author: int, parent: int, to: int) -> tuple[int, events.Envelope]:
+        """``author`` answers ``parent``, a post by ``to``."""
+        t = self._tweet_id(above=parent)
+        return t, events.Envelope(
+            next(self.seq),
+            events.TweetPosted(
+                t,
+                author,
+                f"u{author}",
+                f"reply {t}",
+                in_reply_to=parent,
+                reply_to=to,
+                reply_to_name=f"u{to}",
+            ),
+        )
+
     def delete(self, author: int, t: int) -> events.Envelope:
         return events.Envelope(next(self.seq), events.TweetDeleted(t, author))
 
     def repost(
-        self, author: int, t: int, original: int = 0, original_author: int = 0
+        self,
+        author: int,
+        t: int,
+        original: int = 0,
+        original_author: int = 0,
+        answered: tuple[int, int] = (0, 0),
     ) -> events.Envelope:
         """Entry ``t`` posted again (a reinstated author's, moderation.user_reinstate):
-        a post, or a repost of ``original`` (by ``original_author``)."""
+        a post, or a repost of ``original`` (by ``original_author``); ``answered``:
+        (the post it or its original answers, that post's author), or zeros."""
         text = "" if original else f"tweet {t}"
-        return events.Envelope(
-            next(self.seq),
-            events.TweetPosted(t, author, f"u{author}", text, original, original_author),
-        )
+        parent, to = answered
+        if original:
+            event = events.TweetPosted(
+                t, author, f"u{author}", text, original, original_author, repost_of_reply_to=to
+            )
+        elif parent:
+            event = events.TweetPosted(
+                t, author, f"u{author}", text, in_reply_to=parent, reply_to=to, reply_to_name="x"
+            )
+        else:
+            event = events.TweetPosted(t, author, f"u{author}", text)
+        return events.Envelope(next(self.seq), event)
 
     def share(
-        self, author: int, original: int, original_author: int = 0
+        self, author: int, original: int, original_author: int = 0, reply_to: int = 0
     ) -> tuple[int, list[events.Envelope]]:
-        """``author`` reposts ``original`` (by ``original_author``): the entry (id
-        above the original's) and its engagement row, as services.repost_create
-        writes them."""
+        """``author`` reposts ``original`` (by ``original_author``; answering
+        ``reply_to`` if a reply): the entry (id above the original's) and its
+        engagement row, as services.repost_create writes them."""
         r = self._tweet_id(above=original)
         return r, [
             events.Envelope(
                 next(self.seq),
-                events.TweetPosted(r, author, f"u{author}", "", original, original_author),
+                events.TweetPosted(
+                    r,
+                    author,
+                    f"u{author}",
+                    "",
+                    original,
+                    original_author,
+                    repost_of_reply_to=reply_to,
+                ),
             ),
             self.engage(events.REPOST, author, original),
         ]
@@ -98,6 +136,7 @@ class Log:
         *,
         raw: list[int] | None = None,
         originals: dict[int, int] | None = None,
+        answers: dict[int, int] | None = None,
     ) -> events.Envelope:
         """What services.timeline_reset appends: the database's newest ``keep``
         of the view (``joined``: one entry per original, newest first), and
@@ -110,6 +149,7 @@ class Log:
         entries = sorted(t for t in (joined if raw is None else raw) if t >= horizon)
         originals = originals or {}
         pairs = tuple((t, originals[t], 0) for t in entries if t in originals)
+        answered = tuple((t, (answers or {})[t]) for t in entries if t in (answers or {}))
         seq = next(self.seq)
         reset = events.TimelineReset(
             owner,
@@ -118,6 +158,7 @@ class Log:
             seq - 1 if as_of is None else as_of,
             pulled,
             pairs,
+            answered,
         )
         return events.Envelope(seq, reset)
 
@@ -179,6 +220,7 @@ class System:
             bodies |= result.bodies
             mutations += result.mutations
         self.last_mutations = mutations
+        self.model.high_water = max([self.model.high_water, *(e.seq for e in envs)])
         self.model.apply(bodies, mutations)
         self.written |= {e.seq for e in envs}
         self.applied |= {e.seq for e in envs}
@@ -220,6 +262,7 @@ class System:
                             pulled=tuple(sorted(pulled)),
                             raw=raw,
                             originals=dict(joined.originals),
+                            answers=joined.answers.get(u, {}),
                         )
                     )
                     continue
@@ -264,6 +307,8 @@ class World:
     mutes: set[tuple[int, int]] = field(default_factory=set)  # (muter, muted)
     #: Follows with reposts off: (follower, followee).
     quiet: set[tuple[int, int]] = field(default_factory=set)
+    #: Replies: id -> (the post it answers, that post's author).
+    replied: dict[int, tuple[int, int]] = field(default_factory=dict)
 
     def hidden(self, user: int) -> set[int]:
         """Whom ``user``'s view hides: those it blocks, who block it, it mutes."""
@@ -289,6 +334,18 @@ class World:
         """repost -> original, of the visible reposts."""
         return {t: o for t, (_, o) in self.rows.items() if o and self.visible(t)}
 
+    @property
+    def answers(self) -> dict[int, int]:
+        """Visible entry -> the user its original answers, where that is not
+        the original's author."""
+        out = {}
+        for t, (_, original) in self.rows.items():
+            post = original or t
+            parent, to = self.replied.get(post, (0, 0))
+            if parent and to != self.rows[post][0] and self.visible(t):
+                out[t] = to
+        return out
+
     def joined(self) -> View:
         return oracle(
             self.live,
@@ -297,6 +354,7 @@ class World:
             self.originals,
             hidden={u: self.hidden(u) for u in self.users},
             quiet=self.quiet,
+            answers=self.answers,
         )
 
     def counts(self) -> dict[int, tuple[int, int]]:
@@ -320,7 +378,8 @@ class World:
         for t in sorted(set(after) - set(before)):
             original = self.rows[t][1]
             by = self.rows[original][0] if original else 0
-            out.append(self.log.repost(after[t], t, original, by))
+            answered = self.replied.get(original or t, (0, 0))
+            out.append(self.log.repost(after[t], t, original, by, answered))
         return out
 
     def register(self, *users: int) -> list[events.Envelope]:
@@ -336,6 +395,19 @@ class World:
             out.append(env)
         return out
 
+    def reply(self, author: int, t: int) -> list[events.Envelope]:
+        """conversations.tweet_create with ``in_reply_to``: an answer to ``t``'s
+        original, refused where a block stands."""
+        assert author not in self.suspended, "a suspended user cannot post"
+        parent = self.rows[t][1] or t
+        to = self.rows[parent][0]
+        if self.blocked(author, to) or not self.visible(parent):
+            return []  # 403 blocked, 404
+        r, env = self.log.reply(author, parent, to)
+        self.rows[r] = (author, 0)
+        self.replied[r] = (parent, to)
+        return [env]
+
     def repost(self, user: int, t: int) -> list[events.Envelope]:
         """services.repost_create: a repost of ``t``'s original, once per user."""
         original = self.rows[t][1] or t
@@ -343,7 +415,8 @@ class World:
             return []
         if self.blocked(user, self.rows[original][0]):
             return []  # 403 blocked
-        r, out = self.log.share(user, original, self.rows[original][0])
+        to = self.replied.get(original, (0, 0))[1]
+        r, out = self.log.share(user, original, self.rows[original][0], to)
         self.rows[r] = (user, original)
         return out
 
@@ -358,6 +431,7 @@ class World:
 
     def delete(self, t: int) -> events.Envelope:
         """Delete entry ``t`` (for a post, see :meth:`delete_post`)."""
+        self.replied.pop(t, None)
         return self.log.delete(self.rows.pop(t)[0], t)
 
     def delete_post(self, t: int) -> list[events.Envelope]:
@@ -453,8 +527,9 @@ def exact(system: System, world: World) -> None:
         if len(got) < cap and len(joined[user]) > len(got):
             tl = system.model.timelines[user]
             screened = system.model.filters.get(user) or system.model.quiet.get(user)
-            assert screened and floor > 0, f"user {user}: short"
-            assert len(tl.ids) >= cap or tl.horizon == 0, f"user {user}: short"
+            assert screened or tl.aside or system.model.pulls.get(user), f"user {user}: short"
+            assert floor > 0, f"user {user}: short"
+            assert len(tl.ids) + len(tl.aside) >= cap or tl.horizon == 0, f"user {user}: short"
     assert system.counts == world.counts()
 
 
@@ -467,10 +542,17 @@ class Seen:
     originals: dict[int, int]  # repost -> original
     hidden: dict[int, set[int]]  # user -> whom its view hides
     quiet: set[tuple[int, int]]  # follows with reposts off
+    answers: dict[int, int] = field(default_factory=dict)  # entry -> the user it answers
 
     def joined(self, users: Iterable[int]) -> View:
         return oracle(
-            self.live, self.follows, users, self.originals, hidden=self.hidden, quiet=self.quiet
+            self.live,
+            self.follows,
+            users,
+            self.originals,
+            hidden=self.hidden,
+            quiet=self.quiet,
+            answers=self.answers,
         )
 
 
@@ -492,6 +574,7 @@ def tables_seen(
     follows: set[tuple[int, int]] = set()
     hidden: dict[int, set[int]] = {}
     quiet: set[tuple[int, int]] = set()
+    answers: dict[int, int] = {}
     for env in envs:
         ev = env.event
         locked = isinstance(ev, events.Unfollowed) and ev.follower_id == owner
@@ -501,6 +584,8 @@ def tables_seen(
             live[ev.tweet_id] = ev.author_id
             if ev.repost_of:
                 originals[ev.tweet_id] = ev.repost_of
+            if ev.answers:
+                answers[ev.tweet_id] = ev.answers
         elif isinstance(ev, events.TweetDeleted):
             live.pop(ev.tweet_id, None)
             originals.pop(ev.tweet_id, None)
@@ -516,7 +601,14 @@ def tables_seen(
     # A repost whose original the read did not see (deleted, or not yet
     # committed) is not in the view.
     live = {t: a for t, a in live.items() if t not in originals or originals[t] in live}
-    return Seen(live, follows, {t: o for t, o in originals.items() if t in live}, hidden, quiet)
+    return Seen(
+        live,
+        follows,
+        {t: o for t, o in originals.items() if t in live},
+        hidden,
+        quiet,
+        {t: u for t, u in answers.items() if t in live},
+    )
 
 
 def random_workload(
@@ -530,11 +622,13 @@ def random_workload(
     suspensions: float = 0.02,
     engagements: float = 0.0,
     relations: float = 0.0,
+    replies: float = 0.0,
 ) -> tuple[World, list[events.Envelope]]:
     """A workload over ``users``, where that share of ``suspensions`` of steps
     suspends or reinstates a user, that share of ``engagements`` reposts,
     undoes a repost, likes or unlikes, and that share of ``relations`` blocks,
-    unblocks, mutes, unmutes, or turns a followee's reposts off or on; with
+    unblocks, mutes, unmutes, or turns a followee's reposts off or on, and
+    that share of ``replies`` answers a random live entry; with
     ``resets``, that share of steps also asks
     the database for a reset of a random timeline (see :func:`tables_seen`),
     leaving out the followees it guesses are pulled (those with
@@ -552,6 +646,8 @@ def random_workload(
             envs += _engage(rnd, world, a)
         elif relations and rnd.random() < relations:
             envs += _relate(rnd, world, a, b)
+        elif replies and rnd.random() < replies and live and a not in world.suspended:
+            envs += world.reply(a, rnd.choice(sorted(live)))
         elif roll < 0.45 and a not in world.suspended:  # a suspended user cannot post
             envs += world.post(a)
         elif roll < 0.6 and live:
@@ -581,6 +677,7 @@ def random_workload(
                     tuple(sorted(pulled)),
                     raw=joined.raw[owner],
                     originals=seen.originals,
+                    answers=joined.answers[owner],
                 )
             )
     return world, envs

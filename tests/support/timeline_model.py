@@ -12,6 +12,13 @@ Filters (docs/decisions.md D28): an owner's hidden users leave out of its
 merges the reposts whose ``by`` they name; a change of them empties the
 timeline above a new horizon and asks for a refill. A reader's hidden users,
 and its quiet pulls (reposts off), screen the pulled lists it reads.
+
+Replies (docs/decisions.md D29): an owner's followees (``follows``) decide
+which delivered replies to others show; the others are kept *aside* (not in
+the view, counted by the cap), and a follow or an unfollow of the user they
+answer moves them in or out. The user an entry's original answers is
+checked by the filter too. A reader's followees screen the pulled lists'
+replies.
 """
 
 from __future__ import annotations
@@ -34,6 +41,12 @@ class ModelTimeline:
     raw: dict[int, int] = field(default_factory=dict)
     #: A list's reposts: entry -> the original's author.
     by: dict[int, int] = field(default_factory=dict)
+    #: Replies to users the owner does not follow: entry -> that user (D29).
+    aside: dict[int, int] = field(default_factory=dict)
+    #: Replies to other users that show (followed): entry -> that user.
+    cond: dict[int, int] = field(default_factory=dict)
+    #: A list's entries whose original answers another user: entry -> that user.
+    answers: dict[int, int] = field(default_factory=dict)
 
     @property
     def pairs(self) -> list[tuple[int, int]]:
@@ -51,6 +64,12 @@ class ModelTimeline:
 
     def ceiling(self) -> int:
         return max(self.top, self.ids[-1] if self.ids else 0)
+
+    def prune(self, horizon: int) -> None:
+        """Leave out everything below ``horizon``."""
+        self.raw = {e: o for e, o in self.raw.items() if e >= horizon}
+        self.aside = {e: u for e, u in self.aside.items() if e >= horizon}
+        self.cond = {e: u for e, u in self.cond.items() if e >= horizon}
 
 
 @dataclass
@@ -70,6 +89,12 @@ class TimelineModel:
     idle: set[int] = field(default_factory=set)
     #: Writes to dropped timelines not made.
     skipped: int = 0
+    #: The highest seq the job has applied (any partition): what a trim fences.
+    high_water: int = 0
+    #: Per owner, its followees (``tf:``, D29): kept for idle owners too.
+    follows: dict[int, set[int]] = field(default_factory=dict)
+    #: The (entry, user) answers of a waiting reset's entries, by seq.
+    reset_answers: dict[int, dict[int, int]] = field(default_factory=dict)
     #: Pulled authors' lists (only horizon, top, version, ids and raw are used).
     lists: dict[int, ModelTimeline] = field(default_factory=dict)
     #: Per owner, the pulled authors whose lists its reads merge in.
@@ -107,13 +132,20 @@ class TimelineModel:
         for op in ops:
             originals = {e: o for e, o, _ in op.reposts}
             by = {e: b for e, _, b in op.reposts}
+            answers = dict(op.answers)
             if op.op is Op.ADD:
-                tweets = self._screen(op.owner, op.tweets, by)
-                self._add(op.owner, tweets, op.horizon, op.seq, originals)
+                tweets = self._screen(op.owner, op.tweets, by, answers)
+                self._add(op.owner, tweets, op.horizon, op.seq, originals, answers)
             elif op.op is Op.REMOVE:
                 self._remove(op.owner, op.tweets, op.seq)
             elif op.op is Op.LIST:
-                self._set_list(op.owner, op.tweets, op.horizon, originals, by)
+                self._set_list(op.owner, op.tweets, op.horizon, originals, by, answers)
+            elif op.op is Op.FOLLOWED:
+                self.follows.setdefault(op.owner, set()).add(op.authors[0])
+                self._reveal(op.owner, op.authors[0], op.seq)
+            elif op.op is Op.UNFOLLOWED:
+                self.follows.get(op.owner, set()).discard(op.authors[0])
+                self._hide(op.owner, op.authors[0])
             elif op.op is Op.FILTER:
                 self._filter(op.owner, set(op.tweets), op.seq)
             elif op.op is Op.PULL:
@@ -131,8 +163,8 @@ class TimelineModel:
                 self.pulls.get(op.owner, set()).discard(author)
                 self.quiet.get(op.owner, set()).discard(author)
                 if op.tweets:
-                    tweets = self._screen(op.owner, op.tweets, by)
-                    self._add(op.owner, tweets, op.horizon, op.seq, originals)
+                    tweets = self._screen(op.owner, op.tweets, by, answers)
+                    self._add(op.owner, tweets, op.horizon, op.seq, originals, answers)
                 else:
                     self._remove(op.owner, (), op.seq)
                 listed = self.lists.get(author)
@@ -141,13 +173,71 @@ class TimelineModel:
                 self.resets[op.seq] = (op.owner, op.tweets, op.horizon, op.as_of)
                 self.reset_pulls[op.seq] = op.authors
                 self.reset_pairs[op.seq] = originals
+                self.reset_answers[op.seq] = answers
 
-    def _screen(self, owner: int, tweets: Iterable[int], by: Mapping[int, int]) -> list[int]:
-        """``tweets`` without the reposts the owner's filter hides."""
+    def _screen(
+        self,
+        owner: int,
+        tweets: Iterable[int],
+        by: Mapping[int, int],
+        answers: Mapping[int, int] | None = None,
+    ) -> list[int]:
+        """``tweets`` without the entries the owner's filter hides: reposts of
+        its hidden users' tweets, entries whose original answers one of them."""
         hidden = self.filters.get(owner)
         if not hidden:
             return list(tweets)
-        return [t for t in tweets if by.get(t, 0) not in hidden]
+        answers = answers or {}
+        return [t for t in tweets if by.get(t, 0) not in hidden and answers.get(t, 0) not in hidden]
+
+    def _place(
+        self,
+        owner: int,
+        tl: ModelTimeline,
+        t: int,
+        originals: Mapping[int, int],
+        answers: Mapping[int, int],
+    ) -> None:
+        """Entry ``t`` into the view, or aside (a reply to a user the owner
+        does not follow)."""
+        if t < tl.horizon or t in tl.raw or t in tl.aside:
+            return
+        original, user = originals.get(t, t), answers.get(t, 0)
+        if user and original == t:
+            if user not in self.follows.get(owner, set()):
+                tl.aside[t] = user
+                return
+            tl.cond[t] = user
+        tl.raw[t] = original
+
+    def _reveal(self, owner: int, user: int, seq: int) -> None:
+        """The owner follows ``user``: the replies to it kept aside show."""
+        tl = self.timelines.get(owner)
+        moving = [t for t, u in tl.aside.items() if u == user] if tl else []
+        if tl is None or not moving:
+            return
+        top, had = tl.ceiling(), set(tl.ids)
+        for t in moving:
+            del tl.aside[t]
+            tl.raw[t] = t
+            tl.cond[t] = user
+        self._late(tl, had, top)
+        self._store(owner, tl, seq)
+
+    def _hide(self, owner: int, user: int) -> None:
+        """The owner no longer follows ``user``: the replies to it go aside."""
+        tl = self.timelines.get(owner)
+        moving = [t for t, u in tl.cond.items() if u == user] if tl else []
+        if tl is None or not moving:
+            return
+        old = list(tl.ids)
+        for t in moving:
+            del tl.cond[t]
+            del tl.raw[t]
+            tl.aside[t] = user
+        tl.settle()
+        if old and (not tl.ids or tl.ids[-1] != old[-1]):
+            tl.top = max(tl.top, old[-1])
 
     def _filter(self, owner: int, hidden: set[int], seq: int) -> None:
         if self.filters.get(owner, set()) == hidden:
@@ -164,7 +254,7 @@ class TimelineModel:
         tl.horizon = max(tl.horizon, tl.top + 1)
         tl.version += 1
         tl.fence = max(tl.fence, seq)
-        tl.raw = {}
+        tl.raw, tl.aside, tl.cond = {}, {}, {}
         self._store(owner, tl, seq)
 
     def _set_list(
@@ -174,10 +264,14 @@ class TimelineModel:
         horizon: int,
         originals: Mapping[int, int],
         by: Mapping[int, int],
+        answers: Mapping[int, int] | None = None,
     ) -> None:
         old = self.lists.get(author)
         new = ModelTimeline(
-            horizon=horizon, raw={t: originals.get(t, t) for t in tweets}, by=dict(by)
+            horizon=horizon,
+            raw={t: originals.get(t, t) for t in tweets},
+            by=dict(by),
+            answers=dict(answers or {}),
         )
         new.settle()
         if old is not None:
@@ -203,19 +297,25 @@ class TimelineModel:
                 as_of,
                 self.reset_pulls.pop(seq),
                 self.reset_pairs.pop(seq),
+                self.reset_answers.pop(seq),
             )
 
     def _store(self, owner: int, tl: ModelTimeline, seq: int) -> None:
+        """Trimmed when the view and the aside together outgrow cap + slack;
+        short (refilled) when together they hold fewer than cap."""
         tl.settle()
-        if len(tl.ids) > self.cap + self.slack:
-            tl.horizon = tl.ids[-self.keep]
-            tl.raw = {e: o for e, o in tl.raw.items() if e >= tl.horizon}
+        if len(tl.ids) + len(tl.aside) > self.cap + self.slack:
+            tl.horizon = sorted([*tl.ids, *tl.aside])[-self.keep]
+            tl.prune(tl.horizon)
             tl.settle()
-            tl.fence = max(tl.fence, seq)
+            # What fell below may have come from any seq the job has applied
+            # (an author's key can be ahead of this op's): a refill must have
+            # read after all of them.
+            tl.fence = max(tl.fence, seq, self.high_water)
         if tl.top and tl.ids and tl.ids[-1] >= tl.top:
             tl.top = 0
         self.timelines[owner] = tl
-        if len(tl.ids) < self.cap and tl.horizon > 0:
+        if len(tl.ids) + len(tl.aside) < self.cap and tl.horizon > 0:
             self.refill.add(owner)
 
     @staticmethod
@@ -226,13 +326,18 @@ class TimelineModel:
             tl.version += 1
 
     def _merge(
-        self, tl: ModelTimeline, new: Iterable[int], originals: Mapping[int, int], existed: bool
+        self,
+        owner: int,
+        tl: ModelTimeline,
+        new: Iterable[int],
+        originals: Mapping[int, int],
+        existed: bool,
+        answers: Mapping[int, int],
     ) -> None:
         top = tl.ceiling() if existed else 0
         had = set(tl.ids)
         for t in new:
-            if t >= tl.horizon and t not in tl.raw:
-                tl.raw[t] = originals.get(t, t)
+            self._place(owner, tl, t, originals, answers)
         self._late(tl, had, top)
 
     def drop(self, owner: int) -> None:
@@ -259,6 +364,7 @@ class TimelineModel:
         h: int,
         seq: int,
         originals: Mapping[int, int] | None = None,
+        answers: Mapping[int, int] | None = None,
     ) -> None:
         if self._dropped(owner):
             return
@@ -267,14 +373,13 @@ class TimelineModel:
         top, had = (tl.ceiling() if existed else 0), set(tl.ids)
         if h > tl.horizon:
             tl.horizon = h
-            tl.raw = {e: o for e, o in tl.raw.items() if e >= h}
+            tl.prune(h)
             tl.fence = max(tl.fence, seq)
         tweets = list(tweets)
         if h > 0 or any(t < tl.horizon for t in tweets):
             tl.fence = max(tl.fence, seq)
         for t in tweets:
-            if t >= tl.horizon and t not in tl.raw:
-                tl.raw[t] = (originals or {}).get(t, t)
+            self._place(owner, tl, t, originals or {}, answers or {})
         self._late(tl, had, top)
         self._store(owner, tl, seq)
 
@@ -295,6 +400,8 @@ class TimelineModel:
             return
         top, had, old = tl.ceiling(), set(tl.ids), list(tl.ids)
         tl.raw = {e: o for e, o in tl.raw.items() if e not in drop}
+        tl.aside = {e: u for e, u in tl.aside.items() if e not in drop}
+        tl.cond = {e: u for e, u in tl.cond.items() if e not in drop}
         self._late(tl, had, top)  # a removed winner's next entry shows below
         if old and (not tl.ids or tl.ids[-1] != old[-1]):
             tl.top = max(tl.top, old[-1])
@@ -310,6 +417,7 @@ class TimelineModel:
         as_of: int,
         pulled: tuple[int, ...] = (),
         originals: Mapping[int, int] | None = None,
+        answers: Mapping[int, int] | None = None,
     ) -> None:
         originals = originals or {}
         placeholder = owner in self.regenerating
@@ -321,7 +429,7 @@ class TimelineModel:
         if (existed and tl.fence > as_of) or set(pulled) != self.pulls.get(owner, set()):
             # Asked for again: a regeneration (still cold, its tombstone kept until
             # a write or a reset replaces it), or a short timeline.
-            if placeholder or (len(tl.ids) < self.cap and tl.horizon > 0):
+            if placeholder or (len(tl.ids) + len(tl.aside) < self.cap and tl.horizon > 0):
                 self.refill.add(owner)
             return
         self.idle.discard(owner)  # the reset replaces the tombstone
@@ -332,13 +440,12 @@ class TimelineModel:
             tl.horizon = min(tl.horizon, h)
         elif h > tl.horizon:
             tl.horizon = h
-            kept = {e: o for e, o in tl.raw.items() if e >= h}
-            if len(kept) < len(tl.raw):
+            if any(e < h for e in [*tl.raw, *tl.aside]):
                 tl.fence = max(tl.fence, seq)
-            tl.raw = kept
+            tl.prune(h)
         # An entry deleted since, or a repost of an original deleted since, is left out.
         live = [t for t in tweets if t in self.bodies and originals.get(t, t) in self.bodies]
-        self._merge(tl, live, originals, existed)
+        self._merge(owner, tl, live, originals, existed, answers or {})
         self._store(owner, tl, seq)
 
     def view(self, owner: int) -> tuple[int, list[int]] | None:
@@ -379,17 +486,21 @@ class TimelineModel:
         reposts its filter hides, or any of a quiet pull's."""
         hidden = self.filters.get(owner, set())
         quiet = self.quiet.get(owner, set())
+        follows = self.follows.get(owner, set()) | {owner}
         out = []
         for a in self.pulls.get(owner, ()):
             listed = self.lists.get(a)
             if listed is None:
                 continue
-            if hidden or a in quiet:
-                raw = {
-                    e: o
-                    for e, o in listed.raw.items()
-                    if e == o or (a not in quiet and listed.by.get(e, 0) not in hidden)
-                }
+            if hidden or a in quiet or listed.answers:
+
+                def shows(e: int, o: int, listed: ModelTimeline = listed, a: int = a) -> bool:
+                    user = listed.answers.get(e, 0)
+                    if user in hidden or (e == o and user and user not in follows):
+                        return False
+                    return e == o or (a not in quiet and listed.by.get(e, 0) not in hidden)
+
+                raw = {e: o for e, o in listed.raw.items() if shows(e, o)}
                 listed = ModelTimeline(horizon=listed.horizon, raw=raw, version=listed.version)
                 listed.settle()
             out.append(listed)
@@ -403,11 +514,14 @@ class TimelineModel:
 
 class View(dict[int, list[int]]):
     """Each user's view, newest first: one entry per original, the newest.
-    ``raw[u]``: every entry of u's audience, newest first (what a reset
-    carries at or above its horizon); ``originals``: repost → original."""
+    ``raw[u]``: every entry of u's audience, newest first, the replies its
+    view leaves out for now included (what a reset carries at or above its
+    horizon); ``originals``: repost → original; ``answers[u]``: entry → the
+    user its original answers, as u's reset carries them (D29)."""
 
     raw: dict[int, list[int]]
     originals: Mapping[int, int]
+    answers: dict[int, dict[int, int]]
 
 
 def oracle(
@@ -418,6 +532,7 @@ def oracle(
     *,
     hidden: Mapping[int, set[int]] | None = None,
     quiet: Iterable[tuple[int, int]] = (),
+    answers: Mapping[int, int] | None = None,
 ) -> View:
     """Each user's timeline by the join (docs/design.md's SQL): the entries of
     the user and their followees, one per original (the newest), newest first;
@@ -426,10 +541,16 @@ def oracle(
     block it, and those it mutes), and the reposts of followees it follows
     with reposts off (``quiet``: (follower, followee)).
 
+    A reply (``answers``: entry → the user its original answers, where that
+    is not the original's author) shows only to its actor, to the user it
+    answers, and to users who follow that user; the user it answers is
+    checked against the hidden users too (for reposts of replies as well).
+
     ``tweets`` maps live entry id → actor (author or reposter); ``follows``
     are (follower, followee); ``originals`` maps each repost to its original.
     """
     originals = originals or {}
+    answering = answers or {}
     hides = hidden or {}
     no_reposts = set(quiet)
     followees: dict[int, set[int]] = {u: {u} for u in users}
@@ -440,19 +561,28 @@ def oracle(
         by_author.setdefault(author, []).append(tweet_id)
 
     def shown(u: int, t: int, actor: int) -> bool:
+        """Whether ``t`` is in u's audience (the condition on replies aside)."""
         if actor == u:
             return True
         h = hides.get(u, set())
-        if actor in h:
+        if actor in h or answering.get(t, 0) in h:
             return False
         if t not in originals:
             return True
         return (u, actor) not in no_reposts and tweets.get(originals[t]) not in h
 
+    def aside(u: int, t: int, actor: int, fs: set[int]) -> bool:
+        """A reply to someone u does not follow (u's own entries always show)."""
+        user = answering.get(t, 0)
+        return bool(user) and t not in originals and actor != u and user != u and user not in fs
+
     out = View()
-    out.raw, out.originals = {}, originals
+    out.raw, out.originals, out.answers = {}, originals, {}
     for u, fs in followees.items():
         raw = [t for a in fs for t in by_author.get(a, ()) if shown(u, t, a)]
         out.raw[u] = sorted(raw, reverse=True)
-        out[u] = winners(raw, originals)[::-1]
+        out.answers[u] = {
+            t: answering[t] for t in raw if t in answering and tweets[t] != u and answering[t] != u
+        }
+        out[u] = winners([t for t in raw if not aside(u, t, tweets[t], fs)], originals)[::-1]
     return out
