@@ -267,6 +267,28 @@ def join_events(
             return ()
         return tuple((e, answers[e]) for e in entries if e in answers)
 
+    def send(
+        op: Op,
+        follower: int,
+        ids: tuple[int, ...],
+        horizon: int,
+        seq: int,
+        pairs: tuple[tuple[int, int, int], ...],
+    ) -> None:
+        """Merge (ADD) or remove (REMOVE) some of the author's entries in the follower's."""
+        out.append(
+            Mutation(
+                op,
+                (follower,),
+                ids,
+                horizon,
+                seq,
+                reposts=pairs,
+                actor=author_id,
+                answers=answered(ids),
+            )
+        )
+
     def edge(op: Op, follower: int, seq: int) -> None:
         """The follower's follow of the author starts or ends (FOLLOWED, UNFOLLOWED)."""
         out.append(Mutation(op, (follower,), (), 0, seq, authors=(author_id,), actor=author_id))
@@ -321,18 +343,7 @@ def join_events(
             )
         else:
             removed, _, pairs = run(posts_only)
-            out.append(
-                Mutation(
-                    Op.REMOVE,
-                    (follower,),
-                    removed,
-                    0,
-                    seq,
-                    reposts=pairs,
-                    actor=author_id,
-                    answers=answered(removed),
-                )
-            )
+            send(Op.REMOVE, follower, removed, 0, seq, pairs)
 
     def follow(follower: int, reposts: bool, seq: int) -> None:
         nonlocal changed
@@ -368,36 +379,13 @@ def join_events(
         if not own and not reposts:
             if known and not was_quiet:  # reposts turned off: the ones it holds go
                 _, _, pairs = run()
-                gone = tuple(e for e, _, _ in pairs)
-                out.append(
-                    Mutation(
-                        Op.REMOVE,
-                        (follower,),
-                        gone,
-                        0,
-                        seq,
-                        reposts=pairs,
-                        actor=author_id,
-                        answers=answered(gone),
-                    )
-                )
+                send(Op.REMOVE, follower, tuple(e for e, _, _ in pairs), 0, seq, pairs)
                 return  # its posts are there (merging them again could raise the horizon)
             merged, horizon, pairs = run(posts_only=True)
         else:
             # Also for a known follower (a relay re-send): merging again is harmless.
             merged, horizon, pairs = run()
-        out.append(
-            Mutation(
-                Op.ADD,
-                (follower,),
-                merged,
-                horizon,
-                seq,
-                reposts=pairs,
-                actor=author_id,
-                answers=answered(merged),
-            )
-        )
+        send(Op.ADD, follower, merged, horizon, seq, pairs)
 
     for envelope in sorted(envelopes, key=lambda e: e.seq):
         ev, seq = envelope.event, envelope.seq
