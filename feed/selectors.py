@@ -331,7 +331,17 @@ _VISIBLE_WHERE = "(e.repost_of_id IS NULL OR oa.is_active)"
 #: user shows whatever its original).
 _ORIGINAL_SHOWN = """(
     e.author_id = (SELECT id FROM me)
-    OR COALESCE(o.author_id, e.author_id) NOT IN (SELECT user_id FROM hid)
+    OR (COALESCE(o.author_id, e.author_id) NOT IN (SELECT user_id FROM hid)
+        AND (COALESCE(o.reply_to_id, e.reply_to_id) IS NULL
+             OR COALESCE(o.reply_to_id, e.reply_to_id) NOT IN (SELECT user_id FROM hid)))
+)"""
+#: A post that answers someone else shows only if the user wrote it, is the
+#: one it answers, or follows the one it answers (docs/decisions.md D29).
+_REPLY_SHOWN = """(
+    e.reply_to_id IS NULL OR e.reply_to_id = e.author_id
+    OR e.author_id = (SELECT id FROM me) OR e.reply_to_id = (SELECT id FROM me)
+    OR e.reply_to_id IN (SELECT followee_id FROM feed_follow
+                         WHERE follower_id = (SELECT id FROM me))
 )"""
 #: ``e`` is an entry of the view for the user: its actor ``ea`` (a row of
 #: ``aud``) shows its reposts if ``e`` is one, and its original's author
@@ -348,12 +358,15 @@ _NEWEST_OF_ITS_ORIGINAL = """
         SELECT 1 FROM feed_tweet n JOIN aud na ON na.author_id = n.author_id AND na.reposts
         WHERE n.repost_of_id = COALESCE(e.repost_of_id, e.id) AND n.id > e.id
           AND (n.author_id = (SELECT id FROM me)
-               OR COALESCE(o.author_id, e.author_id) NOT IN (SELECT user_id FROM hid))
+               OR (COALESCE(o.author_id, e.author_id) NOT IN (SELECT user_id FROM hid)
+                   AND (COALESCE(o.reply_to_id, e.reply_to_id) IS NULL
+                        OR COALESCE(o.reply_to_id, e.reply_to_id)
+                           NOT IN (SELECT user_id FROM hid))))
     )
 """
 
 
-def _join_sql(vendor: str, excluded: int = 0) -> str:
+def _join_sql(vendor: str, excluded: int = 0, *, aside: bool = False) -> str:
     """One user's home timeline by the database, newest first: the entry ids
     of the view (docs/design.md, "The view": the entries of the user and their
     followees, per original only the greatest), below a bound, at most a
@@ -367,15 +380,18 @@ def _join_sql(vendor: str, excluded: int = 0) -> str:
     default) has no LATERAL and scans the tweets by id instead.
     Parameters: user, user, the excluded authors, max_id, since_id, limit
     (then, on PostgreSQL, the limit again: per actor, then of the whole).
+    With ``aside``, the replies the view leaves out for now (to users the
+    user does not follow) are in too: what a timeline holds, aside or not.
     """
     audience = _audience_sql(excluded)
+    shown = _ENTRY_SHOWN if aside else f"{_ENTRY_SHOWN} AND {_REPLY_SHOWN}"
     if vendor == "postgresql":
         return f"""
             WITH {audience}
             SELECT t.id FROM aud ea CROSS JOIN LATERAL (
                 SELECT e.id FROM feed_tweet e {_VISIBLE_ORIGINAL}
                 WHERE e.author_id = ea.author_id AND e.id <= %s AND e.id > %s
-                  AND {_VISIBLE_WHERE} AND {_ENTRY_SHOWN} AND {_NEWEST_OF_ITS_ORIGINAL}
+                  AND {_VISIBLE_WHERE} AND {shown} AND {_NEWEST_OF_ITS_ORIGINAL}
                 ORDER BY e.id DESC LIMIT %s
             ) AS t
             ORDER BY t.id DESC LIMIT %s
@@ -384,7 +400,7 @@ def _join_sql(vendor: str, excluded: int = 0) -> str:
         WITH {audience}
         SELECT e.id FROM feed_tweet e JOIN aud ea ON ea.author_id = e.author_id {_VISIBLE_ORIGINAL}
         WHERE e.id <= %s AND e.id > %s
-          AND {_VISIBLE_WHERE} AND {_ENTRY_SHOWN} AND {_NEWEST_OF_ITS_ORIGINAL}
+          AND {_VISIBLE_WHERE} AND {shown} AND {_NEWEST_OF_ITS_ORIGINAL}
         ORDER BY e.id DESC LIMIT %s
     """  # noqa: S608 (constants and placeholders only)
 
@@ -396,38 +412,45 @@ def home_timeline_ids(
     max_id: int | None = None,
     since_id: int | None = None,
     excluded: Sequence[int] = (),
+    aside: bool = False,
 ) -> list[int]:
     """The view for one user as the database computes it: the newest ``limit``
     entry ids (``max_id`` inclusive, ``since_id`` exclusive), newest first,
     each the greatest entry of its original in the whole view; followees in
-    ``excluded`` left out."""
+    ``excluded`` left out; with ``aside``, the replies to users the user does
+    not follow in too (what a timeline holds, view and aside: D29)."""
     high = ids.MAX_ID if max_id is None else max_id
     low = 0 if since_id is None else since_id
     params = [user_id, *excluded, high, low, limit]
     if connection.vendor == "postgresql":
         params.append(limit)
     with connection.cursor() as cursor:
-        cursor.execute(_join_sql(connection.vendor, len(excluded)), params)
+        cursor.execute(_join_sql(connection.vendor, len(excluded), aside=aside), params)
         return [row[0] for row in cursor.fetchall()]
 
 
 def home_timeline_entries(
     user_id: int, *, low: int, excluded: Sequence[int] = ()
-) -> list[tuple[int, int]]:
+) -> list[tuple[int, int, int]]:
     """Every raw entry of one user's home timeline at or above ``low``, the
-    greatest of its original or not: ``(entry, original)`` pairs, ascending
-    (what a refill carries above its horizon; see
-    :class:`fanout.model.events.TimelineReset`)."""
+    greatest of its original or not, the replies the view leaves out for now
+    included: ``(entry, original, answers)`` ascending, ``answers`` the user
+    the entry's original answers where that is someone other than its author,
+    the entry's actor and the user (else 0): what a refill carries above its
+    horizon (:class:`fanout.model.events.TimelineReset`)."""
     sql = f"""
         WITH {_audience_sql(len(excluded))}
-        SELECT e.id, COALESCE(e.repost_of_id, e.id)
+        SELECT e.id, COALESCE(e.repost_of_id, e.id),
+               CASE WHEN COALESCE(o.reply_to_id, e.reply_to_id) NOT IN (
+                         COALESCE(o.author_id, e.author_id), e.author_id, (SELECT id FROM me))
+                    THEN COALESCE(o.reply_to_id, e.reply_to_id) ELSE 0 END
         FROM aud ea JOIN feed_tweet e ON e.author_id = ea.author_id {_VISIBLE_ORIGINAL}
         WHERE e.id >= %s AND {_VISIBLE_WHERE} AND {_ENTRY_SHOWN}
         ORDER BY e.id
     """  # noqa: S608 (constants and placeholders only)
     with connection.cursor() as cursor:
         cursor.execute(sql, [user_id, *excluded, low])
-        return [(int(e), int(o)) for e, o in cursor.fetchall()]
+        return [(int(e), int(o), int(u or 0)) for e, o, u in cursor.fetchall()]
 
 
 def home_timeline_page(user_id: int, query: TimelineQuery) -> dict[str, Any]:
@@ -481,12 +504,16 @@ def home_timeline_oracle(user_ids: Sequence[int], cap: int) -> dict[int, list[in
     """The view the timelines maintain, computed by the database with the ORM,
     independently of :func:`home_timeline_ids`: each user's newest ``cap``
     entries (of the user and their followees, active, of visible originals,
-    leaving out what the user's blocks and mutes hide and the reposts of
-    followees whose reposts the user turned off), per original only the
-    greatest, newest first. What a rebuild verifies its sample against."""
+    leaving out what the user's blocks and mutes hide, the reposts of
+    followees whose reposts the user turned off, and replies to users the
+    user does not follow), per original only the greatest, newest first.
+    What a rebuild verifies its sample against."""
     out: dict[int, list[int]] = {}
     for user_id in user_ids:
         hidden = hidden_from(user_id)
+        followed = set(
+            Follow.objects.filter(follower_id=user_id).values_list("followee_id", flat=True)
+        )
         follows = Follow.objects.filter(follower_id=user_id).exclude(followee_id__in=hidden)
         no_reposts = follows.filter(reposts=False).values("followee_id")
         actors = Q(author_id=user_id) | Q(author_id__in=follows.values("followee_id"))
@@ -497,11 +524,32 @@ def home_timeline_oracle(user_ids: Sequence[int], cap: int) -> dict[int, list[in
         newest: list[int] = []
         # Newest first: the first entry of an original is its greatest.
         entries = rows.order_by("-id").values_list(
-            "id", "author_id", "repost_of_id", "repost_of__author_id"
+            "id",
+            "author_id",
+            "repost_of_id",
+            "repost_of__author_id",
+            "reply_to_id",
+            "repost_of__reply_to_id",
         )
-        for entry, actor, original, original_author in entries.iterator():
-            if actor != user_id and (original_author or actor) in hidden:
+        for (
+            entry,
+            actor,
+            original,
+            original_author,
+            answers,
+            original_answers,
+        ) in entries.iterator():
+            to = original_answers if original else answers
+            if actor != user_id and ((original_author or actor) in hidden or to in hidden):
                 continue
+            if (
+                not original
+                and to
+                and to not in (actor, user_id)
+                and actor != user_id
+                and to not in followed
+            ):
+                continue  # a reply to someone the user does not follow
             key = original or entry
             if key in seen:
                 continue

@@ -505,17 +505,19 @@ def timeline_reset(user_id: int) -> int:
     # original); the reset carries every raw entry at or above it, those
     # another entry of their original hides too, and the originals of the
     # reposts among them: the timeline's pairs (fanout/store, "reposts").
-    found = selectors.home_timeline_ids(user_id, limit=keep + 1, excluded=pulled)
+    # The replies the view leaves out for now count: the timeline keeps them aside (D29).
+    found = selectors.home_timeline_ids(user_id, limit=keep + 1, excluded=pulled, aside=True)
     horizon = found[keep - 1] if len(found) > keep else 0
     raw = selectors.home_timeline_entries(user_id, low=horizon, excluded=pulled)
     reset = events.TimelineReset(
         user_id,
-        tuple(sorted({entry for entry, _ in raw})),
+        tuple(sorted({entry for entry, _, _ in raw})),
         horizon,
         as_of,
         pulled,
         # A reset is never screened: the read applied the owner's filter (``by`` 0).
-        tuple(sorted((entry, original, 0) for entry, original in raw if entry != original)),
+        tuple(sorted((entry, original, 0) for entry, original, _ in raw if entry != original)),
+        tuple(sorted((entry, user) for entry, _, user in raw if user)),
     )
     return outbox.append(reset)
 

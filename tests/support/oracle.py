@@ -25,14 +25,17 @@ from tests.support.stack import Stack
 #: The view being maintained, as docs/design.md writes it: the entries (posts
 #: and reposts of visible tweets by active users) of each user's followees and
 #: their own, leaving out what the user hides (blocks both ways and mutes, of
-#: the actor or the original's author; the reposts of followees with reposts
-#: off), one per original (the newest). Rows (owner, entry).
+#: the actor, the original's author or the user the original answers; the
+#: reposts of followees with reposts off) and the replies to users the user
+#: does not follow, one per original (the newest). Rows (owner, entry).
 ORACLE_SQL = """
     WITH entries AS (
       SELECT t.id AS entry_id, t.author_id AS actor_id,
              COALESCE(t.repost_of_id, t.id) AS original_id,
              COALESCE(o.author_id, t.author_id) AS original_author_id,
-             t.repost_of_id IS NOT NULL AS is_repost
+             COALESCE(o.reply_to_id, t.reply_to_id) AS original_reply_to_id,
+             t.repost_of_id IS NOT NULL AS is_repost,
+             t.reply_to_id IS NOT NULL AND t.reply_to_id <> t.author_id AS answers_another
       FROM feed_tweet t
       JOIN feed_user a ON a.id = t.author_id AND a.is_active
       LEFT JOIN feed_tweet o ON o.id = t.repost_of_id
@@ -49,9 +52,13 @@ ORACLE_SQL = """
     SELECT au.owner_id, MAX(e.entry_id) AS entry_id
     FROM entries e JOIN audience au ON au.actor_id = e.actor_id
     WHERE (NOT e.is_repost OR au.reposts)
+      AND (NOT e.answers_another OR e.actor_id = au.owner_id
+           OR e.original_reply_to_id = au.owner_id
+           OR EXISTS (SELECT 1 FROM feed_follow ff WHERE ff.follower_id = au.owner_id
+                        AND ff.followee_id = e.original_reply_to_id))
       AND (e.actor_id = au.owner_id OR NOT EXISTS (
             SELECT 1 FROM hidden h WHERE h.owner_id = au.owner_id
-              AND h.user_id IN (e.actor_id, e.original_author_id)))
+              AND h.user_id IN (e.actor_id, e.original_author_id, e.original_reply_to_id)))
     GROUP BY au.owner_id, e.original_id
 """
 #: Every tweet's counts (docs/design.md): its likes and reposts by active users.

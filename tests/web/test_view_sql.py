@@ -34,6 +34,15 @@ class World:
     mutes: set[tuple[int, int]] = field(default_factory=set)
     #: Follows whose follower does not want the followee's reposts.
     no_reposts: set[tuple[int, int]] = field(default_factory=set)
+    #: Posts that answer another: post -> the answered post's author.
+    replies: dict[int, int] = field(default_factory=dict)
+
+    def answers(self, entry: int) -> int:
+        """The user the entry's original answers, if not the original's author."""
+        original = self.tweets[entry][1]
+        post = original or entry
+        to = self.replies.get(post, 0)
+        return to if to != self.tweets[post][0] else 0
 
     def hidden(self, owner: int) -> set[int]:
         return (
@@ -42,9 +51,13 @@ class World:
             | {m for a, m in self.mutes if a == owner}
         )
 
-    def entries(self, owner: int, excluded: frozenset[int] = frozenset()) -> list[tuple[int, int]]:
-        """(entry, original) of every visible raw entry of owner's home timeline."""
+    def entries(
+        self, owner: int, excluded: frozenset[int] = frozenset(), *, aside: bool = False
+    ) -> list[tuple[int, int]]:
+        """(entry, original) of every visible raw entry of owner's home timeline
+        (with ``aside``, the replies to users the owner does not follow too)."""
         hidden = self.hidden(owner)
+        followed = {g for f, g in self.follows if f == owner}
         actors = {owner} | {g for f, g in self.follows if f == owner and g not in hidden}
         actors = {a for a in actors - excluded if self.active[a]}
         out = []
@@ -56,20 +69,28 @@ class World:
             if original and (owner, author) in self.no_reposts:
                 continue
             original_author = self.tweets[original][0] if original else author
-            if author != owner and original_author in hidden:
+            to = self.answers(entry)
+            if author != owner and (original_author in hidden or to in hidden):
                 continue
+            answers_a_stranger = to and owner not in (author, to) and to not in followed
+            if answers_a_stranger and not original and not aside:
+                continue  # a reply to someone the owner does not follow
             out.append((entry, original or entry))
         return sorted(out)
 
-    def view(self, owner: int, excluded: frozenset[int] = frozenset()) -> list[int]:
+    def view(
+        self, owner: int, excluded: frozenset[int] = frozenset(), *, aside: bool = False
+    ) -> list[int]:
         """Per original the greatest entry, newest first."""
         best: dict[int, int] = {}
-        for entry, original in self.entries(owner, excluded):
+        for entry, original in self.entries(owner, excluded, aside=aside):
             best[original] = max(best.get(original, 0), entry)
         return sorted(best.values(), reverse=True)
 
 
-def make_world(seed: int, *, users: int = 7, posts: int = 60, reposts: int = 50) -> World:
+def make_world(
+    seed: int, *, users: int = 7, posts: int = 60, reposts: int = 50, replies: float = 0.4
+) -> World:
     rng = random.Random(seed)
     people = [UserFactory(username=f"u{seed}x{i}").pk for i in range(users)]
     pairs = [(f, g) for f in people for g in people if f != g]
@@ -89,6 +110,7 @@ def make_world(seed: int, *, users: int = 7, posts: int = 60, reposts: int = 50)
     Mute.objects.bulk_create(Mute(muter_id=a, muted_id=b) for a, b in mutes)
     ms = 1_800_000_000_000
     tweets: dict[int, tuple[int, int]] = {}
+    answered: dict[int, int] = {}
     rows = []
     for n in range(posts + reposts):
         ms += rng.randint(1, 5)
@@ -112,16 +134,19 @@ def make_world(seed: int, *, users: int = 7, posts: int = 60, reposts: int = 50)
             )
         else:
             tweets[tweet_id] = (author, 0)
-            rows.append(
-                Tweet(
-                    id=tweet_id, author_id=author, text=f"t{n}", created_at=ids.created_at(tweet_id)
-                )
+            row = Tweet(
+                id=tweet_id, author_id=author, text=f"t{n}", created_at=ids.created_at(tweet_id)
             )
+            if originals and rng.random() < replies:  # an answer to an older post
+                parent = rng.choice(originals)
+                row.in_reply_to, row.reply_to_id, row.reply_to_name = parent, tweets[parent][0], "x"
+                answered[tweet_id] = tweets[parent][0]
+            rows.append(row)
     Tweet.objects.bulk_create(rows)
     suspended = set(rng.sample(people, 1))
     User.objects.filter(pk__in=suspended).update(is_active=False)
     active = {u: u not in suspended for u in people}
-    return World(people, active, follows, tweets, blocks, mutes, no_reposts)
+    return World(people, active, follows, tweets, blocks, mutes, no_reposts, answered)
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -200,12 +225,19 @@ def test_a_refill_carries_every_raw_entry_above_the_horizon_of_the_newest_winner
             row.topic, row.key.encode(), (row.value or "").encode(), row.id, row.join_key
         ).event
         assert isinstance(reset, events.TimelineReset)
-        view = world.view(owner)
+        # The replies kept aside (to users the owner does not follow) count.
+        view = world.view(owner, aside=True)
         horizon = view[keep - 1] if len(view) > keep else 0
-        raw = [(e, o) for e, o in world.entries(owner) if e >= horizon]
+        raw = [(e, o) for e, o in world.entries(owner, aside=True) if e >= horizon]
         assert reset.horizon == horizon
         assert reset.tweet_ids == tuple(e for e, _ in raw)
         assert reset.reposts == tuple((e, o, 0) for e, o in raw if e != o)  # never screened
+        answers = tuple(
+            (e, world.answers(e))
+            for e, _ in raw
+            if world.answers(e) not in (0, owner, world.tweets[e][0])
+        )
+        assert reset.answers == answers
         # The winners at or above the horizon are exactly the newest keep of the view.
         winners = {max(e for e, o2 in raw if o2 == o) for _, o in raw}
         assert sorted(winners, reverse=True) == view[:keep]
