@@ -17,6 +17,7 @@ from django.conf import settings
 from django.contrib.auth.password_validation import validate_password
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import IntegrityError, connection, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from fanout.model import events, ids
@@ -181,7 +182,9 @@ def tweet_delete(*, tweet_id: int, actor: User) -> int:
     original goes with its reposts and its likes, in this transaction, each
     with its tombstones: the original's first (its body goes, so every entry
     showing it is skipped at once), then each repost's entry and engagement,
-    then each like."""
+    then each like. Its direct replies stay (they still name it), but they
+    no longer count as its replies: each reply's engagement is tombstoned
+    (its count key goes), and so is the original's own, if it is a reply."""
     tweet = (
         Tweet.objects.select_for_update().filter(id=tweet_id).first()
         if ids.is_valid(tweet_id)
@@ -197,14 +200,23 @@ def tweet_delete(*, tweet_id: int, actor: User) -> int:
     author_id = tweet.author_id
     if tweet.repost_of_id is not None:
         return _unrepost(tweet)
-    # Locked (a like or repost of this tweet key-share locks it: none is in
-    # flight now, and none comes after this commits).
-    reposts = list(
+    # Locked (a like, repost or reply of this tweet key-share locks it: none
+    # is in flight now, and none comes after this commits). Its reposts and
+    # direct replies are locked too, in id order (as a reinstatement or a
+    # republish locks a user's tweets): one that posts a reply's engagement
+    # again reads this delete's outcome, or commits first.
+    reposts: list[tuple[int, int]] = []
+    replies: list[int] = []
+    for t, a, original in (
         Tweet.objects.select_for_update()
-        .filter(repost_of_id=tweet_id)
+        .filter(Q(repost_of_id=tweet_id) | Q(in_reply_to=tweet_id))
         .order_by("id")
-        .values_list("id", "author_id")
-    )
+        .values_list("id", "author_id", "repost_of_id")
+    ):
+        if original is None:
+            replies.append(t)
+        else:
+            reposts.append((t, a))
     likers = list(
         Like.objects.select_for_update()
         .filter(tweet_id=tweet_id)
@@ -213,7 +225,7 @@ def tweet_delete(*, tweet_id: int, actor: User) -> int:
     )
     Like.objects.filter(tweet_id=tweet_id).delete()
     Tweet.objects.filter(repost_of_id=tweet_id).delete()
-    if tweet.in_reply_to is not None and Tweet.objects.filter(in_reply_to=tweet_id).exists():
+    if tweet.in_reply_to is not None and replies:
         # What it answered stays known to the threads of its replies (feed.conversations).
         DeletedReply.objects.create(id=tweet_id, in_reply_to=tweet.in_reply_to)
     tweet.delete()
@@ -223,6 +235,9 @@ def tweet_delete(*, tweet_id: int, actor: User) -> int:
         gone.append(events.TweetDeleted(tweet_id=repost_id, author_id=reposter))
         gone.append(events.Disengaged(events.REPOST, reposter, tweet_id))
     gone.extend(events.Disengaged(events.LIKE, liker, tweet_id) for liker in likers)
+    gone.extend(events.Disengaged(events.REPLY, r, tweet_id) for r in replies)
+    if tweet.in_reply_to is not None:
+        gone.append(events.Disengaged(events.REPLY, tweet_id, tweet.in_reply_to))
     return outbox.append_many(gone)
 
 
