@@ -67,8 +67,8 @@ def tweet_create(*, author: User, text: str, in_reply_to: int | None = None) -> 
         text = normalize_tweet_text(text)
     except InvalidInput as exc:
         raise services.input_error(exc) from None
-    parent, parent_author = (
-        services.locked_original(in_reply_to) if in_reply_to is not None else (0, 0)
+    parent, parent_author, _ = (
+        services.locked_original(in_reply_to) if in_reply_to is not None else (0, 0, 0)
     )
     reply_to_name = _lock_writers(author, parent_author, in_reply_to) if parent else ""
     mentioned = _active_users_named(mentioned_names(text))
@@ -210,10 +210,12 @@ def posted(
     original: int | None,
     original_author: int | None,
     links: Links | None = None,
+    original_reply_to: int | None = None,
 ) -> events.TweetPosted:
     """A tweet row's changelog record: a write, or the row posted again (a
     rename, a reinstatement, a republish) with its :class:`Links` (a
-    repost's none)."""
+    repost's none; a repost carries whom its original answers instead,
+    ``original_reply_to``: the original's ``reply_to``)."""
     links = links or Links()
     return events.TweetPosted(
         tweet_id=t,
@@ -222,6 +224,7 @@ def posted(
         text=text,
         repost_of=original or 0,
         repost_of_author=original_author or 0,
+        repost_of_reply_to=original_reply_to or 0,
         in_reply_to=links.in_reply_to,
         reply_to=links.reply_to,
         reply_to_name=links.reply_to_name,

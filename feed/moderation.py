@@ -133,6 +133,7 @@ def user_reinstate(*, user: User, moderator: User, reason: str = "") -> Written:
             "text",
             "repost_of_id",
             "repost_of__author_id",
+            "repost_of__reply_to_id",
             "in_reply_to",
         )
     )
@@ -147,7 +148,7 @@ def user_reinstate(*, user: User, moderator: User, reason: str = "") -> Written:
     _suspension_counts(user.pk, +1)
     record_moderation(moderator, ModerationAction.Kind.REINSTATE, user.pk, reason=reason)
     active_authors = _active(
-        {o_author for _, _, _, _, o, o_author, _ in rows if o is not None} - {user.pk}
+        {o_author for _, _, _, _, o, o_author, *_ in rows if o is not None} - {user.pk}
     )
     active_authors.add(user.pk)
     names = dict(
@@ -158,16 +159,20 @@ def user_reinstate(*, user: User, moderator: User, reason: str = "") -> Written:
     # A reply and a post with mentions come back as they were written.
     links = links_of(row[0] for row in rows if row[4] is None)
     back: list[events.Event] = []
-    for t, author, author_active, text, original, original_author, _ in rows:
+    for t, author, author_active, text, original, o_author, o_reply_to, _ in rows:
         if author == user.pk:
-            if original is None or original_author in active_authors:
+            if original is None or o_author in active_authors:
                 back.append(
-                    posted(t, author, names[author], text, original, original_author, links.get(t))
+                    posted(
+                        t, author, names[author], text, original, o_author, links.get(t), o_reply_to
+                    )
                 )
             if original is not None:
                 back.append(events.Engaged(events.REPOST, author, original))
         elif author_active:  # another's repost of the user's tweet
-            back.append(posted(t, author, names[author], text, original, original_author))
+            back.append(
+                posted(t, author, names[author], text, original, o_author, None, o_reply_to)
+            )
     back += replies_counted((t, parent) for t, a, *_, parent in rows if a == user.pk and parent)
     back.extend(events.Engaged(events.LIKE, user.pk, t) for t in liked)
     return Written(True, outbox.append_many(back) if back else outbox.high_water_seq())

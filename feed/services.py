@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import NamedTuple
 
 from django.conf import settings
 from django.contrib.auth.password_validation import validate_password
@@ -141,7 +142,7 @@ def user_rename(*, user: User, username: str) -> int:
             Tweet.objects.select_for_update(of=("self",)).filter(author_id=user.pk)
         )
         .order_by("id")
-        .values_list("id", "text", "repost_of_id", "repost_of__author_id")
+        .values_list("id", "text", "repost_of_id", "repost_of__author_id", "repost_of__reply_to_id")
     )
     active = lock_users(user.pk)
     try:
@@ -158,10 +159,10 @@ def user_rename(*, user: User, username: str) -> int:
     # names the reposter; reposts of its tweets by others name the original).
     # A reply or a post with mentions keeps what it answers and mentions,
     # with the names as written.
-    links = conversations.links_of(t for t, _, o, _ in rows if o is None)
+    links = conversations.links_of(t for t, _, o, _, _ in rows if o is None)
     again = [
-        conversations.posted(t, user.pk, username, text, o, o_author, links.get(t))
-        for t, text, o, o_author in rows
+        conversations.posted(t, user.pk, username, text, o, o_author, links.get(t), o_reply_to)
+        for t, text, o, o_author, o_reply_to in rows
     ]
     return outbox.append_many(again) if again else outbox.high_water_seq()
 
@@ -253,53 +254,70 @@ class Reposted:
     seq: int
 
 
-def _original_of(tweet_id: int) -> tuple[int, int] | None:
-    """(id, author) of the original a tweet id shows (a repost resolves to its
-    original), or None for an unknown id."""
+class Original(NamedTuple):
+    """The original a tweet id shows: itself, or the one a repost reposts."""
+
+    id: int
+    author: int
+    #: The user it answers (``Tweet.reply_to``), 0 if it is not a reply.
+    reply_to: int
+
+
+def _original_of(tweet_id: int) -> Original | None:
+    """The original a tweet id shows (a repost resolves to its original), or
+    None for an unknown id."""
     if not ids.is_valid(tweet_id):
         return None
     row = (
         Tweet.objects.filter(id=tweet_id)
-        .values_list("id", "author_id", "repost_of_id", "repost_of__author_id")
+        .values_list(
+            "id",
+            "author_id",
+            "reply_to_id",
+            "repost_of_id",
+            "repost_of__author_id",
+            "repost_of__reply_to_id",
+        )
         .first()
     )
     if row is None:
         return None
-    own_id, author_id, repost_of, original_author = row
-    return (repost_of, original_author) if repost_of else (own_id, author_id)
+    own_id, author_id, reply_to, repost_of, original_author, original_reply_to = row
+    if repost_of:
+        return Original(repost_of, original_author, original_reply_to or 0)
+    return Original(own_id, author_id, reply_to or 0)
 
 
-def locked_original(tweet_id: int) -> tuple[int, int]:
-    """(id, author) of the original that ``tweet_id`` shows, its row
+def locked_original(tweet_id: int) -> Original:
+    """The original that ``tweet_id`` shows, its row
     key-share locked (a delete of it waits for this transaction; likes of one
     tweet do not wait for each other). NotFound for an unknown or deleted
     tweet, and for a repost by a suspended user (the author of the original
     is the caller's to check, under its lock)."""
     resolved = _original_of(tweet_id)
-    if resolved is not None and resolved[0] != tweet_id:
+    if resolved is not None and resolved.id != tweet_id:
         # A repost: visible only while its author is active.
         reposter = Tweet.objects.filter(id=tweet_id).values_list("author__is_active", flat=True)
         if not reposter.first():
             resolved = None
-    if resolved is None or not _lock_tweet_shared(resolved[0]):
+    if resolved is None or not _lock_tweet_shared(resolved.id):
         raise NotFound(f"no tweet with id {tweet_id}")
     return resolved
 
 
-def _engageable(user: User, tweet_id: int) -> tuple[int, int]:
-    """(id, author) of the visible original that ``tweet_id`` shows, for
-    ``user`` to like or repost (:func:`locked_original`), both authors' rows
-    share locked (a suspension of either waits, then sees what this wrote).
-    NotFound for an unknown, deleted or invisible tweet; Forbidden for a
-    suspended ``user``."""
-    original, author_id = locked_original(tweet_id)
-    active = _lock_users_shared(user.pk, author_id)
-    if not active.get(author_id):
+def _engageable(user: User, tweet_id: int) -> Original:
+    """The visible original that ``tweet_id`` shows, for ``user`` to like or
+    repost (:func:`locked_original`), both authors' rows share locked (a
+    suspension of either waits, then sees what this wrote). NotFound for an
+    unknown, deleted or invisible tweet; Forbidden for a suspended ``user``."""
+    original = locked_original(tweet_id)
+    active = _lock_users_shared(user.pk, original.author)
+    if not active.get(original.author):
         raise NotFound(f"no tweet with id {tweet_id}")  # a suspended author's
     if not active.get(user.pk):
         raise Forbidden("this account is suspended")
-    refuse_if_blocked(user.pk, author_id, "engage with this account's tweets")
-    return original, author_id
+    refuse_if_blocked(user.pk, original.author, "engage with this account's tweets")
+    return original
 
 
 def refuse_if_blocked(a: int, b: int, what: str) -> None:
@@ -345,8 +363,9 @@ def repost_create(*, user: User, tweet_id: int) -> Reposted:
     original): a row of its own (empty text), and on the outbox its entry
     (keyed by the reposter) and its engagement (keyed by the original).
     Reposting again returns the repost already there. Reposts do not count in
-    the reposter's ``tweets_count`` (posts only)."""
-    original, original_author = _engageable(user, tweet_id)
+    the reposter's ``tweets_count`` (posts only). A repost of a reply
+    carries whom the reply answers (``repost_of_reply_to``)."""
+    original, original_author, original_reply_to = _engageable(user, tweet_id)
     existing = _repost_by(user.pk, original)
     if existing is not None:
         return Reposted(created=False, repost_id=existing, seq=outbox.high_water_seq())
@@ -378,6 +397,7 @@ def repost_create(*, user: User, tweet_id: int) -> Reposted:
                 text="",
                 repost_of=original,
                 repost_of_author=original_author,
+                repost_of_reply_to=original_reply_to,
             ),
             events.Engaged(events.REPOST, user.pk, original),
         ]
@@ -403,7 +423,7 @@ def repost_delete(*, user: User, tweet_id: int) -> int:
         None
         if resolved is None
         else Tweet.objects.select_for_update()
-        .filter(author_id=user.pk, repost_of_id=resolved[0])
+        .filter(author_id=user.pk, repost_of_id=resolved.id)
         .first()
     )
     if repost is None:
@@ -433,7 +453,7 @@ def _unrepost(repost: Tweet) -> int:
 def like_create(*, user: User, tweet_id: int) -> Written:
     """Like the tweet ``tweet_id`` shows (a repost's id likes its original);
     liking it again changes nothing."""
-    original, _ = _engageable(user, tweet_id)
+    original = _engageable(user, tweet_id).id
     try:
         with transaction.atomic():
             Like.objects.create(user=user, tweet_id=original)
@@ -449,10 +469,10 @@ def like_delete(*, user: User, tweet_id: int) -> int:
     resolved = _original_of(tweet_id)
     if resolved is None:
         return outbox.high_water_seq()
-    deleted, _ = Like.objects.filter(user_id=user.pk, tweet_id=resolved[0]).delete()
+    deleted, _ = Like.objects.filter(user_id=user.pk, tweet_id=resolved.id).delete()
     if not deleted:
         return outbox.high_water_seq()
-    return outbox.append(events.Disengaged(events.LIKE, user.pk, resolved[0]))
+    return outbox.append(events.Disengaged(events.LIKE, user.pk, resolved.id))
 
 
 #: The counts kept on the user's row (migration 0004), which add_to_count may change.

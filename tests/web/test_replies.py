@@ -666,6 +666,7 @@ def test_a_rename_posts_again_only_the_user_s_own_tweets_others_keep_the_names_a
     )
     assert by_id[own].mention_names == ("bob", "ann") and by_id[own].mentions == (bob.pk,)
     assert by_id[repost].repost_of == answer
+    assert by_id[repost].repost_of_reply_to == ann.pk  # whom bob's reply answers
     # Another rename: cat's own tweet only, still naming ann as written.
     before_cat = high()
     services.user_rename(user=cat, username="kat")

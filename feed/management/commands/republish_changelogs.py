@@ -62,13 +62,14 @@ def _tweets(after: int) -> tuple[list[events.Event], int]:
             "repost_of_id",
             "repost_of__author_id",
             "repost_of__author__is_active",
+            "repost_of__reply_to_id",
             "in_reply_to",
         )[:BATCH]
     )
     links = links_of(row[0] for row in rows if row[5] is None)
     out: list[events.Event] = []
     replies: list[tuple[int, int]] = []
-    for t, a, name, active, text, original, original_author, original_active, parent in rows:
+    for t, a, name, active, text, original, o_author, o_active, o_reply_to, parent in rows:
         # A suspended author's tweets and reposts are tombstoned on the
         # changelogs (the view is of the visible rows): posting them again
         # would bring them back; so are reposts of a suspended author's tweets.
@@ -76,8 +77,8 @@ def _tweets(after: int) -> tuple[list[events.Event], int]:
         # does a reply's (while its parent is there).
         if not active:
             continue
-        if original is None or original_active:
-            out.append(posted(t, a, name, text, original, original_author, links.get(t)))
+        if original is None or o_active:
+            out.append(posted(t, a, name, text, original, o_author, links.get(t), o_reply_to))
         if original is not None:
             out.append(events.Engaged(events.REPOST, a, original))
         if parent is not None:
