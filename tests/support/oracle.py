@@ -224,14 +224,10 @@ class Workload:
         visible = sorted(t for t, a in self.live.items() if a not in self.suspended)
         mine = sorted(r for r, (u, _) in self.reposts.items() if u == user)
         if roll < 0.4 and visible:
-            target = self.rnd.choice(visible + sorted(self.reposts))
-            original = self.reposts[target][1] if target in self.reposts else target
-            if original not in self.live or self.live[original] in self.suspended:
+            found = self._target(user, visible)
+            if found is None:
                 return None
-            if target in self.reposts and self.reposts[target][0] in self.suspended:
-                return None  # a suspended user's repost is not found
-            if self.blocked(user, self.live[original]):
-                return None
+            target, original = found
             made = self.call("POST", f"/tweets/{target}/repost", user)
             self.reposts[made["id"]] = (user, original)
             return "repost"
@@ -261,19 +257,25 @@ class Workload:
         """``user`` answers a visible tweet (a post or a reply), or a repost of
         one (which answers its original); whether a reply was written."""
         visible = sorted(t for t, a in self.live.items() if a not in self.suspended)
-        if not visible:
+        found = self._target(user, visible) if visible else None
+        if found is None:
             return False
+        body = {"text": "a reply", "in_reply_to": found[0]}
+        self.live[self.call("POST", "/tweets", user, body)["id"]] = user
+        return True
+
+    def _target(self, user: str, visible: list[int]) -> tuple[int, int] | None:
+        """One of the ``visible`` tweets or a repost, drawn at random, and its
+        original, if ``user`` may repost it or answer it (None if not)."""
         target = self.rnd.choice(visible + sorted(self.reposts))
         original = self.reposts[target][1] if target in self.reposts else target
         if original not in self.live or self.live[original] in self.suspended:
-            return False
+            return None
         if target in self.reposts and self.reposts[target][0] in self.suspended:
-            return False  # a suspended user's repost is not found
+            return None  # a suspended user's repost is not found
         if self.blocked(user, self.live[original]):
-            return False
-        body = {"text": "a reply", "in_reply_to": target}
-        self.live[self.call("POST", "/tweets", user, body)["id"]] = user
-        return True
+            return None
+        return target, original
 
     def relate(self, a: str, b: str) -> str | None:
         """``a`` blocks ``b`` (which takes the follows both ways) or mutes them,

@@ -447,25 +447,18 @@ def test_a_repost_of_a_reply_carries_whom_the_reply_answers_wherever_it_is_poste
     r_cat = services.repost_create(user=cat, tweet_id=answer).repost_id
     r_dee = services.repost_create(user=dee, tweet_id=r_cat).repost_id  # through cat's repost
     r_post = services.repost_create(user=cat, tweet_id=parent).repost_id
+    of_answer = events.TweetPosted(
+        r_cat,
+        cat.pk,
+        "cat",
+        "",
+        repost_of=answer,
+        repost_of_author=bob.pk,
+        repost_of_reply_to=ann.pk,
+    )
     expected = {
-        r_cat: events.TweetPosted(
-            r_cat,
-            cat.pk,
-            "cat",
-            "",
-            repost_of=answer,
-            repost_of_author=bob.pk,
-            repost_of_reply_to=ann.pk,
-        ),
-        r_dee: events.TweetPosted(
-            r_dee,
-            dee.pk,
-            "dee",
-            "",
-            repost_of=answer,
-            repost_of_author=bob.pk,
-            repost_of_reply_to=ann.pk,
-        ),
+        r_cat: of_answer,
+        r_dee: replace(of_answer, tweet_id=r_dee, author_id=dee.pk, author="dee"),
         r_post: events.TweetPosted(
             r_post, cat.pk, "cat", "", repost_of=parent, repost_of_author=ann.pk
         ),
