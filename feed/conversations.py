@@ -16,6 +16,12 @@ the changelog record's ``reply_to_name`` and ``mention_names`` for the cached
 body). Renaming a user changes none of them: a rename posts again only the
 user's own tweets (:func:`feed.services.user_rename`), whatever the number
 of tweets that answer or mention them.
+
+A reply is also an engagement of its parent (``reply:<reply>:<parent>`` on
+the ``engagements`` changelog, fanout.model.engagements): the fanout job
+counts a tweet's replies from them as it counts its likes and reposts. Its
+tombstone is written when the reply is deleted or its author suspended, and
+when the parent is deleted (a deleted tweet has no counts; the reply stays).
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ MAX_ANCESTORS = 50
 def tweet_create(*, author: User, text: str, in_reply_to: int | None = None) -> services.TweetWrite:
     """Post ``text`` by ``author``, answering the tweet ``in_reply_to`` if
     given (a repost's id answers its original), with the users it mentions.
+    A reply is counted among its parent's replies (its engagement record).
 
     NotFound when the parent is unknown, deleted, a suspended user's repost
     or its author is suspended; 403 ``blocked`` while a block stands either
@@ -60,8 +67,8 @@ def tweet_create(*, author: User, text: str, in_reply_to: int | None = None) -> 
         text = normalize_tweet_text(text)
     except InvalidInput as exc:
         raise services.input_error(exc) from None
-    parent, parent_author = (
-        services.locked_original(in_reply_to) if in_reply_to is not None else (0, 0)
+    parent, parent_author, _ = (
+        services.locked_original(in_reply_to) if in_reply_to is not None else (0, 0, 0)
     )
     reply_to_name = _lock_writers(author, parent_author, in_reply_to) if parent else ""
     mentioned = _active_users_named(mentioned_names(text))
@@ -80,7 +87,12 @@ def tweet_create(*, author: User, text: str, in_reply_to: int | None = None) -> 
         mentions=tuple(sorted(u for u, _ in mentioned if u != author.pk)),
         mention_names=tuple(name for _, name in mentioned),
     )
-    seq = outbox.append(posted(tweet.id, author.pk, author.username, text, None, None, links))
+    written: list[events.Event] = [
+        posted(tweet.id, author.pk, author.username, text, None, None, links)
+    ]
+    if parent:
+        written.append(events.Engaged(events.REPLY, tweet.id, parent))
+    seq = outbox.append_many(written)
     return services.TweetWrite(
         tweet=tweet,
         seq=seq,
@@ -198,10 +210,12 @@ def posted(
     original: int | None,
     original_author: int | None,
     links: Links | None = None,
+    original_reply_to: int | None = None,
 ) -> events.TweetPosted:
     """A tweet row's changelog record: a write, or the row posted again (a
     rename, a reinstatement, a republish) with its :class:`Links` (a
-    repost's none)."""
+    repost's none; a repost carries whom its original answers instead,
+    ``original_reply_to``: the original's ``reply_to``)."""
     links = links or Links()
     return events.TweetPosted(
         tweet_id=t,
@@ -210,6 +224,7 @@ def posted(
         text=text,
         repost_of=original or 0,
         repost_of_author=original_author or 0,
+        repost_of_reply_to=original_reply_to or 0,
         in_reply_to=links.in_reply_to,
         reply_to=links.reply_to,
         reply_to_name=links.reply_to_name,
@@ -250,6 +265,20 @@ def links_of(tweet_ids: Iterable[int]) -> dict[int, Links]:
                 mention_names=tuple(name for _, name, _ in found),
             )
     return out
+
+
+def replies_counted(replies: Iterable[tuple[int, int]]) -> list[events.Event]:
+    """The engagement records of these (reply, parent) pairs whose parent is
+    still there (one query per :data:`CHUNK`), in the order given: what a
+    reinstatement and a republish post again. A deleted parent's replies are
+    counted nowhere (its delete tombstoned them). Read after the replies'
+    rows are locked: a parent's delete locks them too, so it commits before
+    this read, or waits for it and tombstones them after."""
+    pairs = list(replies)
+    there: set[int] = set()
+    for chunk in _chunks(sorted({parent for _, parent in pairs})):
+        there.update(Tweet.objects.filter(id__in=chunk).values_list("id", flat=True))
+    return [events.Engaged(events.REPLY, r, parent) for r, parent in pairs if parent in there]
 
 
 #: Tweets read per query by :func:`links_of` (a user's tweets can be many

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from fanout.model import events
 from feed import outbox
-from feed.conversations import links_of, posted
+from feed.conversations import links_of, posted, replies_counted
 from feed.errors import ApplicationError
 from feed.models import Follow, Like, ModerationAction, Tweet, User
 from feed.services import (
@@ -63,14 +63,14 @@ def moderator_create(*, username: str, password: str) -> User:
 def user_suspend(*, user: User, moderator: User, reason: str) -> Written:
     """Suspend ``user``: no sign-in and no token any more, and everything of
     theirs leaves every view as a delete would (tombstones through the outbox
-    and the job): each of their tweets and reposts, each of their likes and
-    reposts as engagements (counts leave them out), and every repost of their
-    tweets by others (entries of an invisible original). Their follows stop
-    counting on the other side. The rows stay, for :func:`user_reinstate`.
-    Returns whether it changed anything (suspending a suspended user does
-    not) and the seq to wait for. A like or repost in flight share locks the
-    user's row: it commits before the update below (and is seen) or waits
-    and is refused."""
+    and the job): each of their tweets and reposts, each of their likes,
+    reposts and replies as engagements (counts leave them out), and every
+    repost of their tweets by others (entries of an invisible original).
+    Their follows stop counting on the other side. The rows stay, for
+    :func:`user_reinstate`. Returns whether it changed anything (suspending
+    a suspended user does not) and the seq to wait for. A like, repost or
+    reply in flight locks the user's row: it commits before the update
+    below (and is seen) or waits and is refused."""
     check_moderator(moderator, "suspend_user")
     if user.pk == moderator.pk:
         raise ApplicationError("you cannot suspend yourself", field="username")
@@ -82,10 +82,12 @@ def user_suspend(*, user: User, moderator: User, reason: str) -> Written:
     record_moderation(moderator, ModerationAction.Kind.SUSPEND, user.pk, reason=reason)
     gone: list[events.Event] = []
     own = Tweet.objects.filter(author_id=user.pk).order_by("id")
-    for t, original in own.values_list("id", "repost_of_id").iterator():
+    for t, original, parent in own.values_list("id", "repost_of_id", "in_reply_to").iterator():
         gone.append(events.TweetDeleted(tweet_id=t, author_id=user.pk))
         if original is not None:
             gone.append(events.Disengaged(events.REPOST, user.pk, original))
+        if parent is not None:
+            gone.append(events.Disengaged(events.REPLY, t, parent))
     likes = Like.objects.filter(user_id=user.pk).order_by("id")
     gone.extend(
         events.Disengaged(events.LIKE, user.pk, t)
@@ -107,15 +109,16 @@ def user_reinstate(*, user: User, moderator: User, reason: str = "") -> Written:
     of theirs still in the database comes back to every view, each posted
     again through the outbox (under the user's current name): their tweets,
     their reposts (entries of those whose original's author is active;
-    engagements of all), their likes, and the reposts of their tweets by
-    active users. Returns whether it changed anything (reinstating an active
+    engagements of all), their replies' engagements (of those whose parent
+    is still there), their likes, and the reposts of their tweets by active
+    users. Returns whether it changed anything (reinstating an active
     user does not) and the seq.
 
     The rows posted again are locked first (tweets, then likes, then the
     user's row, the order every write locks them in): a delete in flight of
     one of them (an unrepost, an unlike, an original deleted with its
-    reposts) commits before they are read, or waits, so no tombstone is
-    followed by a stale upsert."""
+    reposts, or with its replies' engagements) commits before they are read,
+    or waits, so no tombstone is followed by a stale upsert."""
     check_moderator(moderator, "suspend_user")
     if User.objects.filter(pk=user.pk, is_active=True).exists():
         return Written(False, outbox.high_water_seq())
@@ -124,7 +127,14 @@ def user_reinstate(*, user: User, moderator: User, reason: str = "") -> Written:
         .filter(Q(author_id=user.pk) | Q(repost_of__author_id=user.pk))
         .order_by("id")
         .values_list(
-            "id", "author_id", "author__is_active", "text", "repost_of_id", "repost_of__author_id"
+            "id",
+            "author_id",
+            "author__is_active",
+            "text",
+            "repost_of_id",
+            "repost_of__author_id",
+            "repost_of__reply_to_id",
+            "in_reply_to",
         )
     )
     liked = list(
@@ -138,7 +148,7 @@ def user_reinstate(*, user: User, moderator: User, reason: str = "") -> Written:
     _suspension_counts(user.pk, +1)
     record_moderation(moderator, ModerationAction.Kind.REINSTATE, user.pk, reason=reason)
     active_authors = _active(
-        {o_author for _, _, _, _, o, o_author in rows if o is not None} - {user.pk}
+        {o_author for _, _, _, _, o, o_author, *_ in rows if o is not None} - {user.pk}
     )
     active_authors.add(user.pk)
     names = dict(
@@ -149,16 +159,21 @@ def user_reinstate(*, user: User, moderator: User, reason: str = "") -> Written:
     # A reply and a post with mentions come back as they were written.
     links = links_of(row[0] for row in rows if row[4] is None)
     back: list[events.Event] = []
-    for t, author, author_active, text, original, original_author in rows:
+    for t, author, author_active, text, original, o_author, o_reply_to, _ in rows:
         if author == user.pk:
-            if original is None or original_author in active_authors:
+            if original is None or o_author in active_authors:
                 back.append(
-                    posted(t, author, names[author], text, original, original_author, links.get(t))
+                    posted(
+                        t, author, names[author], text, original, o_author, links.get(t), o_reply_to
+                    )
                 )
             if original is not None:
                 back.append(events.Engaged(events.REPOST, author, original))
         elif author_active:  # another's repost of the user's tweet
-            back.append(posted(t, author, names[author], text, original, original_author))
+            back.append(
+                posted(t, author, names[author], text, original, o_author, None, o_reply_to)
+            )
+    back += replies_counted((t, parent) for t, a, *_, parent in rows if a == user.pk and parent)
     back.extend(events.Engaged(events.LIKE, user.pk, t) for t in liked)
     return Written(True, outbox.append_many(back) if back else outbox.high_water_seq())
 

@@ -12,11 +12,13 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import NamedTuple
 
 from django.conf import settings
 from django.contrib.auth.password_validation import validate_password
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import IntegrityError, connection, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from fanout.model import events, ids
@@ -140,7 +142,7 @@ def user_rename(*, user: User, username: str) -> int:
             Tweet.objects.select_for_update(of=("self",)).filter(author_id=user.pk)
         )
         .order_by("id")
-        .values_list("id", "text", "repost_of_id", "repost_of__author_id")
+        .values_list("id", "text", "repost_of_id", "repost_of__author_id", "repost_of__reply_to_id")
     )
     active = lock_users(user.pk)
     try:
@@ -157,10 +159,10 @@ def user_rename(*, user: User, username: str) -> int:
     # names the reposter; reposts of its tweets by others name the original).
     # A reply or a post with mentions keeps what it answers and mentions,
     # with the names as written.
-    links = conversations.links_of(t for t, _, o, _ in rows if o is None)
+    links = conversations.links_of(t for t, _, o, _, _ in rows if o is None)
     again = [
-        conversations.posted(t, user.pk, username, text, o, o_author, links.get(t))
-        for t, text, o, o_author in rows
+        conversations.posted(t, user.pk, username, text, o, o_author, links.get(t), o_reply_to)
+        for t, text, o, o_author, o_reply_to in rows
     ]
     return outbox.append_many(again) if again else outbox.high_water_seq()
 
@@ -181,7 +183,9 @@ def tweet_delete(*, tweet_id: int, actor: User) -> int:
     original goes with its reposts and its likes, in this transaction, each
     with its tombstones: the original's first (its body goes, so every entry
     showing it is skipped at once), then each repost's entry and engagement,
-    then each like."""
+    then each like. Its direct replies stay (they still name it), but they
+    no longer count as its replies: each reply's engagement is tombstoned
+    (its count key goes), and so is the original's own, if it is a reply."""
     tweet = (
         Tweet.objects.select_for_update().filter(id=tweet_id).first()
         if ids.is_valid(tweet_id)
@@ -197,14 +201,23 @@ def tweet_delete(*, tweet_id: int, actor: User) -> int:
     author_id = tweet.author_id
     if tweet.repost_of_id is not None:
         return _unrepost(tweet)
-    # Locked (a like or repost of this tweet key-share locks it: none is in
-    # flight now, and none comes after this commits).
-    reposts = list(
+    # Locked (a like, repost or reply of this tweet key-share locks it: none
+    # is in flight now, and none comes after this commits). Its reposts and
+    # direct replies are locked too, in id order (as a reinstatement or a
+    # republish locks a user's tweets): one that posts a reply's engagement
+    # again reads this delete's outcome, or commits first.
+    reposts: list[tuple[int, int]] = []
+    replies: list[int] = []
+    for t, a, original in (
         Tweet.objects.select_for_update()
-        .filter(repost_of_id=tweet_id)
+        .filter(Q(repost_of_id=tweet_id) | Q(in_reply_to=tweet_id))
         .order_by("id")
-        .values_list("id", "author_id")
-    )
+        .values_list("id", "author_id", "repost_of_id")
+    ):
+        if original is None:
+            replies.append(t)
+        else:
+            reposts.append((t, a))
     likers = list(
         Like.objects.select_for_update()
         .filter(tweet_id=tweet_id)
@@ -213,7 +226,7 @@ def tweet_delete(*, tweet_id: int, actor: User) -> int:
     )
     Like.objects.filter(tweet_id=tweet_id).delete()
     Tweet.objects.filter(repost_of_id=tweet_id).delete()
-    if tweet.in_reply_to is not None and Tweet.objects.filter(in_reply_to=tweet_id).exists():
+    if tweet.in_reply_to is not None and replies:
         # What it answered stays known to the threads of its replies (feed.conversations).
         DeletedReply.objects.create(id=tweet_id, in_reply_to=tweet.in_reply_to)
     tweet.delete()
@@ -223,6 +236,9 @@ def tweet_delete(*, tweet_id: int, actor: User) -> int:
         gone.append(events.TweetDeleted(tweet_id=repost_id, author_id=reposter))
         gone.append(events.Disengaged(events.REPOST, reposter, tweet_id))
     gone.extend(events.Disengaged(events.LIKE, liker, tweet_id) for liker in likers)
+    gone.extend(events.Disengaged(events.REPLY, r, tweet_id) for r in replies)
+    if tweet.in_reply_to is not None:
+        gone.append(events.Disengaged(events.REPLY, tweet_id, tweet.in_reply_to))
     return outbox.append_many(gone)
 
 
@@ -238,53 +254,70 @@ class Reposted:
     seq: int
 
 
-def _original_of(tweet_id: int) -> tuple[int, int] | None:
-    """(id, author) of the original a tweet id shows (a repost resolves to its
-    original), or None for an unknown id."""
+class Original(NamedTuple):
+    """The original a tweet id shows: itself, or the one a repost reposts."""
+
+    id: int
+    author: int
+    #: The user it answers (``Tweet.reply_to``), 0 if it is not a reply.
+    reply_to: int
+
+
+def _original_of(tweet_id: int) -> Original | None:
+    """The original a tweet id shows (a repost resolves to its original), or
+    None for an unknown id."""
     if not ids.is_valid(tweet_id):
         return None
     row = (
         Tweet.objects.filter(id=tweet_id)
-        .values_list("id", "author_id", "repost_of_id", "repost_of__author_id")
+        .values_list(
+            "id",
+            "author_id",
+            "reply_to_id",
+            "repost_of_id",
+            "repost_of__author_id",
+            "repost_of__reply_to_id",
+        )
         .first()
     )
     if row is None:
         return None
-    own_id, author_id, repost_of, original_author = row
-    return (repost_of, original_author) if repost_of else (own_id, author_id)
+    own_id, author_id, reply_to, repost_of, original_author, original_reply_to = row
+    if repost_of:
+        return Original(repost_of, original_author, original_reply_to or 0)
+    return Original(own_id, author_id, reply_to or 0)
 
 
-def locked_original(tweet_id: int) -> tuple[int, int]:
-    """(id, author) of the original that ``tweet_id`` shows, its row
+def locked_original(tweet_id: int) -> Original:
+    """The original that ``tweet_id`` shows, its row
     key-share locked (a delete of it waits for this transaction; likes of one
     tweet do not wait for each other). NotFound for an unknown or deleted
     tweet, and for a repost by a suspended user (the author of the original
     is the caller's to check, under its lock)."""
     resolved = _original_of(tweet_id)
-    if resolved is not None and resolved[0] != tweet_id:
+    if resolved is not None and resolved.id != tweet_id:
         # A repost: visible only while its author is active.
         reposter = Tweet.objects.filter(id=tweet_id).values_list("author__is_active", flat=True)
         if not reposter.first():
             resolved = None
-    if resolved is None or not _lock_tweet_shared(resolved[0]):
+    if resolved is None or not _lock_tweet_shared(resolved.id):
         raise NotFound(f"no tweet with id {tweet_id}")
     return resolved
 
 
-def _engageable(user: User, tweet_id: int) -> tuple[int, int]:
-    """(id, author) of the visible original that ``tweet_id`` shows, for
-    ``user`` to like or repost (:func:`locked_original`), both authors' rows
-    share locked (a suspension of either waits, then sees what this wrote).
-    NotFound for an unknown, deleted or invisible tweet; Forbidden for a
-    suspended ``user``."""
-    original, author_id = locked_original(tweet_id)
-    active = _lock_users_shared(user.pk, author_id)
-    if not active.get(author_id):
+def _engageable(user: User, tweet_id: int) -> Original:
+    """The visible original that ``tweet_id`` shows, for ``user`` to like or
+    repost (:func:`locked_original`), both authors' rows share locked (a
+    suspension of either waits, then sees what this wrote). NotFound for an
+    unknown, deleted or invisible tweet; Forbidden for a suspended ``user``."""
+    original = locked_original(tweet_id)
+    active = _lock_users_shared(user.pk, original.author)
+    if not active.get(original.author):
         raise NotFound(f"no tweet with id {tweet_id}")  # a suspended author's
     if not active.get(user.pk):
         raise Forbidden("this account is suspended")
-    refuse_if_blocked(user.pk, author_id, "engage with this account's tweets")
-    return original, author_id
+    refuse_if_blocked(user.pk, original.author, "engage with this account's tweets")
+    return original
 
 
 def refuse_if_blocked(a: int, b: int, what: str) -> None:
@@ -330,8 +363,9 @@ def repost_create(*, user: User, tweet_id: int) -> Reposted:
     original): a row of its own (empty text), and on the outbox its entry
     (keyed by the reposter) and its engagement (keyed by the original).
     Reposting again returns the repost already there. Reposts do not count in
-    the reposter's ``tweets_count`` (posts only)."""
-    original, original_author = _engageable(user, tweet_id)
+    the reposter's ``tweets_count`` (posts only). A repost of a reply
+    carries whom the reply answers (``repost_of_reply_to``)."""
+    original, original_author, original_reply_to = _engageable(user, tweet_id)
     existing = _repost_by(user.pk, original)
     if existing is not None:
         return Reposted(created=False, repost_id=existing, seq=outbox.high_water_seq())
@@ -363,6 +397,7 @@ def repost_create(*, user: User, tweet_id: int) -> Reposted:
                 text="",
                 repost_of=original,
                 repost_of_author=original_author,
+                repost_of_reply_to=original_reply_to,
             ),
             events.Engaged(events.REPOST, user.pk, original),
         ]
@@ -388,7 +423,7 @@ def repost_delete(*, user: User, tweet_id: int) -> int:
         None
         if resolved is None
         else Tweet.objects.select_for_update()
-        .filter(author_id=user.pk, repost_of_id=resolved[0])
+        .filter(author_id=user.pk, repost_of_id=resolved.id)
         .first()
     )
     if repost is None:
@@ -418,7 +453,7 @@ def _unrepost(repost: Tweet) -> int:
 def like_create(*, user: User, tweet_id: int) -> Written:
     """Like the tweet ``tweet_id`` shows (a repost's id likes its original);
     liking it again changes nothing."""
-    original, _ = _engageable(user, tweet_id)
+    original = _engageable(user, tweet_id).id
     try:
         with transaction.atomic():
             Like.objects.create(user=user, tweet_id=original)
@@ -434,10 +469,10 @@ def like_delete(*, user: User, tweet_id: int) -> int:
     resolved = _original_of(tweet_id)
     if resolved is None:
         return outbox.high_water_seq()
-    deleted, _ = Like.objects.filter(user_id=user.pk, tweet_id=resolved[0]).delete()
+    deleted, _ = Like.objects.filter(user_id=user.pk, tweet_id=resolved.id).delete()
     if not deleted:
         return outbox.high_water_seq()
-    return outbox.append(events.Disengaged(events.LIKE, user.pk, resolved[0]))
+    return outbox.append(events.Disengaged(events.LIKE, user.pk, resolved.id))
 
 
 #: The counts kept on the user's row (migration 0004), which add_to_count may change.

@@ -24,7 +24,7 @@ from typing import Any
 
 from fanout.model import events, ids
 from fanout.model.author_state import AuthorState
-from fanout.model.engagements import Engagements, count_events
+from fanout.model.engagements import Counts, Engagements, count_events
 from fanout.model.join import Mutation, join_events
 from fanout.store.timelines import TimelineStore
 from load_tests import network
@@ -34,8 +34,8 @@ from load_tests.fanout_rig import Changelog, SteadyLoad, make_tweets
 #: it does, the job writes none either, and neither does the ceiling.
 STORE_WRITES_COUNTS = "counts" in inspect.signature(TimelineStore.apply).parameters
 
-#: A batch of the job's writes: bodies, mutations, counts (tweet -> (likes, reposts)).
-Batch = tuple[dict[int, bytes], list[Mutation], dict[int, tuple[int, int]]]
+#: A batch of the job's writes: bodies, mutations, counts (tweet -> (likes, reposts, replies)).
+Batch = tuple[dict[int, bytes], list[Mutation], dict[int, Counts]]
 
 
 def followers_of(pairs: Sequence[tuple[int, int]]) -> dict[int, list[int]]:
@@ -258,7 +258,7 @@ def mixed_mutations(
                 states[author] = result.state
                 bodies.update(result.bodies)
                 mutations += result.mutations
-            counts: dict[int, tuple[int, int]] = {}
+            counts: dict[int, Counts] = {}
             for tweet, envs in by_tweet.items():
                 counted = count_events(tweet, engaged.get(tweet, Engagements.empty()), envs)
                 engaged[tweet] = counted.state

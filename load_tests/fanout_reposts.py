@@ -290,13 +290,15 @@ def entry_memory(
     per_repost = (used["mixed"] - posts_in_mixed * per_post) / max(1, shown["reposts"])
 
     tweets = [gen.next_id() for _ in range(counted)]
-    counts = {t: (int(rnd.lognormvariate(3, 2)), int(rnd.lognormvariate(1, 1.5))) for t in tweets}
+    counts = {
+        t: (int(rnd.lognormvariate(3, 2)), int(rnd.lognormvariate(1, 1.5)), 0) for t in tweets
+    }
     if STORE_WRITES_COUNTS:
         apply(spare, generation, ({}, [], counts))
     else:
         pipe = client.pipeline(transaction=False)
-        for t, (likes, reposts) in counts.items():
-            pipe.set(keys.counts(t, store.shards.tag_of(t)), counts_json(likes, reposts))
+        for t, three in counts.items():
+            pipe.set(keys.counts(t, store.shards.tag_of(t)), counts_json(*three))
         pipe.execute()
     counts_bytes = sum(
         int(client.memory_usage(keys.counts(t, store.shards.tag_of(t)), samples=0) or 0)

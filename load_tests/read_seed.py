@@ -174,7 +174,7 @@ def fill(
         write_counts(
             store,
             generation,
-            {t: (int(draws.lognormvariate(3, 2)), reposts_made.get(t, 0)) for t in posts},
+            {t: (int(draws.lognormvariate(3, 2)), reposts_made.get(t, 0), 0) for t in posts},
         )
     mark_applied(store, generation)
     single_readers = list(users)[: n_users // 2]
@@ -183,8 +183,8 @@ def fill(
     return single_readers, merged_readers
 
 
-def write_counts(store: Any, generation: int, counts: dict[int, tuple[int, int]]) -> None:
-    """Tweets' (likes, reposts) into Redis: through the store where it writes
+def write_counts(store: Any, generation: int, counts: dict[int, tuple[int, int, int]]) -> None:
+    """Tweets' (likes, reposts, replies) into Redis: through the store where it writes
     counts (``apply(..., counts=...)``), else as the job will (a SET of the
     JSON on ``ct:``, fanout/store/keys.py), so reads find them either way."""
     if "counts" in inspect.signature(store.apply).parameters:
@@ -194,8 +194,8 @@ def write_counts(store: Any, generation: int, counts: dict[int, tuple[int, int]]
     from fanout.store import keys
 
     pipe = store.redis.pipeline(transaction=False)
-    for n, (tweet, (likes, reposted)) in enumerate(counts.items()):
-        pipe.set(keys.counts(tweet, store.shards.tag_of(tweet)), counts_json(likes, reposted))
+    for n, (tweet, counted) in enumerate(counts.items()):
+        pipe.set(keys.counts(tweet, store.shards.tag_of(tweet)), counts_json(*counted))
         if n % 2000 == 1999:
             pipe.execute()
     pipe.execute()

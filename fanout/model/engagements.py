@@ -1,12 +1,14 @@
-"""Likes and reposts counted per tweet: the job's other view (pure: no I/O).
+"""Likes, reposts and replies counted per tweet: the job's other view (pure: no I/O).
 
-The ``engagements`` changelog has a row per like and per repost, keyed by
-``kind:user:tweet`` and routed by the (original) tweet. The fanout job keeps,
-per tweet, the set of users who like it and the set who repost it, and
-writes the two counts to Redis as absolute values: replaying a micro-batch
-writes the same numbers again, and a re-sent record (the relay's
-at-least-once) changes no set. One write per tweet per micro-batch, however
-many likes it got in it.
+The ``engagements`` changelog has a row per like, per repost and per reply,
+keyed by ``kind:member:tweet`` and routed by the (original) tweet: the
+member is the user for a like or a repost, the reply's own id for a reply
+(a user may answer a tweet many times). The fanout job keeps, per tweet,
+the set of users who like it, the set who repost it and the set of its
+replies, and writes the three counts to Redis as absolute values:
+replaying a micro-batch writes the same numbers again, and a re-sent
+record (the relay's at-least-once) changes no set. One write per tweet per
+micro-batch, however many likes it got in it.
 
 The sets are sorted ``int64`` arrays: a tweet liked 600,000 times is a 4.8 MB
 state value, merged with a micro-batch's likes in a few milliseconds
@@ -23,51 +25,66 @@ import numpy as np
 
 from fanout.model import events
 
-_VERSION = 1
-_HEADER = struct.Struct("<BII")  # version, n_likes, n_reposts
+_VERSION = 2
+_HEADER = struct.Struct("<BIII")  # version, n_likes, n_reposts, n_replies
+#: Version 1 had no replies.
+_HEADER_V1 = struct.Struct("<BII")  # version, n_likes, n_reposts
 _EMPTY = np.zeros(0, dtype=np.int64)
+
+#: A tweet's (likes, reposts, replies); all 0: it has no counts key.
+Counts = tuple[int, int, int]
 
 
 @dataclass
 class Engagements:
-    """Who likes and who reposts one tweet: sorted unique user ids."""
+    """Who likes and who reposts one tweet (sorted unique user ids), and the
+    replies that answer it (sorted unique tweet ids)."""
 
     likes: np.ndarray
     reposts: np.ndarray
+    replies: np.ndarray
 
     @classmethod
     def empty(cls) -> Engagements:
-        return cls(_EMPTY, _EMPTY)
+        return cls(_EMPTY, _EMPTY, _EMPTY)
 
     @property
-    def counts(self) -> tuple[int, int]:
-        """(likes, reposts)."""
-        return len(self.likes), len(self.reposts)
+    def counts(self) -> Counts:
+        """(likes, reposts, replies)."""
+        return len(self.likes), len(self.reposts), len(self.replies)
 
     def encode(self) -> bytes:
         return (
-            _HEADER.pack(_VERSION, len(self.likes), len(self.reposts))
+            _HEADER.pack(_VERSION, len(self.likes), len(self.reposts), len(self.replies))
             + self.likes.astype("<i8").tobytes()
             + self.reposts.astype("<i8").tobytes()
+            + self.replies.astype("<i8").tobytes()
         )
 
     @classmethod
     def decode(cls, blob: bytes | None) -> Engagements:
         if not blob:
             return cls.empty()
-        version, n_likes, n_reposts = _HEADER.unpack_from(blob)
-        if version != _VERSION:
+        version = blob[0]
+        if version == _VERSION:
+            _, n_likes, n_reposts, n_replies = _HEADER.unpack_from(blob)
+            offset = _HEADER.size
+        elif version == 1:  # written before replies were counted: none
+            _, n_likes, n_reposts = _HEADER_V1.unpack_from(blob)
+            n_replies, offset = 0, _HEADER_V1.size
+        else:
             raise ValueError(f"unknown engagements-state version {version}")
-        body = np.frombuffer(blob, dtype="<i8", offset=_HEADER.size)
-        if len(body) != n_likes + n_reposts:
+        body = np.frombuffer(blob, dtype="<i8", offset=offset)
+        if len(body) != n_likes + n_reposts + n_replies:
             raise ValueError("engagements state is truncated")
-        return cls(body[:n_likes], body[n_likes:])
+        shared = n_likes + n_reposts
+        return cls(body[:n_likes], body[n_likes:shared], body[shared:])
 
 
 @dataclass
 class CountResult:
     state: Engagements
-    #: The state or the counts changed: write them (both 0: delete).
+    #: The state or the counts changed: write them (all 0: delete).
     changed: bool
     #: Records that changed nothing (a like re-sent, an unlike of nothing).
     ignored: int
@@ -76,15 +93,19 @@ class CountResult:
 def count_events(
     tweet_id: int, state: Engagements, envelopes: Iterable[events.Envelope]
 ) -> CountResult:
-    """Apply one tweet's engagement events (in ``seq`` order: per user and
+    """Apply one tweet's engagement events (in ``seq`` order: per member and
     kind the last one wins) to its state."""
     last: dict[tuple[str, int], bool] = {}
     for envelope in sorted(envelopes, key=lambda e: e.seq):
         ev = envelope.event
         if not isinstance(ev, events.Engaged | events.Disengaged) or ev.tweet_id != tweet_id:
             raise ValueError(f"event {ev!r} routed to tweet {tweet_id}")
-        last[(ev.kind, ev.user_id)] = isinstance(ev, events.Engaged)
-    sets = {events.LIKE: state.likes, events.REPOST: state.reposts}
+        last[(ev.kind, ev.member)] = isinstance(ev, events.Engaged)
+    sets = {
+        events.LIKE: state.likes,
+        events.REPOST: state.reposts,
+        events.REPLY: state.replies,
+    }
     ignored = 0
     changed = False
     for kind, current in sets.items():
@@ -97,16 +118,17 @@ def count_events(
         if len(drop):
             merged = np.setdiff1d(merged, drop, assume_unique=True)
         new = len(merged) - before
-        # Each user's last event either changes the set by one or changes nothing.
+        # Each member's last event either changes the set by one or changes nothing.
         moved = int(np.isin(add, current, invert=True).sum()) if len(add) else 0
         moved += int(np.isin(drop, current).sum()) if len(drop) else 0
         ignored += len(add) + len(drop) - moved
         if moved or new:
             changed = True
         sets[kind] = merged
-    return CountResult(Engagements(sets[events.LIKE], sets[events.REPOST]), changed, ignored)
+    counted = Engagements(sets[events.LIKE], sets[events.REPOST], sets[events.REPLY])
+    return CountResult(counted, changed, ignored)
 
 
-def counts_json(likes: int, reposts: int) -> bytes:
+def counts_json(likes: int, reposts: int, replies: int) -> bytes:
     """A tweet's counts as clients see them (``counts`` of a tweet object)."""
-    return b'{"likes":%d,"reposts":%d,"replies":0}' % (likes, reposts)
+    return b'{"likes":%d,"reposts":%d,"replies":%d}' % (likes, reposts, replies)

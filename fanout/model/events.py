@@ -19,10 +19,13 @@ Wire format (KTable style: the topics are tables):
   as written, which its body shows). Names as written never change: a
   rename posts again only the renamed user's own tweets. A post without
   them, and every repost, has none of these fields.
-* topic ``engagements``: key = ``"<kind>:<user_id>:<tweet_id>"`` (``kind`` is
-  ``like`` or ``repost``), value = the row as versioned JSON, undo = tombstone;
-  its join key is the (original) tweet: the job counts each tweet's likes and
-  reposts from it.
+* topic ``engagements``: key = ``"<kind>:<member>:<tweet_id>"``, value = the
+  row as versioned JSON, undo = tombstone; ``kind`` is ``like`` or
+  ``repost`` (the member is the user who likes or reposts the tweet, the
+  value's ``user_id``) or ``reply`` (the member is a reply to the tweet, the
+  value's ``reply_id``: a user may answer a tweet many times). Its join key
+  is the (original) tweet: the job counts each tweet's likes, reposts and
+  replies from it.
 * topic ``timelines``: commands for the fanout job that are not table
   rows: a :class:`TimelineReset` (key = the owner) carries the newest
   entries of one home timeline computed by the database, for the job to
@@ -62,7 +65,10 @@ FILTERS = "filters"
 #: The kinds of engagement counted per original tweet.
 LIKE = "like"
 REPOST = "repost"
-KINDS = (LIKE, REPOST)
+REPLY = "reply"
+KINDS = (LIKE, REPOST, REPLY)
+#: The field that names an engagement's member in its record's value, by kind.
+MEMBER_FIELDS = {LIKE: "user_id", REPOST: "user_id", REPLY: "reply_id"}
 HEADER_SEQ = "seq"
 HEADER_JOIN_KEY = "jk"
 HEADER_MARK = "mark"
@@ -208,10 +214,14 @@ class FiltersSet:
 
 @dataclass(frozen=True, slots=True)
 class Engaged:
-    """``user_id`` likes (or reposts: ``kind``) the original tweet ``tweet_id``."""
+    """``member`` is counted in the original tweet ``tweet_id``'s ``kind``:
+    the user who likes (``LIKE``) or reposts (``REPOST``) it, or the id of a
+    reply that answers it (``REPLY``: a user may answer it many times, each
+    reply counts)."""
 
     kind: str
-    user_id: int
+    #: A user id (likes, reposts) or a reply's id (replies).
+    member: int
     tweet_id: int
 
     @property
@@ -221,10 +231,11 @@ class Engaged:
 
 @dataclass(frozen=True, slots=True)
 class Disengaged:
-    """The like (or repost) of ``tweet_id`` by ``user_id`` is gone."""
+    """``member`` (:class:`Engaged`'s) is no longer counted in ``tweet_id``'s
+    ``kind``: the like or repost undone, the reply gone."""
 
     kind: str
-    user_id: int
+    member: int
     tweet_id: int
 
     @property
@@ -336,8 +347,8 @@ def repost_json(repost_id: int, author: str, original: int) -> bytes:
     )
 
 
-def engagement_key(kind: str, user_id: int, tweet_id: int) -> bytes:
-    return f"{kind}:{user_id}:{tweet_id}".encode("ascii")
+def engagement_key(kind: str, member: int, tweet_id: int) -> bytes:
+    return f"{kind}:{member}:{tweet_id}".encode("ascii")
 
 
 def follow_key(follower_id: int, followee_id: int) -> bytes:
@@ -371,13 +382,13 @@ def encode(event: Event) -> Record:
         value = orjson.dumps(row)
         return Record(TWEETS, str(event.tweet_id).encode("ascii"), value, event.author_id)
     if isinstance(event, Engaged | Disengaged):
-        key = engagement_key(event.kind, event.user_id, event.tweet_id)
+        key = engagement_key(event.kind, event.member, event.tweet_id)
         row_value = (
             orjson.dumps(
                 {
                     "v": SCHEMA_VERSION,
                     "kind": event.kind,
-                    "user_id": event.user_id,
+                    MEMBER_FIELDS[event.kind]: event.member,
                     "tweet_id": event.tweet_id,
                 }
             )
@@ -664,17 +675,19 @@ def decode_record(
             _check_conversation(event)
     elif topic == ENGAGEMENTS:
         kind, _, rest = key.decode("ascii", "replace").partition(":")
-        user_raw, colon, tweet_raw = rest.partition(":")
+        member_raw, colon, tweet_raw = rest.partition(":")
         if kind not in KINDS or not colon:
-            raise BadEvent(f"engagement key is not 'kind:user:tweet': {key[:40]!r}")
-        user_id = _int_field(user_raw, "user in key")
+            raise BadEvent(f"engagement key is not 'kind:member:tweet': {key[:40]!r}")
+        member = _int_field(member_raw, "member in key")
         tweet_id = _int_field(tweet_raw, "tweet in key")
+        if kind == REPLY and member <= tweet_id:
+            raise BadEvent("a reply is newer than the tweet it answers")
         if value is None:
-            event = Disengaged(kind, user_id, tweet_id)
+            event = Disengaged(kind, member, tweet_id)
         else:
             obj = _load(value)
-            event = Engaged(kind, _id(obj, "user_id"), _id(obj, "tweet_id"))
-            if obj.get("kind") != kind or (event.user_id, event.tweet_id) != (user_id, tweet_id):
+            event = Engaged(kind, _id(obj, MEMBER_FIELDS[kind]), _id(obj, "tweet_id"))
+            if obj.get("kind") != kind or (event.member, event.tweet_id) != (member, tweet_id):
                 raise BadEvent("engagement key does not match its value")
     elif topic == TIMELINES:
         owner_id = _int_field(key, "timeline owner key")

@@ -11,7 +11,7 @@ import functools
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
-from fanout.model.engagements import counts_json
+from fanout.model.engagements import Counts, counts_json
 from fanout.store import keys
 from fanout.store.ops import HEADER, IDLE, entries_in, pack_ids, pack_view
 from fanout.store.redis_conn import Client, Command, command, run
@@ -137,15 +137,15 @@ class TimelineBulk:
         that is there changes nothing."""
         return self._set_many((keys.tweet(t, self.shards.tag_of(t)), b) for t, b in bodies)
 
-    def write_counts(self, counts: Mapping[int, tuple[int, int]]) -> int:
+    def write_counts(self, counts: Mapping[int, Counts]) -> int:
         """Set tweets' counts (``ct:``, shared by all generations, like bodies):
         a rebuild's, computed from the changelog at its snapshot. The fanout
-        job rewrites a tweet's at its next like or repost, so counts that moved
+        job rewrites a tweet's at its next like, repost or reply, so counts that moved
         since the snapshot are right again once it has caught up."""
         return self._set_many(
-            (keys.counts(t, self.shards.tag_of(t)), counts_json(likes, reposts))
-            for t, (likes, reposts) in counts.items()
-            if likes or reposts
+            (keys.counts(t, self.shards.tag_of(t)), counts_json(*counted))
+            for t, counted in counts.items()
+            if any(counted)
         )
 
     def _set_many(self, items: Iterable[tuple[str, bytes]]) -> int:

@@ -57,7 +57,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from fanout.model.engagements import counts_json
+from fanout.model.engagements import Counts, counts_json
 from fanout.model.join import Mutation, Op, aside, winners
 from fanout.store.keys import Shards
 
@@ -398,8 +398,8 @@ class ShardedOps(NamedTuple):
     timelines: dict[str, list[TimelineOp]]
     #: The authors whose lists unpulls need the version of.
     unpulled: list[int]
-    #: tag -> originals' counts (likes, reposts): by the tweet's shard, like bodies.
-    counts: dict[str, dict[int, tuple[int, int]]]
+    #: tag -> originals' counts (likes, reposts, replies): by the tweet's shard, like bodies.
+    counts: dict[str, dict[int, Counts]]
 
 
 def split_by_shard(
@@ -407,7 +407,7 @@ def split_by_shard(
     ops: Sequence[TimelineOp],
     deleted: Sequence[int],
     shards: Shards,
-    counts: Mapping[int, tuple[int, int]] | None = None,
+    counts: Mapping[int, Counts] | None = None,
 ) -> ShardedOps:
     """Cut :func:`group_by_timeline`'s output by shard (fanout.store.keys.Shards), each
     op keeping its order within its shard."""
@@ -417,8 +417,8 @@ def split_by_shard(
         out.bodies.setdefault(tag(tweet), ({}, []))[1].append(tweet)
     for tweet, body in bodies.items():
         out.bodies.setdefault(tag(tweet), ({}, []))[0][tweet] = body
-    for tweet, pair in (counts or {}).items():
-        out.counts.setdefault(tag(tweet), {})[tweet] = pair
+    for tweet, counted in (counts or {}).items():
+        out.counts.setdefault(tag(tweet), {})[tweet] = counted
     for op in ops:
         if op.op is Op.LIST:
             out.lists.setdefault(tag(op.owner), []).append(op)
@@ -453,7 +453,7 @@ def unpack_triples(packed: bytes) -> list[tuple[int, int, int]]:
     return list(zip(flat[::3], flat[1::3], flat[2::3], strict=True))
 
 
-#: The counts of an original no one liked or reposted (the key is absent).
+#: The counts of an original no one liked, reposted or answered (the key is absent).
 NO_COUNTS = b'{"likes":0,"reposts":0,"replies":0}'
 
 
@@ -509,15 +509,15 @@ def encode_ops(
     deleted: Sequence[int],
     chunk: int,
     versions: Mapping[int, int] | None = None,
-    counts: Mapping[int, tuple[int, int]] | None = None,
+    counts: Mapping[int, Counts] | None = None,
 ) -> list[list[Any]]:
     """The apply script's arguments, cut into calls of about ``chunk`` units of
     work each (an id, :data:`BODY_BYTES` of a body, :data:`OP_COST` per op), so
     one call blocks Redis for milliseconds, not tens of them. Bodies of deleted
     tweets go first, then new bodies and counts, then timeline ops.
     ``versions``: the version of each unpulled author's list (0 where
-    missing). ``counts``: originals' (likes, reposts), written as absolute
-    values (both 0: the key is deleted)."""
+    missing). ``counts``: originals' (likes, reposts, replies), written as
+    absolute values (all 0: the key is deleted)."""
     chunks: list[list[Any]] = []
     current: list[Any] = []
     weight = 0
@@ -530,8 +530,8 @@ def encode_ops(
         if weight >= chunk:
             chunks.append(current)
             current, weight = [], 0
-    for tweet_id, (likes, reposts) in (counts or {}).items():
-        text = counts_json(likes, reposts) if likes or reposts else ""
+    for tweet_id, counted in (counts or {}).items():
+        text = counts_json(*counted) if any(counted) else ""
         current += [OpCode.COUNTS, tweet_id, text]
         weight += 1
         if weight >= chunk:

@@ -166,7 +166,7 @@ class TimelineReads:
         return self._get_many([keys.tweet(t, self.shards.tag_of(t)) for t in tweets])
 
     def counts(self, tweet_ids: Sequence[int]) -> list[bytes | None]:
-        """The originals' counts texts (``{"likes":L,"reposts":R,"replies":0}``,
+        """The originals' counts texts (``{"likes":L,"reposts":R,"replies":N}``,
         None where there are none: all 0), read like :meth:`bodies`."""
         return self._get_many([keys.counts(t, self.shards.tag_of(t)) for t in tweet_ids])
 

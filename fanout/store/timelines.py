@@ -33,6 +33,7 @@ import orjson
 import redis
 
 from fanout.config import StarlingConfig
+from fanout.model.engagements import Counts
 from fanout.model.join import SLACK, Mutation
 from fanout.model.watermark import Watermark
 from fanout.store import keys
@@ -176,7 +177,7 @@ class TimelineStore(TimelineReads, TimelineBulk, GenerationStore, RebuildChannel
         bodies: Mapping[int, bytes],
         mutations: Iterable[Mutation],
         *,
-        counts: Mapping[int, tuple[int, int]] | None = None,
+        counts: Mapping[int, Counts] | None = None,
     ) -> ApplyStats:
         """Apply tweet bodies, then the mutations grouped per timeline; idempotent.
 
@@ -184,8 +185,8 @@ class TimelineStore(TimelineReads, TimelineBulk, GenerationStore, RebuildChannel
         ones first) and counts, the pulled authors' lists, the timelines. A
         read then never finds an id without its body, nor a pulled author
         without a list, and a deleted tweet leaves every timeline at once.
-        ``counts``: original tweet id -> (likes, reposts), absolute values
-        (``ct:``, in the tweet's shard; both 0 deletes the key).
+        ``counts``: original tweet id -> (likes, reposts, replies), absolute
+        values (``ct:``, in the tweet's shard; all 0 deletes the key).
 
         Raises :class:`GenerationMissing` if ``generation`` is not in Redis
         (nothing is written then: a flushed Redis is not silently refilled

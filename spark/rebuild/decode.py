@@ -91,7 +91,7 @@ def _decode(
     if isinstance(ev, events.FiltersSet):
         return Slow(FILTER, ev.owner_id, ids=list(ev.hidden), seq=seq)
     if isinstance(ev, events.Engaged):
-        return Slow(ev.kind, ev.tweet_id, ev.user_id, seq=seq)
+        return Slow(ev.kind, ev.tweet_id, ev.member, seq=seq)
     if isinstance(ev, events.TimelineReset):
         return Slow("command", seq=seq)
     return Slow("gone", seq=seq)
@@ -212,8 +212,9 @@ def decode_records(
     c=its original, d=the original's author, 0 in records written before it
     was carried), a live follow (a=followee, b=follower): a ``follow``, a
     ``quiet`` one (the followee's reposts off) or a ``muted`` one, a
-    ``filter`` (a=the owner, ids=its hidden users, ascending), a ``like`` or
-    a ``repost`` engagement (a=tweet, b=user), ``gone`` (a tombstone), a
+    ``filter`` (a=the owner, ids=its hidden users, ascending), a ``like``,
+    ``repost`` or ``reply`` engagement (a=tweet, b=its member: the user, or
+    the reply's id), ``gone`` (a tombstone), a
     ``mark`` (a=partition, b=the mark's seq), a ``command`` (a timeline
     reset, which a rebuild has no use for) or ``bad`` (with the error).
     Reposts, flagged follows, filters and engagements take the Python path

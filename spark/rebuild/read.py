@@ -42,7 +42,7 @@ from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, Inp
 
 from fanout.config import StarlingConfig, TopicNames
 from fanout.model import events
-from fanout.model.engagements import Engagements
+from fanout.model.engagements import Counts, Engagements
 from fanout.model.join import newest_entries, rebuilt_author_state
 from fanout.model.partitioning import partitions_of
 from fanout.store.timelines import store_for
@@ -96,8 +96,8 @@ class Row(enum.IntEnum):
     #: ``authors``, ``kept`` ids, ``edges``, ``misplaced`` records) in ``a``;
     #: ``name`` ``seq``: the largest seq read, in ``a``.
     TALLY = 5
-    #: A tweet's likes and reposts: ``a`` the tweet, ``blob`` the fanout
-    #: job's state of them (fanout.model.engagements).
+    #: A tweet's likes, reposts and replies: ``a`` the tweet, ``blob`` the
+    #: fanout job's state of them (fanout.model.engagements).
     ENGAGEMENTS = 6
     #: An owner's filter: ``a`` the owner, ``hidden`` the users whose reposts
     #: its timeline leaves out (ascending; an empty filter has no row).
@@ -235,12 +235,13 @@ class PartitionJoin:
     hidden: dict[int, list[int]] = field(default_factory=dict)  # owner -> hidden users
     likers: _Pairs = field(default_factory=_Pairs)  # (tweet, user) of the engagements
     reposters: _Pairs = field(default_factory=_Pairs)  # (tweet, user) of the engagements
+    replies: _Pairs = field(default_factory=_Pairs)  # (tweet, reply) of the engagements
     tally: Counter[str] = field(default_factory=Counter)
     other: list[dict[str, Any]] = field(default_factory=list)  # marks, bad records
     seq: int = 0
     bad_kept: int = 0
-    #: The engaged tweets' (likes, reposts), once :meth:`rows` has read them.
-    counts: dict[int, tuple[int, int]] = field(default_factory=dict)
+    #: The engaged tweets' (likes, reposts, replies), once :meth:`rows` has read them.
+    counts: dict[int, Counts] = field(default_factory=dict)
 
     def add(self, batch: pa.RecordBatch) -> None:
         """Take in a chunk of one topic's decoded records."""
@@ -273,6 +274,7 @@ class PartitionJoin:
                     self.hidden[row["a"]] = row["ids"]
         self.likers.add(batch, pc.equal(kind, events.LIKE).fill_null(False))
         self.reposters.add(batch, pc.equal(kind, events.REPOST).fill_null(False))
+        self.replies.add(batch, pc.equal(kind, events.REPLY).fill_null(False))
         for row in batch.filter(pc.is_in(kind, pa.array(["mark", "bad"]))).to_pylist():
             if row["kind"] == "mark":
                 self.other.append(
@@ -377,19 +379,23 @@ class PartitionJoin:
         )
 
     def _engagements(self, topics: TopicNames) -> Iterator[pa.RecordBatch]:
-        """Every liked or reposted tweet's engagements (rows of ``ENGAGEMENTS``),
-        and their counts in ``self.counts``."""
+        """Every liked, reposted or answered tweet's engagements (rows of
+        ``ENGAGEMENTS``), and their counts in ``self.counts``."""
         liked, likers, like_offsets = self.likers.arrays()
         shared, reposters, repost_offsets = self.reposters.arrays()
-        self.likers = self.reposters = _Pairs()
-        tweets = np.concatenate((liked, shared))
-        offsets = np.concatenate((like_offsets, repost_offsets))
+        answered, replies, reply_offsets = self.replies.arrays()
+        self.likers = self.reposters = self.replies = _Pairs()
+        tweets = np.concatenate((liked, shared, answered))
+        offsets = np.concatenate((like_offsets, repost_offsets, reply_offsets))
         yield from self._misplaced(topics.engagements, tweets, offsets, np.unique(tweets))
         like_sets, repost_sets = _groups(liked, likers)[1], _groups(shared, reposters)[1]
+        reply_sets = _groups(answered, replies)[1]
         out: dict[str, list[Any]] = {"a": [], "blob": []}
-        for tweet in sorted(like_sets.keys() | repost_sets.keys()):
+        for tweet in sorted(like_sets.keys() | repost_sets.keys() | reply_sets.keys()):
             state = Engagements(
-                np.unique(like_sets.get(tweet, _NONE)), np.unique(repost_sets.get(tweet, _NONE))
+                np.unique(like_sets.get(tweet, _NONE)),
+                np.unique(repost_sets.get(tweet, _NONE)),
+                np.unique(reply_sets.get(tweet, _NONE)),
             )
             self.counts[tweet] = state.counts
             out["a"].append(tweet)

@@ -32,6 +32,7 @@ from typing import Any
 
 import orjson
 
+from fanout.model.engagements import Counts
 from fanout.model.join import Mutation, Op
 
 #: The route of a first bundle: it is written where it is made, never shuffled.
@@ -50,8 +51,8 @@ class Bundle:
     dead_letters: list[dict[str, Any]] = field(default_factory=list)
     #: The relay marks among its records, per ``topic/partition`` (fanout.model.watermark).
     marks: dict[str, int] = field(default_factory=dict)
-    #: Tweets' (likes, reposts) that changed: written as they are (both 0: deleted).
-    counts: dict[int, tuple[int, int]] = field(default_factory=dict)
+    #: Tweets' (likes, reposts, replies) that changed: written as they are (all 0: deleted).
+    counts: dict[int, Counts] = field(default_factory=dict)
 
 
 def encode_bundle(b: Bundle) -> bytes:
@@ -79,7 +80,7 @@ def encode_bundle(b: Bundle) -> bytes:
             ],
             "d": b.dead_letters,
             "k": b.marks,
-            "c": [[t, likes, reposts] for t, (likes, reposts) in b.counts.items()],
+            "c": [[t, *counted] for t, counted in b.counts.items()],
         }
     )
 
@@ -109,7 +110,7 @@ def decode_bundle(raw: bytes) -> Bundle:
         ],
         dead_letters=obj["d"],
         marks=obj.get("k", {}),
-        counts={t: (likes, reposts) for t, likes, reposts in obj.get("c", [])},
+        counts={t: (likes, reposts, replies) for t, likes, reposts, replies in obj.get("c", [])},
     )
 
 

@@ -35,6 +35,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from fanout.config import StarlingConfig
+from fanout.model.engagements import Counts
 from fanout.model.join import Mutation, Op
 from fanout.model.watermark import batch_duration_counters, contiguous, merge_marks
 from fanout.store.timelines import TimelineStore, store_for
@@ -104,7 +105,7 @@ class _Writer:
         self.totals: dict[str, Any] = dict.fromkeys(_NUMBERS, 0)
         self.marks: dict[str, int] = {}
         self.bodies: dict[int, bytes] = {}
-        self.counts: dict[int, tuple[int, int]] = {}
+        self.counts: dict[int, Counts] = {}
         self.mutations: list[Mutation] = []
         self.weight = 0
         self.dead: list[dict[str, Any]] = []

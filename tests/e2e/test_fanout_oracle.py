@@ -23,7 +23,9 @@ pytestmark = pytest.mark.spark
 def test_random_workload_matches_the_sql_join(stack: Stack) -> None:
     """Tweets, deletes, follows and unfollows at random, past the cap, with
     reposts (of tweets and of reposts), undone reposts, likes and unlikes,
-    blocks, mutes, their undoing and follows' reposts turned off and on;
+    replies (to tweets, replies and reposts; some of them, or their
+    parents, deleted later), blocks, mutes, their undoing and follows'
+    reposts turned off and on;
     the most followed authors are pulled at read time, some crossing the
     threshold both ways; a fifth of the users go idle half-way (their
     timelines dropped: no fan-out), and half of those come back while the
@@ -35,6 +37,7 @@ def test_random_workload_matches_the_sql_join(stack: Stack) -> None:
         suspensions=0.01,
         engagements=0.25,
         relations=0.06,
+        replies=0.08,
     )
     work.register(200)
     work.run(1500)
@@ -52,7 +55,7 @@ def test_random_workload_matches_the_sql_join(stack: Stack) -> None:
     work.run(1500, on_write=reads)
     assert sum(work.counts.values()) >= 2800
     assert min(work.counts[k] for k in ("tweet", "delete", "follow", "unfollow")) > 100
-    assert min(work.counts[k] for k in ("repost", "unrepost", "like", "unlike")) > 20
+    assert min(work.counts[k] for k in ("repost", "unrepost", "like", "unlike", "reply")) > 20
     assert (
         min(work.counts.get(k, 0) for k in ("block", "unblock", "mute", "unmute", "reposts_off"))
         > 5
@@ -65,7 +68,7 @@ def test_random_workload_matches_the_sql_join(stack: Stack) -> None:
     stats = check_against_oracle(stack, active)
     assert stats["timelines"] == len(active) and stats["entries"] > 1500
     assert stats["with_horizon"] > 0 and stats["at_the_cap"] > 0  # the cap was reached
-    assert stats["counted"] > 100
+    assert stats["counted"] > 100 and stats["answered"] > 20
     store, ids = stack.store, dict(stack.sql("SELECT username, id FROM feed_user"))
     generation = store.active_generation()
     assert generation is not None

@@ -12,6 +12,8 @@ from fanout.model import events, ids
 
 ID = st.integers(min_value=1, max_value=ids.MAX_ID)
 TEXT = st.text(min_size=1, max_size=280)
+#: The kinds of engagement whose member is a user.
+USERS_ENGAGE = (events.LIKE, events.REPOST)
 EVENTS = st.one_of(
     st.builds(
         events.TweetPosted, tweet_id=ID, author_id=ID, author=st.text(max_size=30), text=TEXT
@@ -73,8 +75,17 @@ EVENTS = st.one_of(
         ID,
         st.lists(ID, max_size=10),
     ),
-    st.builds(events.Engaged, kind=st.sampled_from(events.KINDS), user_id=ID, tweet_id=ID),
-    st.builds(events.Disengaged, kind=st.sampled_from(events.KINDS), user_id=ID, tweet_id=ID),
+    st.builds(events.Engaged, kind=st.sampled_from(USERS_ENGAGE), member=ID, tweet_id=ID),
+    st.builds(events.Disengaged, kind=st.sampled_from(USERS_ENGAGE), member=ID, tweet_id=ID),
+    # A reply's engagement: its member is the reply, newer than the tweet it answers.
+    st.builds(
+        lambda parent, gap, on: (events.Engaged if on else events.Disengaged)(
+            events.REPLY, parent + gap, parent
+        ),
+        st.integers(min_value=1, max_value=ids.MAX_ID // 2),
+        st.integers(min_value=1, max_value=ids.MAX_ID // 2),
+        st.booleans(),
+    ),
 )
 
 
@@ -419,6 +430,37 @@ def test_an_engagement_is_routed_by_its_tweet_and_checked_against_its_key() -> N
             events.decode(events.ENGAGEMENTS, key, record.value, hdrs)
     gone = events.decode(events.ENGAGEMENTS, b"repost:7:40", None, hdrs)
     assert gone.event == events.Disengaged(events.REPOST, 7, 40)
+
+
+def test_a_reply_s_engagement_is_keyed_by_the_reply_and_routed_by_its_parent() -> None:
+    record = events.encode(events.Engaged(events.REPLY, 52, 40))
+    assert (record.topic, record.key, record.join_key) == (events.ENGAGEMENTS, b"reply:52:40", 40)
+    value = record.value or b""
+    # Its value names the member as what it is: a reply, not a user.
+    assert orjson.loads(value) == {
+        "v": 1,
+        "kind": "reply",
+        "reply_id": 52,
+        "tweet_id": 40,
+    }
+    hdrs = events.headers(3, 40)
+    assert events.decode(events.ENGAGEMENTS, record.key, value, hdrs).event == (
+        events.Engaged(events.REPLY, 52, 40)
+    )
+    gone = events.decode(events.ENGAGEMENTS, b"reply:52:40", None, hdrs)
+    assert gone.event == events.Disengaged(events.REPLY, 52, 40)
+    # A like's value names a user, as it always did (records already on the topic).
+    like = events.encode(events.Engaged(events.LIKE, 7, 40))
+    assert orjson.loads(like.value or b"")["user_id"] == 7
+    bad = [
+        (b"reply:40:40", None, "newer"),  # a reply is newer than its parent
+        (b"reply:39:40", None, "newer"),
+        (b"reply:52:40", value.replace(b"reply_id", b"user_id"), "reply_id"),
+        (b"reply:53:40", value, "does not match"),
+    ]
+    for key, value, reason in bad:
+        with pytest.raises(events.BadEvent, match=reason):
+            events.decode(events.ENGAGEMENTS, key, value, hdrs)
 
 
 def test_a_reposts_body_names_its_original() -> None:

@@ -154,7 +154,7 @@ def test_a_record_outside_its_join_keys_partition_is_named() -> None:
 
 def test_reposts_keep_their_originals_and_engagements_become_states_and_counts() -> None:
     ann, bob = in_partition(0, 2)
-    liked = next(t for t in range(3000, 3100) if partition_for(t, PARTITIONS) == 0)
+    liked, answered = [t for t in range(3000, 3100) if partition_for(t, PARTITIONS) == 0][:2]
     join = PartitionJoin(0, PARTITIONS, cap=2, slack=1, pull_threshold=0)
     posts = [events.TweetPosted(liked, ann, "ann", "hi")]
     posts += [events.TweetPosted(liked + 10, bob, "bob", "", liked)]  # bob reposts it
@@ -165,6 +165,10 @@ def test_reposts_keep_their_originals_and_engagements_become_states_and_counts()
         events.Engaged(events.LIKE, ann, liked),
         events.Engaged(events.REPOST, bob, liked),
         events.Engaged(events.REPOST, ann, liked),
+        # Replies are counted by the reply: two of ann's to ``liked``, one to ``answered``.
+        events.Engaged(events.REPLY, liked + 30, liked),
+        events.Engaged(events.REPLY, liked + 31, liked),
+        events.Engaged(events.REPLY, answered + 40, answered),
     ]
     join.add(decoded("p.engagements", engaged, first_offset=10))
     rows = rows_of(join)
@@ -173,10 +177,11 @@ def test_reposts_keep_their_originals_and_engagements_become_states_and_counts()
     assert states[ann]["origins"] == [liked, liked]
     assert states[bob]["origins"] == [liked]
     assert AuthorState.decode(states[ann]["blob"]).originals == {liked + 20: liked}
-    (counted,) = [r for r in rows if r["kind"] == Row.ENGAGEMENTS]
-    assert counted["a"] == liked
-    assert Engagements.decode(counted["blob"]).counts == (2, 2)
-    assert join.counts == {liked: (2, 2)}
+    counted = {r["a"]: r["blob"] for r in rows if r["kind"] == Row.ENGAGEMENTS}
+    assert set(counted) == {liked, answered}
+    assert Engagements.decode(counted[liked]).counts == (2, 2, 2)
+    assert Engagements.decode(counted[answered]).replies.tolist() == [answered + 40]
+    assert join.counts == {liked: (2, 2, 2), answered: (0, 0, 1)}
     assert not [r for r in rows if r["kind"] == Row.MISPLACED]
 
 

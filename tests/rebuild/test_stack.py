@@ -118,7 +118,10 @@ def dry_run(stack: Stack, *args: str) -> dict:
 def test_after_flushall_one_rebuild_brings_every_timeline_back(stack: Stack) -> None:
     # With blocks, mutes and follows with reposts off: the rebuild writes the
     # owners' filters and screens the timelines with them, as the job does.
-    work = Workload(stack, random.Random(12), prefix="fl", engagements=0.2, relations=0.15)
+    # With likes, reposts and replies: it writes the counts, as the job does.
+    work = Workload(
+        stack, random.Random(12), prefix="fl", engagements=0.2, relations=0.15, replies=0.15
+    )
     work.register(30)
     work.run(300)
     assert min(work.counts.get(k, 0) for k in ("block", "mute", "reposts_off")) > 0, work.counts
@@ -147,6 +150,7 @@ def test_after_flushall_one_rebuild_brings_every_timeline_back(stack: Stack) -> 
     assert stack.store.screened(generation, users), "no owner's view is screened"
     stats = check_against_oracle(stack, all_users(stack))
     assert stats["timelines"] == len(all_users(stack))
+    assert stats["answered"] > 0  # counts with replies, from the rebuild alone
     found = stack.store.timeline(generation, user_id(stack, cy))
     assert found is not None and found.ids == [own], found
     print(f"\nrebuild after flushall: {stats}; {work.counts}")

@@ -34,7 +34,7 @@ def original_author(original: int) -> int:
 class Batch:
     bodies: dict[int, bytes]
     mutations: list[Mutation]
-    counts: dict[int, tuple[int, int]]
+    counts: dict[int, tuple[int, int, int]]
 
 
 @dataclass
@@ -99,7 +99,7 @@ class RepostWorkload:
     def batch(self) -> Batch:
         rnd = self.rnd
         bodies: dict[int, bytes] = {}
-        counts: dict[int, tuple[int, int]] = {}
+        counts: dict[int, tuple[int, int, int]] = {}
         mutations: list[Mutation] = []
         for _ in range(rnd.randint(1, 4)):
             self.seq += 1
@@ -229,7 +229,11 @@ class RepostWorkload:
                             quiet=rnd.random() < 0.4,
                         )
                     )
-            else:  # likes and reposts counted
+            else:  # likes, reposts and replies counted
                 for o in self._some(2):
-                    counts[self.minted[o]] = (rnd.randint(0, 2), rnd.randint(0, 1))
+                    counts[self.minted[o]] = (
+                        rnd.randint(0, 2),
+                        rnd.randint(0, 1),
+                        rnd.randint(0, 1),
+                    )
         return Batch(bodies, mutations, counts)

@@ -109,14 +109,16 @@ def test_a_reset_carries_its_pairs_and_leaves_out_reposts_of_deleted_originals(
 
 
 def test_counts_are_written_absolute_and_read_by_id(store: TimelineStore) -> None:
-    store.apply(GEN, {}, [], counts={5: (2, 1), 6: (0, 3)})
-    assert store.counts([5, 6, 7]) == [
-        b'{"likes":2,"reposts":1,"replies":0}',
+    store.apply(GEN, {}, [], counts={5: (2, 1, 4), 6: (0, 3, 0), 8: (0, 0, 2)})
+    assert store.counts([5, 6, 7, 8]) == [
+        b'{"likes":2,"reposts":1,"replies":4}',
         b'{"likes":0,"reposts":3,"replies":0}',
         None,
+        b'{"likes":0,"reposts":0,"replies":2}',
     ]
-    store.apply(GEN, {}, [], counts={5: (0, 0)})  # both 0: no key
+    store.apply(GEN, {}, [], counts={5: (0, 0, 0), 8: (0, 0, 1)})  # all 0: no key
     assert store.counts([5]) == [None] and not store.redis.exists(keys.counts(5))
+    assert store.counts([8]) == [b'{"likes":0,"reposts":0,"replies":1}']
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -143,7 +145,7 @@ def test_a_page_composes_reposts_with_their_originals_and_counts(
         GEN,
         bodies,
         [Mutation(Op.ADD, (7,), tuple(bodies), 0, 1, reposts=reposts)],
-        counts={1000: (3, 1), 1004: (1, 0)},
+        counts={1000: (3, 1, 2), 1004: (1, 0, 0)},
     )
     store.apply(GEN, {}, [Mutation(Op.DELETE_BODY, (), (1001,))])
     page = store.read_page(7, count=10)
@@ -168,10 +170,10 @@ def test_a_page_composes_reposts_with_their_originals_and_counts(
             "mentions": [],
             "created_at": events.created_at_iso(1002),
             "repost_of": {"id": 1000, "author": "ann", "created_at": original["created_at"]},
-            "counts": {"likes": 3, "reposts": 1, "replies": 0},
+            "counts": {"likes": 3, "reposts": 1, "replies": 2},
         },
     ]  # 1003's original is gone, and 1000 is hidden by its repost
-    counts = b'{"likes":3,"reposts":1,"replies":0}'
+    counts = b'{"likes":3,"reposts":1,"replies":2}'
     expected = [compose(bodies[1004], None, b'{"likes":1,"reposts":0,"replies":0}')]
     expected.append(compose(bodies[1002], post, counts))
     assert (
@@ -200,6 +202,15 @@ def test_the_rebuilds_bulk_writes_pack_winners_and_pairs(store: TimelineStore) -
     assert page.status == "ok"
     assert [t["id"] for t in orjson.loads(page.body)["tweets"]] == []  # no bodies written
     assert page.body.endswith(b'"next_max_id":39}')  # 45, 40: two entries past 50's hiding
+
+
+def test_the_rebuilds_counts_are_written_where_one_is_not_0(store: TimelineStore) -> None:
+    assert store.write_counts({5: (1, 0, 0), 6: (0, 0, 3), 7: (0, 0, 0)}) == 2
+    assert store.counts([5, 6, 7]) == [
+        b'{"likes":1,"reposts":0,"replies":0}',
+        b'{"likes":0,"reposts":0,"replies":3}',
+        None,
+    ]
 
 
 @pytest.mark.parametrize("window", [3, 32])

@@ -25,7 +25,7 @@ def test_bundles_round_trip() -> None:
         ],
         dead_letters=[{"topic": "t", "partition": 0, "offset": 1, "error": "x"}],
         marks={"p.tweets/0": 12},
-        counts={5: (3, 1), 6: (0, 0)},
+        counts={5: (3, 1, 2), 6: (0, 0, 0)},
     )
     assert decode_bundle(encode_bundle(bundle)) == bundle
 

@@ -269,11 +269,12 @@ def test_a_timeline_reset_becomes_a_reset_of_its_owner() -> None:
     assert bundle.mutations == [Mutation(Op.RESET, (8,), (100, 200), 100, 12, 11)]
 
 
-def test_a_tweets_likes_and_reposts_are_counted_once_per_batch_beside_the_authors() -> None:
+def test_a_tweets_likes_reposts_and_replies_are_counted_once_per_batch_beside_the_authors() -> None:
     processor = JoinProcessor(TOPICS, cap=2, slack=1)
     handle = FakeHandle()
     processor.init(handle)
-    liked = Engagements(np.array([8], dtype=np.int64), np.zeros(0, dtype=np.int64))
+    none = np.zeros(0, dtype=np.int64)
+    liked = Engagements(np.array([8], dtype=np.int64), none, none)
     processor.handleInitialState(
         (BUCKET,), Row(join_key=50, blob=liked.encode(), kind=ENGAGEMENTS_STATE), None
     )
@@ -287,14 +288,30 @@ def test_a_tweets_likes_and_reposts_are_counted_once_per_batch_beside_the_author
             row(events.TweetPosted(60, 9, "bob", "", 50), 5),
             row(events.Engaged(events.LIKE, 9, 313), 6),
             row(events.Disengaged(events.LIKE, 9, 313), 7),  # undone in the same batch
+            # Two replies to 50 (one sent twice), one to 314: members are the replies.
+            row(events.Engaged(events.REPLY, 70, 50), 8),
+            row(events.Engaged(events.REPLY, 71, 50), 9),
+            row(events.Engaged(events.REPLY, 70, 50), 10),
+            row(events.Engaged(events.REPLY, 400, 314), 11),
         ],
     )
-    assert bundle.counts == {50: (2, 1)}
-    assert bundle.ignored == 2  # the re-sent like, and the like of 313 undone
-    assert Engagements.decode(handle.maps["engagements"][(50,)][0]).counts == (2, 1)
+    assert bundle.counts == {50: (2, 1, 2), 314: (0, 0, 1)}
+    # The re-sent like and the like of 313 undone (a reply sent twice in one
+    # batch is one member's last event).
+    assert bundle.ignored == 2
+    assert Engagements.decode(handle.maps["engagements"][(50,)][0]).counts == (2, 1, 2)
     assert (313,) not in handle.maps["engagements"]
     assert [m.reposts for m in bundle.mutations if m.op is Op.ADD] == [
         ((60, 50, 0),)
     ]  # (its original's author not given)
-    gone = run(processor, BUCKET, [row(events.Disengaged(events.LIKE, 8, 50), 8)])
-    assert gone.counts == {50: (1, 1)}
+    gone = run(
+        processor,
+        BUCKET,
+        [
+            row(events.Disengaged(events.LIKE, 8, 50), 12),
+            row(events.Disengaged(events.REPLY, 70, 50), 13),
+            row(events.Disengaged(events.REPLY, 400, 314), 14),  # its only reply: no state
+        ],
+    )
+    assert gone.counts == {50: (1, 1, 1), 314: (0, 0, 0)}
+    assert (314,) not in handle.maps["engagements"]

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from fanout.model import events
 from fanout.model.author_state import AuthorState
-from fanout.model.engagements import Engagements, count_events
+from fanout.model.engagements import Counts, Engagements, count_events
 from fanout.model.join import Mutation, join_events, winners
 from tests.support.timeline_model import TimelineModel, View, oracle
 
@@ -44,24 +44,29 @@ class Log:
             next(self.seq), events.TweetPosted(t, author, f"u{author}", f"tweet {t}")
         )
 
-    def reply(self, author: int, parent: int, to: int) -> tuple[int, events.Envelope]:
-        """``author`` answers ``parent``, a post by ``to``."""
-        t = self._tweet_id(above=parent)
-        return t, events.Envelope(
-            next(self.seq),
-            events.TweetPosted(
-                t,
-                author,
-                f"u{author}",
-                f"reply {t}",
-                in_reply_to=parent,
-                reply_to=to,
-                reply_to_name=f"u{to}",
-            ),
-        )
-
     def delete(self, author: int, t: int) -> events.Envelope:
         return events.Envelope(next(self.seq), events.TweetDeleted(t, author))
+
+    def answer(
+        self, author: int, parent: int, parent_author: int
+    ) -> tuple[int, list[events.Envelope]]:
+        """``author`` replies to the post ``parent`` (by ``parent_author``): the
+        reply (id above its parent's) and its engagement row, as
+        conversations.tweet_create writes them."""
+        r = self._tweet_id(above=parent)
+        reply = events.TweetPosted(
+            r,
+            author,
+            f"u{author}",
+            f"reply {r}",
+            in_reply_to=parent,
+            reply_to=parent_author,
+            reply_to_name=f"u{parent_author}",
+        )
+        return r, [
+            events.Envelope(next(self.seq), reply),
+            self.engage(events.REPLY, r, parent),
+        ]
 
     def repost(
         self,
@@ -111,8 +116,8 @@ class Log:
             self.engage(events.REPOST, author, original),
         ]
 
-    def engage(self, kind: str, user: int, t: int, on: bool = True) -> events.Envelope:
-        event: events.Event = (events.Engaged if on else events.Disengaged)(kind, user, t)
+    def engage(self, kind: str, member: int, t: int, on: bool = True) -> events.Envelope:
+        event: events.Event = (events.Engaged if on else events.Disengaged)(kind, member, t)
         return events.Envelope(next(self.seq), event)
 
     def follow(
@@ -182,7 +187,7 @@ class System:
     #: Per tweet: who likes and reposts it (the job's counter state), and the
     #: counts as the store holds them.
     engagements: dict[int, Engagements] = field(default_factory=dict)
-    counts: dict[int, tuple[int, int]] = field(default_factory=dict)
+    counts: dict[int, Counts] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.model = TimelineModel(cap=self.cap, slack=self.slack)
@@ -199,7 +204,7 @@ class System:
             self.engagements[tweet] = counted.state
             if counted.changed:
                 self.counts[tweet] = counted.state.counts
-                if counted.state.counts == (0, 0):
+                if not any(counted.state.counts):
                     del self.counts[tweet]
         bodies: dict[int, bytes] = {}
         mutations: list[Mutation] = []
@@ -292,9 +297,9 @@ def view(model: TimelineModel, user: int) -> list[int]:
 
 @dataclass
 class World:
-    """A workload and the database beside it: the tweet rows (posts and
-    reposts), follows, likes, and the suspended users, whose entries (and the
-    reposts of their tweets) stay in the database but out of every view."""
+    """A workload and the database beside it: the tweet rows (posts, replies
+    and reposts), follows, likes, and the suspended users, whose entries (and
+    the reposts of their tweets) stay in the database but out of every view."""
 
     log: Log
     #: Every tweet row: id -> (author, original or 0 for a post).
@@ -307,7 +312,8 @@ class World:
     mutes: set[tuple[int, int]] = field(default_factory=set)  # (muter, muted)
     #: Follows with reposts off: (follower, followee).
     quiet: set[tuple[int, int]] = field(default_factory=set)
-    #: Replies: id -> (the post it answers, that post's author).
+    #: Every reply: id -> (the post it answers, that post's author), kept
+    #: when either is deleted.
     replied: dict[int, tuple[int, int]] = field(default_factory=dict)
 
     def hidden(self, user: int) -> set[int]:
@@ -357,19 +363,22 @@ class World:
             answers=self.answers,
         )
 
-    def counts(self) -> dict[int, tuple[int, int]]:
-        """Each visible tweet's (likes, reposts) by active users, where not (0, 0)."""
+    def counts(self) -> dict[int, Counts]:
+        """Each tweet's (likes, reposts, replies) by active users, where not
+        all 0 (the counts' view of docs/design.md: its live likes, reposts and
+        direct replies)."""
         active = self.users - self.suspended
-        out: dict[int, tuple[int, int]] = {}
+        out: dict[int, list[int]] = {}
         for user, t in self.likes:
             if user in active and t in self.rows:
-                likes, reposts = out.get(t, (0, 0))
-                out[t] = (likes + 1, reposts)
+                out.setdefault(t, [0, 0, 0])[0] += 1
         for author, original in self.rows.values():
             if original and author in active:
-                likes, reposts = out.get(original, (0, 0))
-                out[original] = (likes, reposts + 1)
-        return out
+                out.setdefault(original, [0, 0, 0])[1] += 1
+        for r, (parent, _) in self.replied.items():
+            if r in self.rows and self.rows[r][0] in active and parent in self.rows:
+                out.setdefault(parent, [0, 0, 0])[2] += 1
+        return {t: (likes, reposts, replies) for t, (likes, reposts, replies) in out.items()}
 
     def _changes(self, before: dict[int, int]) -> list[events.Envelope]:
         """Tombstones and posts for the entries that left or joined the view."""
@@ -395,19 +404,6 @@ class World:
             out.append(env)
         return out
 
-    def reply(self, author: int, t: int) -> list[events.Envelope]:
-        """conversations.tweet_create with ``in_reply_to``: an answer to ``t``'s
-        original, refused where a block stands."""
-        assert author not in self.suspended, "a suspended user cannot post"
-        parent = self.rows[t][1] or t
-        to = self.rows[parent][0]
-        if self.blocked(author, to) or not self.visible(parent):
-            return []  # 403 blocked, 404
-        r, env = self.log.reply(author, parent, to)
-        self.rows[r] = (author, 0)
-        self.replied[r] = (parent, to)
-        return [env]
-
     def repost(self, user: int, t: int) -> list[events.Envelope]:
         """services.repost_create: a repost of ``t``'s original, once per user."""
         original = self.rows[t][1] or t
@@ -418,6 +414,19 @@ class World:
         to = self.replied.get(original, (0, 0))[1]
         r, out = self.log.share(user, original, self.rows[original][0], to)
         self.rows[r] = (user, original)
+        return out
+
+    def reply(self, user: int, t: int) -> list[events.Envelope]:
+        """conversations.tweet_create with ``in_reply_to`` = ``t`` (a repost's
+        id answers its original): refused (nothing) across a block."""
+        assert user not in self.suspended, "a suspended user cannot post"
+        parent = self.rows[t][1] or t
+        parent_author = self.rows[parent][0]
+        if self.blocked(user, parent_author):
+            return []  # 403 blocked
+        r, out = self.log.answer(user, parent, parent_author)
+        self.rows[r] = (user, 0)
+        self.replied[r] = (parent, parent_author)
         return out
 
     def unrepost(self, r: int) -> list[events.Envelope]:
@@ -431,11 +440,12 @@ class World:
 
     def delete(self, t: int) -> events.Envelope:
         """Delete entry ``t`` (for a post, see :meth:`delete_post`)."""
-        self.replied.pop(t, None)
         return self.log.delete(self.rows.pop(t)[0], t)
 
     def delete_post(self, t: int) -> list[events.Envelope]:
-        """services.tweet_delete of a post: its reposts and likes go with it."""
+        """services.tweet_delete of a post: its reposts and likes go with it,
+        its direct replies stay but are no longer counted (their engagements'
+        tombstones), and so does its own engagement if it is a reply."""
         out = []
         for r in sorted(r for r, (_, o) in self.rows.items() if o == t):
             out += self.unrepost(r)
@@ -443,6 +453,11 @@ class World:
             if liked == t:
                 out.append(self.like(user, t, False))
         out.append(self.delete(t))
+        for r in sorted(r for r, (parent, _) in self.replied.items() if parent == t):
+            if r in self.rows:
+                out.append(self.log.engage(events.REPLY, r, t, False))
+        if t in self.replied:
+            out.append(self.log.engage(events.REPLY, t, self.replied[t][0], False))
         return out
 
     def follow(self, follower: int, followee: int) -> events.Envelope:
@@ -487,11 +502,16 @@ class World:
         return [self._follow_record(a, b)]
 
     def _engagements_of(self, user: int, on: bool) -> list[events.Envelope]:
-        """The user's likes and reposts as engagement rows (tombstones: ``on`` False)."""
+        """The user's likes, reposts and replies as engagement rows
+        (tombstones: ``on`` False; a reply whose parent is gone counts
+        nowhere, and is posted again nowhere)."""
         out = [self.log.engage(events.LIKE, u, t, on) for u, t in sorted(self.likes) if u == user]
-        for _, (author, original) in sorted(self.rows.items()):
+        for t, (author, original) in sorted(self.rows.items()):
             if original and author == user:
                 out.append(self.log.engage(events.REPOST, user, original, on))
+            parent = self.replied.get(t, (0, 0))[0]
+            if parent and author == user and (not on or parent in self.rows):
+                out.append(self.log.engage(events.REPLY, t, parent, on))
         return out
 
     def suspend(self, user: int) -> list[events.Envelope]:
@@ -626,9 +646,9 @@ def random_workload(
 ) -> tuple[World, list[events.Envelope]]:
     """A workload over ``users``, where that share of ``suspensions`` of steps
     suspends or reinstates a user, that share of ``engagements`` reposts,
-    undoes a repost, likes or unlikes, and that share of ``relations`` blocks,
-    unblocks, mutes, unmutes, or turns a followee's reposts off or on, and
-    that share of ``replies`` answers a random live entry; with
+    undoes a repost, likes or unlikes, that share of ``replies`` answers a
+    visible tweet, and that share of ``relations`` blocks,
+    unblocks, mutes, unmutes, or turns a followee's reposts off or on; with
     ``resets``, that share of steps also asks
     the database for a reset of a random timeline (see :func:`tables_seen`),
     leaving out the followees it guesses are pulled (those with
@@ -646,8 +666,9 @@ def random_workload(
             envs += _engage(rnd, world, a)
         elif relations and rnd.random() < relations:
             envs += _relate(rnd, world, a, b)
-        elif replies and rnd.random() < replies and live and a not in world.suspended:
-            envs += world.reply(a, rnd.choice(sorted(live)))
+        elif replies and rnd.random() < replies:
+            if a not in world.suspended and live:
+                envs += world.reply(a, rnd.choice(sorted(live)))
         elif roll < 0.45 and a not in world.suspended:  # a suspended user cannot post
             envs += world.post(a)
         elif roll < 0.6 and live:

@@ -61,13 +61,16 @@ ORACLE_SQL = """
               AND h.user_id IN (e.actor_id, e.original_author_id, e.original_reply_to_id)))
     GROUP BY au.owner_id, e.original_id
 """
-#: Every tweet's counts (docs/design.md): its likes and reposts by active users.
+#: Every tweet's counts (docs/design.md): its likes, reposts and direct
+#: replies by active users.
 COUNTS_SQL = """
     SELECT o.id,
            (SELECT COUNT(*) FROM feed_like l JOIN feed_user u ON u.id = l.user_id
             WHERE l.tweet_id = o.id AND u.is_active),
            (SELECT COUNT(*) FROM feed_tweet r JOIN feed_user u ON u.id = r.author_id
-            WHERE r.repost_of_id = o.id AND u.is_active)
+            WHERE r.repost_of_id = o.id AND u.is_active),
+           (SELECT COUNT(*) FROM feed_tweet r JOIN feed_user u ON u.id = r.author_id
+            WHERE r.in_reply_to = o.id AND u.is_active)
     FROM feed_tweet o WHERE o.repost_of_id IS NULL
 """
 PASSWORD = "pw-" + "x" * 12
@@ -78,10 +81,11 @@ class Workload:
     """Registers users, then mixes tweets, deletes, follows and unfollows at
     random, (that share of ``engagements`` of the writes) reposts, undone
     reposts, likes and unlikes, (that share of ``relations``) blocks,
-    unblocks, mutes, unmutes and follows' reposts turned off or on, and (that
+    unblocks, mutes, unmutes and follows' reposts turned off or on, (that
+    share of ``replies``) replies to a tweet, a reply or a repost, and (that
     share of ``suspensions``) a moderator suspends or reinstates one of them.
-    Nothing it asks is refused: it follows, reposts and likes only where no
-    block stands."""
+    Nothing it asks is refused: it follows, reposts, likes and replies only
+    where no block stands."""
 
     stack: Stack
     rnd: random.Random
@@ -104,6 +108,7 @@ class Workload:
     blocks: set[tuple[str, str]] = field(default_factory=set)  # (blocker, blocked)
     mutes: set[tuple[str, str]] = field(default_factory=set)  # (muter, muted)
     quiet: set[tuple[str, str]] = field(default_factory=set)  # follows with reposts off
+    replies: float = 0.0
 
     def blocked(self, a: str, b: str) -> bool:
         return (a, b) in self.blocks or (b, a) in self.blocks
@@ -182,6 +187,10 @@ class Workload:
                 if kind:
                     self.counts[kind] = self.counts.get(kind, 0) + 1
                 continue
+            if self.replies and self.rnd.random() < self.replies:
+                if self.reply(a):
+                    self.counts["reply"] = self.counts.get("reply", 0) + 1
+                continue
             if roll < 0.45:
                 text = " ".join(
                     self.rnd.choice(["hello", "world", "é", "🐦", "starling"]) for _ in range(5)
@@ -222,14 +231,10 @@ class Workload:
         visible = sorted(t for t, a in self.live.items() if a not in self.suspended)
         mine = sorted(r for r, (u, _) in self.reposts.items() if u == user)
         if roll < 0.4 and visible:
-            target = self.rnd.choice(visible + sorted(self.reposts))
-            original = self.reposts[target][1] if target in self.reposts else target
-            if original not in self.live or self.live[original] in self.suspended:
+            found = self._target(user, visible)
+            if found is None:
                 return None
-            if target in self.reposts and self.reposts[target][0] in self.suspended:
-                return None  # a suspended user's repost is not found
-            if self.blocked(user, self.live[original]):
-                return None
+            target, original = found
             made = self.call("POST", f"/tweets/{target}/repost", user)
             self.reposts[made["id"]] = (user, original)
             return "repost"
@@ -254,6 +259,30 @@ class Workload:
             self.likes.discard((user, t))
             return "unlike"
         return None
+
+    def reply(self, user: str) -> bool:
+        """``user`` answers a visible tweet (a post or a reply), or a repost of
+        one (which answers its original); whether a reply was written."""
+        visible = sorted(t for t, a in self.live.items() if a not in self.suspended)
+        found = self._target(user, visible) if visible else None
+        if found is None:
+            return False
+        body = {"text": "a reply", "in_reply_to": found[0]}
+        self.live[self.call("POST", "/tweets", user, body)["id"]] = user
+        return True
+
+    def _target(self, user: str, visible: list[int]) -> tuple[int, int] | None:
+        """One of the ``visible`` tweets or a repost, drawn at random, and its
+        original, if ``user`` may repost it or answer it (None if not)."""
+        target = self.rnd.choice(visible + sorted(self.reposts))
+        original = self.reposts[target][1] if target in self.reposts else target
+        if original not in self.live or self.live[original] in self.suspended:
+            return None
+        if target in self.reposts and self.reposts[target][0] in self.suspended:
+            return None  # a suspended user's repost is not found
+        if self.blocked(user, self.live[original]):
+            return None
+        return target, original
 
     def relate(self, a: str, b: str) -> str | None:
         """``a`` blocks ``b`` (which takes the follows both ways) or mutes them,
@@ -341,7 +370,7 @@ def check_against_oracle(stack: Stack, usernames: list[str]) -> dict[str, int]:
             _, text, original = bodies[tweet_id]
             cached = json.loads(body)
             assert cached.get("text", "") == text and cached.get("repost_of") == original
-    stats["counted"] = check_counts(stack)
+    stats.update(check_counts(stack))
     return stats
 
 
@@ -356,18 +385,19 @@ def _screens_lists(stack: Stack, generation: int, uid: int) -> bool:
     return quiet or bool(redis.exists(keys.filters(generation, uid, tag)))
 
 
-def check_counts(stack: Stack) -> int:
-    """Every tweet's counts in Redis are those of the tables (none where both
-    are 0); returns how many tweets have some."""
-    want = {t: (likes, reposts) for t, likes, reposts in stack.sql(COUNTS_SQL) if likes or reposts}
+def check_counts(stack: Stack) -> dict[str, int]:
+    """Every tweet's counts in Redis are those of the tables (none where all
+    three are 0); returns how many tweets have some (``counted``), and how
+    many have replies (``answered``)."""
+    want = {t: tuple(three) for t, *three in stack.sql(COUNTS_SQL) if any(three)}
     every = [t for (t,) in stack.sql("SELECT id FROM feed_tweet WHERE repost_of_id IS NULL")]
     got = {}
     for t, raw in zip(every, stack.store.counts(every), strict=True):
         if raw is not None:
             counts = json.loads(raw)
-            got[t] = (counts["likes"], counts["reposts"])
+            got[t] = (counts["likes"], counts["reposts"], counts["replies"])
     assert got == want, "counts differ from the tables"
-    return len(want)
+    return {"counted": len(want), "answered": sum(1 for c in want.values() if c[2])}
 
 
 def go_idle(stack: Stack, names: list[str]) -> None:

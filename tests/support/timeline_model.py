@@ -116,7 +116,7 @@ class TimelineModel:
         self,
         bodies: Mapping[int, bytes],
         mutations: Iterable[Mutation],
-        counts: Mapping[int, tuple[int, int]] | None = None,
+        counts: Mapping[int, tuple[int, int, int]] | None = None,
     ) -> None:
         """Apply a batch the way the store does: deleted bodies, new bodies and
         counts, then the per-timeline ops."""
@@ -124,9 +124,9 @@ class TimelineModel:
         for t in deleted:
             self.bodies.pop(t, None)
         self.bodies.update(bodies)
-        for t, (likes, reposts) in (counts or {}).items():
-            if likes or reposts:
-                self.counts[t] = b'{"likes":%d,"reposts":%d,"replies":0}' % (likes, reposts)
+        for t, counted in (counts or {}).items():
+            if any(counted):
+                self.counts[t] = b'{"likes":%d,"reposts":%d,"replies":%d}' % counted
             else:
                 self.counts.pop(t, None)
         for op in ops:

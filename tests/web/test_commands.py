@@ -100,7 +100,7 @@ def test_republish_leaves_a_suspended_users_rows_out_of_the_changelogs(
         for e in OutboxEvent.objects.order_by("id")[before:]
     ]
     posted = {e.tweet_id for e in republished if isinstance(e, events.TweetPosted)}
-    engaged = {(e.kind, e.user_id) for e in republished if isinstance(e, events.Engaged)}
+    engaged = {(e.kind, e.member) for e in republished if isinstance(e, events.Engaged)}
     assert posted == {bobs.id}  # not ann's tweet or repost, nor bob's repost of ann's
     assert by_bob not in posted
     # Bob's engagements with ann's tweet are his (he is active); ann's are gone.

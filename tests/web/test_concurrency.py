@@ -230,3 +230,50 @@ def test_a_rename_does_not_wait_for_a_tweet_in_flight_that_mentions_the_user(sta
     assert decoded.event.mention_names == ("ann",)
     shown = client(bob).get(f"/api/v1/tweets/{mention[0]}").json()
     assert shown["mentions"] == ["ann"] and shown["text"] == "hi @ann"
+
+
+def test_a_reinstatement_racing_the_delete_of_its_reply_s_parent_leaves_no_count(
+    starling, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A parent's delete locks its direct replies, as the reinstatement of
+    their author locks the author's tweets: whichever comes second sees what
+    the first wrote. Here the reinstatement has read the parent still there
+    when the delete starts; the delete waits for it, and its tombstone is the
+    reply's last engagement record (a count of a deleted tweet would
+    otherwise come back)."""
+    from feed import moderation
+    from feed.services import tweet_delete
+    from tests.support.factories import ModeratorFactory
+
+    ann, bob, mod = UserFactory(username="ann"), UserFactory(username="bob"), ModeratorFactory()
+    parent = tweet_create(author=ann, text="going away").tweet.id
+    answer = tweet_create(author=bob, text="an answer", in_reply_to=parent).tweet.id
+    moderation.user_suspend(user=bob, moderator=mod, reason="x")
+    read, deleted = threading.Event(), threading.Event()
+    counted = moderation.replies_counted
+
+    def reading_slowly(replies: Any) -> Any:
+        found = counted(replies)  # the parent is there
+        read.set()
+        deleted.wait(3)  # the delete commits now, unless it waits for this transaction
+        return found
+
+    monkeypatch.setattr(moderation, "replies_counted", reading_slowly)
+
+    def work(i: int) -> bool:
+        if i == 0:
+            return moderation.user_reinstate(user=bob, moderator=mod).created
+        assert read.wait(10)
+        tweet_delete(tweet_id=parent, actor=User.objects.get(pk=ann.pk))
+        deleted.set()
+        return True
+
+    assert race(2, work) == [True, True]
+    records = OutboxEvent.objects.filter(topic="engagements", key=f"reply:{answer}:{parent}")
+    # Written, tombstoned (the suspension), written again (the reinstatement), tombstoned.
+    assert [value is None for value in records.order_by("id").values_list("value", flat=True)] == [
+        False,
+        True,
+        False,
+        True,
+    ]

@@ -81,7 +81,9 @@ def test_a_reply_names_its_parent_and_its_author_in_the_row_the_event_and_the_an
             in_reply_to=parent,
             reply_to=ann.pk,
             reply_to_name="ann",
-        )
+        ),
+        # Counted among the parent's replies: the reply is the member.
+        events.Engaged(events.REPLY, body["id"], parent),
     ]
     assert body["seq"] == high()
     bob.refresh_from_db()
@@ -95,10 +97,13 @@ def test_a_reply_to_a_repost_answers_its_original() -> None:
     ann, bob, cat = users("ann", "bob", "cat")
     original = post(ann)
     repost = services.repost_create(user=bob, tweet_id=original).repost_id
+    before = high()
     written = services.tweet_create(author=cat, text="to the repost", in_reply_to=repost)
     assert written.in_reply_to == (original, "ann")
     row = Tweet.objects.get(id=written.tweet.id)
     assert (row.in_reply_to, row.reply_to_id) == (original, ann.pk)
+    # Counted among the original's replies, not the repost's.
+    assert outbox_after(before)[1:] == [events.Engaged(events.REPLY, row.id, original)]
 
 
 def test_a_reply_s_id_is_greater_than_its_parent_s(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -382,6 +387,88 @@ def test_replies_are_counted_by_the_database(settings: Any, starling: StarlingCo
     assert client_for().get(f"/api/v1/tweets/{repost}").json()["counts"]["replies"] == 4
 
 
+def _reply_engagements(seq: int) -> list[events.Event]:
+    """The reply engagements written after ``seq``, in order."""
+    return [
+        e
+        for e in outbox_after(seq)
+        if isinstance(e, events.Engaged | events.Disengaged) and e.kind == events.REPLY
+    ]
+
+
+def test_a_deleted_reply_is_no_longer_counted_and_a_deleted_parent_counts_none() -> None:
+    """A reply's delete tombstones its engagement. A parent's delete
+    tombstones its direct replies' engagements (they stay, and still name
+    it; a reply to one of them is that reply's, not the parent's), and its
+    own if it answers a post."""
+    ann, bob, cat = users("ann", "bob", "cat")
+    root = post(ann, "root")
+    parent = reply(ann, root, "the parent")
+    first, second = reply(bob, parent), reply(cat, parent)
+    nested = reply(ann, first)
+    gone = reply(bob, parent)
+    alone = post(cat, "unanswered")
+    before = high()
+    services.tweet_delete(tweet_id=gone, actor=bob)
+    assert outbox_after(before) == [
+        events.TweetDeleted(gone, bob.pk),
+        events.Disengaged(events.REPLY, gone, parent),
+    ]
+    before = high()
+    services.tweet_delete(tweet_id=parent, actor=ann)
+    assert outbox_after(before) == [
+        events.TweetDeleted(parent, ann.pk),
+        events.Disengaged(events.REPLY, first, parent),
+        events.Disengaged(events.REPLY, second, parent),
+        events.Disengaged(events.REPLY, parent, root),
+    ]
+    assert set(Tweet.objects.values_list("id", flat=True)) == {root, first, second, nested, alone}
+    assert Tweet.objects.get(id=first).in_reply_to == parent
+    # A post that answers nothing and is answered by nothing: no reply record.
+    before = high()
+    services.tweet_delete(tweet_id=alone, actor=cat)
+    assert _reply_engagements(before) == []
+
+
+def test_a_suspension_tombstones_a_user_s_replies_and_a_reinstatement_counts_them_again() -> None:
+    ann, bob, cat = users("ann", "bob", "cat")
+    mod = ModeratorFactory()
+    kept, dropped = post(ann), post(cat)
+    answer, other, own = reply(bob, kept), reply(bob, dropped), reply(bob, kept)
+    answered = reply(ann, answer)  # a reply to bob's: ann's, not bob's
+    before = high()
+    moderation.user_suspend(user=bob, moderator=mod, reason="x")
+    assert _reply_engagements(before) == [
+        events.Disengaged(events.REPLY, answer, kept),
+        events.Disengaged(events.REPLY, other, dropped),
+        events.Disengaged(events.REPLY, own, kept),
+    ]
+    # Deleted while bob is suspended: no parent, no count to come back to.
+    services.tweet_delete(tweet_id=dropped, actor=cat)
+    before = high()
+    moderation.user_reinstate(user=bob, moderator=mod)
+    assert _reply_engagements(before) == [
+        events.Engaged(events.REPLY, answer, kept),
+        events.Engaged(events.REPLY, own, kept),
+    ]
+    # ann's reply to bob's counts throughout; the republish posts it again.
+    before = high()
+    call_command("republish_changelogs", stdout=io.StringIO())
+    assert _reply_engagements(before) == [
+        events.Engaged(events.REPLY, answer, kept),
+        events.Engaged(events.REPLY, own, kept),
+        events.Engaged(events.REPLY, answered, answer),
+    ]
+    # A suspended replier's replies are not republished.
+    moderation.user_suspend(user=ann, moderator=mod, reason="x")
+    before = high()
+    call_command("republish_changelogs", stdout=io.StringIO())
+    assert _reply_engagements(before) == [
+        events.Engaged(events.REPLY, answer, kept),
+        events.Engaged(events.REPLY, own, kept),
+    ]
+
+
 # --- the thread ---------------------------------------------------------------------------
 
 
@@ -579,6 +666,7 @@ def test_a_rename_posts_again_only_the_user_s_own_tweets_others_keep_the_names_a
     )
     assert by_id[own].mention_names == ("bob", "ann") and by_id[own].mentions == (bob.pk,)
     assert by_id[repost].repost_of == answer
+    assert by_id[repost].repost_of_reply_to == ann.pk  # whom bob's reply answers
     # Another rename: cat's own tweet only, still naming ann as written.
     before_cat = high()
     services.user_rename(user=cat, username="kat")

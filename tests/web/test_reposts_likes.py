@@ -424,6 +424,63 @@ def test_republish_and_rename_post_reposts_with_their_original() -> None:
     assert c_repost  # of a suspended author's tweet: no entry
 
 
+def test_a_repost_of_a_reply_carries_whom_the_reply_answers_wherever_it_is_posted() -> None:
+    """``repost_of_reply_to``: the original's ``reply_to`` (0 for a post that
+    answers nobody), on the repost's record when it is written (through a
+    repost's id too), and when it is posted again: the reposter's rename and
+    reinstatement, the original's author's reinstatement, a republish."""
+    from django.core.management import call_command
+
+    ann, bob, cat, dee = (UserFactory(username=n) for n in ("ann", "bob", "cat", "dee"))
+    mod = ModeratorFactory()
+    parent = post(ann)
+    answer = services.tweet_create(author=bob, text="an answer", in_reply_to=parent).tweet.id
+
+    def reposts_after(seq: int) -> dict[int, events.TweetPosted]:
+        return {
+            e.tweet_id: e
+            for e in outbox_after(seq)
+            if isinstance(e, events.TweetPosted) and e.repost_of
+        }
+
+    before = high()
+    r_cat = services.repost_create(user=cat, tweet_id=answer).repost_id
+    r_dee = services.repost_create(user=dee, tweet_id=r_cat).repost_id  # through cat's repost
+    r_post = services.repost_create(user=cat, tweet_id=parent).repost_id
+    of_answer = events.TweetPosted(
+        r_cat,
+        cat.pk,
+        "cat",
+        "",
+        repost_of=answer,
+        repost_of_author=bob.pk,
+        repost_of_reply_to=ann.pk,
+    )
+    expected = {
+        r_cat: of_answer,
+        r_dee: replace(of_answer, tweet_id=r_dee, author_id=dee.pk, author="dee"),
+        r_post: events.TweetPosted(
+            r_post, cat.pk, "cat", "", repost_of=parent, repost_of_author=ann.pk
+        ),
+    }
+    assert reposts_after(before) == expected
+    assert expected[r_cat].answers == ann.pk and expected[r_post].answers == 0
+    before = high()
+    services.user_rename(user=cat, username="kat")
+    expected = {
+        t: replace(e, author="kat") if e.author == "cat" else e for t, e in expected.items()
+    }
+    assert reposts_after(before) == {t: expected[t] for t in (r_cat, r_post)}
+    for user, again in ((cat, (r_cat, r_post)), (bob, (r_cat, r_dee))):
+        moderation.user_suspend(user=user, moderator=mod, reason="x")
+        before = high()
+        moderation.user_reinstate(user=user, moderator=mod)
+        assert reposts_after(before) == {t: expected[t] for t in again}, user.username
+    before = high()
+    call_command("republish_changelogs", stdout=io.StringIO())
+    assert reposts_after(before) == expected
+
+
 def test_repost_ids_are_greater_than_their_original_s(monkeypatch) -> None:
     ann, bob = UserFactory(username="ann"), UserFactory(username="bob")
     original = post(ann)

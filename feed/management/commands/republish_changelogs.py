@@ -3,8 +3,9 @@
 For a broker that lost its topics (deleted, or a log dir lost; ``make run``
 runs it when it starts a new broker log dir on a database with rows): every
 user's self edge, every follow, every tweet and repost and every like (of
-active users; reposts of active users' tweets) is appended to the outbox as
-an upsert, and the relay publishes them. With the
+active users; reposts of active users' tweets), and every reply as its
+parent's engagement (of active users, to a parent still there), is
+appended to the outbox as an upsert, and the relay publishes them. With the
 compacted topics that is the whole current state again; a fanout job
 started with ``--reset`` rebuilds every timeline from it.
 """
@@ -20,7 +21,7 @@ from django.db.models import Exists, OuterRef
 
 from fanout.model import events
 from feed import outbox
-from feed.conversations import links_of, posted
+from feed.conversations import links_of, posted, replies_counted
 from feed.models import Block, Follow, Like, Mute, Tweet, User
 from feed.relations import filters_set
 
@@ -61,22 +62,28 @@ def _tweets(after: int) -> tuple[list[events.Event], int]:
             "repost_of_id",
             "repost_of__author_id",
             "repost_of__author__is_active",
+            "repost_of__reply_to_id",
+            "in_reply_to",
         )[:BATCH]
     )
     links = links_of(row[0] for row in rows if row[5] is None)
     out: list[events.Event] = []
-    for t, a, name, active, text, original, original_author, original_active in rows:
+    replies: list[tuple[int, int]] = []
+    for t, a, name, active, text, original, o_author, o_active, o_reply_to, parent in rows:
         # A suspended author's tweets and reposts are tombstoned on the
         # changelogs (the view is of the visible rows): posting them again
         # would bring them back; so are reposts of a suspended author's tweets.
-        # A repost's engagement counts while its reposter is active.
+        # A repost's engagement counts while its reposter is active, and so
+        # does a reply's (while its parent is there).
         if not active:
             continue
-        if original is None or original_active:
-            out.append(posted(t, a, name, text, original, original_author, links.get(t)))
+        if original is None or o_active:
+            out.append(posted(t, a, name, text, original, o_author, links.get(t), o_reply_to))
         if original is not None:
             out.append(events.Engaged(events.REPOST, a, original))
-    return out, rows[-1][0] if rows else 0
+        if parent is not None:
+            replies.append((t, parent))
+    return out + replies_counted(replies), rows[-1][0] if rows else 0
 
 
 def _filters(after: int) -> tuple[list[events.Event], int]:
