@@ -659,6 +659,8 @@ def random_workload(
     for _ in range(steps):
         roll = rnd.random()
         a, b = rnd.randint(1, users), rnd.randint(1, users)
+        if replies and rnd.random() < 0.5:  # often whom a's followees answer
+            b = rnd.choice(sorted(_answered_by_followees(world, a)) or [b])
         live = world.live
         if suspensions and rnd.random() < suspensions:
             envs += world.reinstate(a) if a in world.suspended else world.suspend(a)
@@ -679,7 +681,10 @@ def random_workload(
             if b not in world.suspended and not world.blocked(a, b):
                 envs.append(world.follow(a, b))
         elif world.follows:
-            envs.append(world.unfollow(*rnd.choice(sorted(world.follows))))
+            edges = sorted(world.follows)
+            if replies and rnd.random() < 0.5:  # often of whom the follower's followees answer
+                edges = [(f, u) for f, u in edges if u in _answered_by_followees(world, f)] or edges
+            envs.append(world.unfollow(*rnd.choice(edges)))
         if rnd.random() < resets:
             owner = rnd.randint(1, users)
             as_of = max(0, envs[-1].seq - rnd.randint(0, 4))
@@ -702,6 +707,17 @@ def random_workload(
                 )
             )
     return world, envs
+
+
+def _answered_by_followees(world: World, user: int) -> set[int]:
+    """The users whom ``user``'s followees answer (a follow of one shows
+    those replies, an unfollow hides them)."""
+    followees = {g for f, g in world.follows if f == user}
+    return {
+        to
+        for r, (_, to) in world.replied.items()
+        if r in world.rows and world.rows[r][0] in followees and to != user
+    }
 
 
 def _relate(rnd: random.Random, world: World, a: int, b: int) -> list[events.Envelope]:
