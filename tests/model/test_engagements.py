@@ -10,7 +10,7 @@ import pytest
 
 from fanout.model import events
 from fanout.model.engagements import Engagements, count_events, counts_json
-from tests.support.join_sim import System, interleave, random_workload
+from tests.support.join_sim import System, World, interleave, random_workload
 
 T = 40
 
@@ -107,6 +107,30 @@ def test_a_viral_tweets_batch_of_likes_merges_in_bulk() -> None:
     assert np.all(np.diff(result.state.likes) > 0)
 
 
+def _workload(seed: int) -> tuple[random.Random, World, list[events.Envelope]]:
+    rnd = random.Random(seed)
+    world, envs = random_workload(
+        rnd, 8, 300, engagements=0.4, suspensions=0.05, replies=0.3, relations=0.05
+    )
+    return rnd, world, envs
+
+
+def test_the_workloads_answer_replies_and_tweets_that_go() -> None:
+    """What the property below covers, over its seeds: tweets with replies
+    at the end, replies to replies, and replies whose parent is gone (they
+    stay, counted nowhere)."""
+    to_replies = to_gone = answered = 0
+    for seed in range(6):
+        _, world, _ = _workload(seed)
+        parents = {r: parent for r, (parent, _) in world.replied.items()}
+        to_replies += any(parent in parents for parent in parents.values())
+        to_gone += any(
+            r in world.rows and parent not in world.rows for r, parent in parents.items()
+        )
+        answered += any(replies for _, _, replies in world.counts().values())
+    assert to_replies and to_gone and answered
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_counts_equal_the_tables_under_any_interleaving(seed: int) -> None:
     """Reposts, undone reposts, likes, unlikes, replies (to replies and
@@ -114,18 +138,9 @@ def test_counts_equal_the_tables_under_any_interleaving(seed: int) -> None:
     of replies, suspensions and reinstatements: once everything is applied,
     every tweet's counts are those of the tables (active users' likes,
     reposts and live direct replies)."""
-    rnd = random.Random(seed)
-    world, envs = random_workload(
-        rnd, 8, 300, engagements=0.4, suspensions=0.05, replies=0.3, relations=0.05
-    )
+    rnd, world, envs = _workload(seed)
     system = System(cap=50, slack=8)
     system.run(interleave(rnd, envs))
     assert system.counts == world.counts()
     kinds = {e.event.kind for e in envs if isinstance(e.event, events.Disengaged)}
     assert kinds == set(events.KINDS)  # likes, reposts and replies came and went
-    assert any(replies for _, _, replies in world.counts().values())
-    # Some replies answer a reply, and some a tweet that is gone: they stay,
-    # counted nowhere.
-    parents = {r: parent for r, (parent, _) in world.replied.items()}
-    assert any(parent in parents for parent in parents.values())
-    assert any(r in world.rows and parent not in world.rows for r, parent in parents.items())
