@@ -179,6 +179,7 @@ class System:
             bodies |= result.bodies
             mutations += result.mutations
         self.last_mutations = mutations
+        self.model.high_water = max([self.model.high_water, *(e.seq for e in envs)])
         self.model.apply(bodies, mutations)
         self.written |= {e.seq for e in envs}
         self.applied |= {e.seq for e in envs}

@@ -70,6 +70,11 @@ class TimelineModel:
     idle: set[int] = field(default_factory=set)
     #: Writes to dropped timelines not made.
     skipped: int = 0
+    #: The highest seq the job has applied (any partition): what a trim fences.
+    #: The apply script does not fence at it yet (it fences at the op's seq): a
+    #: refill read before the trim can then pass the fence and lower the
+    #: horizon over entries an author's key applied ahead of that seq.
+    high_water: int = 0
     #: Pulled authors' lists (only horizon, top, version, ids and raw are used).
     lists: dict[int, ModelTimeline] = field(default_factory=dict)
     #: Per owner, the pulled authors whose lists its reads merge in.
@@ -211,7 +216,10 @@ class TimelineModel:
             tl.horizon = tl.ids[-self.keep]
             tl.raw = {e: o for e, o in tl.raw.items() if e >= tl.horizon}
             tl.settle()
-            tl.fence = max(tl.fence, seq)
+            # What fell below may have come from any seq the job has applied
+            # (an author's key can be ahead of this op's): a refill must have
+            # read after all of them.
+            tl.fence = max(tl.fence, seq, self.high_water)
         if tl.top and tl.ids and tl.ids[-1] >= tl.top:
             tl.top = 0
         self.timelines[owner] = tl
