@@ -178,6 +178,7 @@ class TimelineStore(TimelineReads, TimelineBulk, GenerationStore, RebuildChannel
         mutations: Iterable[Mutation],
         *,
         counts: Mapping[int, Counts] | None = None,
+        high_water: int = 0,
     ) -> ApplyStats:
         """Apply tweet bodies, then the mutations grouped per timeline; idempotent.
 
@@ -185,7 +186,9 @@ class TimelineStore(TimelineReads, TimelineBulk, GenerationStore, RebuildChannel
         ones first) and counts, the pulled authors' lists, the timelines. A
         read then never finds an id without its body, nor a pulled author
         without a list, and a deleted tweet leaves every timeline at once.
-        ``counts``: original tweet id -> (likes, reposts, replies), absolute
+        ``high_water``: the highest seq the job has applied (a trim fences at
+        it: fanout/store/lua/apply.lua). ``counts``: original tweet id ->
+        (likes, reposts, replies), absolute
         values (``ct:``, in the tweet's shard; all 0 deletes the key).
 
         Raises :class:`GenerationMissing` if ``generation`` is not in Redis
@@ -208,6 +211,7 @@ class TimelineStore(TimelineReads, TimelineBulk, GenerationStore, RebuildChannel
                     counts=split.counts.get(tag),
                 )
             ],
+            high_water,
         )
         total += self._apply_calls(
             generation,
@@ -216,6 +220,7 @@ class TimelineStore(TimelineReads, TimelineBulk, GenerationStore, RebuildChannel
                 for tag, lists in split.lists.items()
                 for chunk in encode_ops({}, lists, (), self.CHUNK)
             ],
+            high_water,
         )
         versions = self._list_versions(generation, split.unpulled)
         return total + self._apply_calls(
@@ -225,11 +230,16 @@ class TimelineStore(TimelineReads, TimelineBulk, GenerationStore, RebuildChannel
                 for tag, timeline_ops in split.timelines.items()
                 for chunk in encode_ops({}, timeline_ops, (), self.CHUNK, versions)
             ],
+            high_water,
         )
 
-    def _apply_calls(self, generation: int, calls: Sequence[tuple[str, list[Any]]]) -> ApplyStats:
-        """Apply-script calls (shard tag, operations), :data:`PIPELINE` per round trip."""
-        prefix = [generation, self.cap, self.slack, self.window]
+    def _apply_calls(
+        self, generation: int, calls: Sequence[tuple[str, list[Any]]], high_water: int = 0
+    ) -> ApplyStats:
+        """Apply-script calls (shard tag, operations), :data:`PIPELINE` per round
+        trip; ``high_water``: the highest seq the job has applied, which a trim
+        fences at (fanout/store/lua/apply.lua)."""
+        prefix = [generation, self.cap, self.slack, self.window, high_water]
         commands = [script_command(self._apply, tag, prefix + chunk) for tag, chunk in calls]
         try:
             results = run(self.redis, commands, per_trip=self.PIPELINE)
@@ -253,11 +263,12 @@ class TimelineStore(TimelineReads, TimelineBulk, GenerationStore, RebuildChannel
             for a, raw in zip(wanted, raws, strict=True)
         }
 
-    def release_resets(self, generation: int, contiguous: int) -> ApplyStats:
+    def release_resets(self, generation: int, contiguous: int, high_water: int = 0) -> ApplyStats:
         """Apply the refills (resets) whose seq the contiguous watermark has reached,
         shard by shard, leaving out their tweets deleted since (whose bodies are
         gone). Only the fanout job deletes bodies, and it calls this between
-        micro-batches: nothing is deleted between the check and the release."""
+        micro-batches: nothing is deleted between the check and the release.
+        ``high_water``: as for :meth:`apply`."""
         tags = self.shards.tags()
         queues = [keys.resets(generation, tag) for tag in tags]
         due = run(self.redis, [command("ZRANGEBYSCORE", k, "-inf", contiguous) for k in queues])
@@ -274,6 +285,7 @@ class TimelineStore(TimelineReads, TimelineBulk, GenerationStore, RebuildChannel
         return self._apply_calls(
             generation,
             [(tag, [OpCode.RELEASE_RESETS, contiguous, deleted]) for tag in waiting],
+            high_water,
         )
 
     def record_watermark(

@@ -99,9 +99,11 @@ class _Writer:
     writes per timeline (a follower who gets five tweets in this batch gets
     one write). A bundle is never split."""
 
-    def __init__(self, config: StarlingConfig, generation: int) -> None:
+    def __init__(self, config: StarlingConfig, generation: int, high_water: int = 0) -> None:
         self.store: TimelineStore = store_for(config, timeout=120)
         self.generation = generation
+        #: The highest seq of the batches before this one (the watermark's ``seq``).
+        self.high_water = high_water
         self.totals: dict[str, Any] = dict.fromkeys(_NUMBERS, 0)
         self.marks: dict[str, int] = {}
         self.bodies: dict[int, bytes] = {}
@@ -135,7 +137,16 @@ class _Writer:
             totals["mutations"] += len(mutations)
             totals["deliveries"] += sum(m.deliveries for m in mutations if m.op is Op.ADD)
             started = time.perf_counter()
-            applied = self.store.apply(self.generation, self.bodies, mutations, counts=self.counts)
+            # What this task writes to a timeline came from its own bundles (one
+            # task writes each timeline, D25) or from earlier batches: a trim
+            # fences at the highest seq of either.
+            applied = self.store.apply(
+                self.generation,
+                self.bodies,
+                mutations,
+                counts=self.counts,
+                high_water=max(self.high_water, totals["seq"]),
+            )
             totals["redis_ms"] += int((time.perf_counter() - started) * 1000)
             for name in ("added", "removed", "created", "short", "calls", "skipped"):
                 totals[name] += getattr(applied, name)
@@ -162,10 +173,11 @@ def apply_first(
     config: StarlingConfig,
     generation: int,
     routes: tuple[int, ...],
+    high_water: int = 0,
 ) -> Iterator[pa.RecordBatch]:
     """Executor side, in the operator's stage: write this task's first
     bundles; hand on its timeline bundles as they are, then its statistics."""
-    writer = _Writer(config, generation)
+    writer = _Writer(config, generation, high_water)
     for batch in batches:
         first, rest = _first_and_rest(batch)
         for raw in first:
@@ -181,11 +193,17 @@ def apply_first(
 
 @spark_task
 def apply_here(
-    batches: Iterator[pa.RecordBatch], *, config: StarlingConfig, generation: int
+    batches: Iterator[pa.RecordBatch],
+    *,
+    config: StarlingConfig,
+    generation: int,
+    high_water: int = 0,
 ) -> Iterator[pa.RecordBatch]:
     """Executor side, in the operator's stage, for a small micro-batch: write
-    this task's first bundles, then its timeline bundles; return its statistics."""
-    writer = _Writer(config, generation)
+    this task's first bundles, then its timeline bundles; return its statistics.
+    A timeline may get writes from several of these tasks in one batch: one
+    task's high water can miss another's bundles (docs/decisions.md D29)."""
+    writer = _Writer(config, generation, high_water)
     timelines: list[bytes] = []
     for batch in batches:
         first, rest = _first_and_rest(batch)
@@ -200,11 +218,15 @@ def apply_here(
 
 @spark_task
 def apply_timelines(
-    batches: Iterator[pa.RecordBatch], *, config: StarlingConfig, generation: int
+    batches: Iterator[pa.RecordBatch],
+    *,
+    config: StarlingConfig,
+    generation: int,
+    high_water: int = 0,
 ) -> Iterator[pa.RecordBatch]:
     """Executor side, after the shuffle: write this partition's timeline
     bundles; return its statistics and those of the first step it received."""
-    writer = _Writer(config, generation)
+    writer = _Writer(config, generation, high_water)
     for batch in batches:
         bundles, stats = batch.column("bundle").to_pylist(), batch.column("stats").to_pylist()
         for raw, first_stats in zip(bundles, stats, strict=True):
@@ -238,17 +260,20 @@ class FanoutSink:
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
         offsets = logged_offsets(self.checkpoint, batch_id)
-        rows = self._write(batch, self._records(batch_id, offsets))
-        stats = dict.fromkeys(_NUMBERS, 0)
         store = store_for(self.config)
-        previous = store.watermark(self.generation)
+        previous = store.watermark(self.generation)  # its seq: the batches before's highest
+        high_water = previous.seq if previous else 0
+        rows = self._write(batch, self._records(batch_id, offsets), high_water)
+        stats = dict.fromkeys(_NUMBERS, 0)
         marks = merge_marks(
             previous.marks if previous else {}, *(json.loads(row["marks"]) for row in rows)
         )
         for row in rows:
             combine(stats, row)
         complete = contiguous(marks, self.config.topics.all(), self.config.partitions)
-        released = store.release_resets(self.generation, complete)
+        released = store.release_resets(
+            self.generation, complete, high_water=max(high_water, stats["seq"])
+        )
         stats["added"] += released.added
         stats["short"] += released.short
         stats["skipped"] += released.skipped
@@ -273,9 +298,13 @@ class FanoutSink:
         )
         self.last = BatchReport(batch_id, stats, time.time())
 
-    def _write(self, batch: DataFrame, records: int | None) -> list[Any]:
+    def _write(self, batch: DataFrame, records: int | None, high_water: int) -> list[Any]:
         """Run the executors' writes; one small row of statistics per partition."""
-        options: dict[str, Any] = {"config": self.config, "generation": self.generation}
+        options: dict[str, Any] = {
+            "config": self.config,
+            "generation": self.generation,
+            "high_water": high_water,
+        }
         if records is not None and records < self.config.route_from:
             here = functools.partial(apply_here, **options)
             return batch.mapInArrow(here, STATS_SCHEMA).collect()

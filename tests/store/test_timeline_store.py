@@ -66,6 +66,25 @@ def test_add_remove_and_the_cap(store: TimelineStore, redis_client: redis.Redis)
     assert raw(redis_client, 7)[0].top == 8  # the newest it held is gone
 
 
+def test_a_trim_fences_at_the_job_s_high_water_whatever_the_op_s_seq(
+    store: TimelineStore,
+) -> None:
+    """What a trim drops below the horizon may have come from an author's key
+    that ran ahead of the op's seq: the fence is the highest seq the job has
+    applied, so a refill read before it is stale. Without a trim, no fence."""
+    store.apply(GEN, {}, [Mutation(Op.ADD, (7,), (10, 11, 12), 0, 3)], high_water=500)
+    assert raw(store.redis, 7)[0].fence == 0  # nothing fell below: no fence
+    # The append path (newer than every entry), over cap + slack: trimmed.
+    store.apply(GEN, {}, [Mutation(Op.ADD, (7,), (13, 14, 15, 16, 17), 0, 4)], high_water=500)
+    header, ids = raw(store.redis, 7)
+    assert header.horizon == ids[0] > 10 and header.fence == 500
+    # A merge below the newest (rewriting the tail): trimmed again, fenced higher.
+    store.apply(GEN, {}, [Mutation(Op.ADD, (7,), (18, 30), 0, 5)], high_water=600)
+    store.apply(GEN, {}, [Mutation(Op.ADD, (7,), (19, 20), 0, 6)], high_water=600)
+    header, ids = raw(store.redis, 7)
+    assert 19 in ids and header.fence == 600
+
+
 def test_a_merge_with_a_horizon_raises_the_timelines_and_sets_the_fence(
     store: TimelineStore,
 ) -> None:
@@ -510,7 +529,7 @@ def test_a_script_error_names_the_lua_file_and_line(store: TimelineStore) -> Non
 
     apply = Script(store.redis, "apply")
     with pytest.raises(redis.ResponseError) as failure:
-        apply(args=[GEN, 5, 2, 32, 1, 7, "not a number", 1, b"", b""])  # an add with a bad horizon
+        apply(args=[GEN, 5, 2, 32, 0, 1, 7, "not a number", 1, b"", b""])  # an add, a bad horizon
     message = str(failure.value)
     assert "fanout/store/lua/apply.lua:" in message and "user_script" not in message
     line = int(message.split("fanout/store/lua/apply.lua:")[1].split(":")[0])

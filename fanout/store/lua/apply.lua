@@ -1,6 +1,6 @@
 -- Apply a batch's timeline operations (fanout.store.timelines.TimelineStore.apply).
 -- Arguments (after the prefixes): generation, cap, slack, window (see WINDOW
--- below), then operations
+-- below), the high water (see HIGH below), then operations
 -- (see fanout/store/ops.py encode_ops):
 --   4 packed-ids                     delete tweet bodies (comes first)
 --   3 tweet-id body                  put a tweet body
@@ -76,6 +76,11 @@ local gen, cap, slack = arg(1), tonumber(arg(2)), tonumber(arg(3))
 -- strings only when an original is older than what those hold: a repost is
 -- most often of a recent tweet, whose entries are among a timeline's newest.
 local WINDOW = tonumber(arg(4))
+-- The highest seq the job has applied, in any partition: what a trim fences
+-- at. What it drops below the horizon may have come from an author's key that
+-- ran ahead of the op's own seq (a follow's merge of tweets written after
+-- it); a refill read before all of it must not lower the horizon over it.
+local HIGH = tonumber(arg(5))
 if redis.call('EXISTS', P.generation .. gen .. T) == 0 then
   return redis.error_reply('NOGEN generation ' .. gen .. ' is not in Redis (was Redis flushed?)')
 end
@@ -155,7 +160,7 @@ local function store(key, h, ids, seq)
     for i = #ids - keep + 1, #ids do kept[#kept + 1] = ids[i] end
     ids = kept
     h.horizon = ids[1]
-    fence(h, seq)
+    fence(h, math.max(seq, HIGH))
   end
   if h.top ~= 0 and ids[#ids] ~= nil and ids[#ids] >= h.top then h.top = 0 end
   redis.call('SET', key, encode(h, ids))
@@ -294,7 +299,7 @@ local function store_raw(key, pkey, h, raw, seq, had, top)
     h.horizon = ids[#ids - keep + 1]
     prune(raw, h.horizon)
     ids, p = view_of(raw)
-    fence(h, seq)
+    fence(h, math.max(seq, HIGH))
   end
   if h.top ~= 0 and ids[#ids] ~= nil and ids[#ids] >= h.top then h.top = 0 end
   redis.call('SET', key, encode(h, ids))
@@ -362,7 +367,7 @@ local function trim(key, len, seq, owner)
     local h = read_header(redis.call('GETRANGE', key, 0, HEADER - 1))
     local tail = redis.call('GETRANGE', key, len - keep * 8, -1)
     h.horizon = upk(tail, 1)
-    fence(h, seq)
+    fence(h, math.max(seq, HIGH))
     redis.call('SET', key, pack_header(h) .. tail)
     if owner then prune_pairs(pairs_key(owner), h.horizon) end
   end
@@ -876,7 +881,7 @@ local function filter(owner, key, seq, hidden)
 end
 
 local timelines = P.timeline .. gen .. ':' .. T
-local i = 5
+local i = 6
 while i <= nargs() do
   local op = arg(i)
   BY = {}
