@@ -23,20 +23,18 @@ from spark.rebuild.tasks import FILTER_ROW, KeptIds
 BROADCAST_KEPT_IDS = 7_000_000
 
 
+#: What an author's state row carries for the timelines its edges reach: the
+#: kept run and its originals, their authors (``by``) and horizon, the posts
+#: run of quiet edges and its horizon, and whether the author is pulled.
+_KEPT_COLUMNS = ("kept", "origins", "by", "horizon", "posts", "posts_horizon", "pulled")
+
+
 def states_and_edges(read: DataFrame) -> tuple[DataFrame, DataFrame, DataFrame]:
     """The authors' states (rows of ``rebuild_tasks.STATE``), the timelines'
     edges (owner, author, quiet: followed with reposts off) and the owners'
     filters (owner, hidden) among the read's rows (``rebuild_read.READ``)."""
     states = read.where(F.col("kind") == int(Row.STATE)).select(
-        F.col("a").alias("join_key"),
-        "blob",
-        "kept",
-        "origins",
-        "by",
-        "horizon",
-        "posts",
-        "posts_horizon",
-        "pulled",
+        F.col("a").alias("join_key"), "blob", *_KEPT_COLUMNS
     )
     edges = read.where(F.col("kind") == int(Row.EDGE)).select(
         F.col("a").alias("owner"),
@@ -123,16 +121,7 @@ def timeline_inputs(
     # A quiet edge to a pushed author with reposts: its posts run (a post's
     # original is itself, its author 0); else the kept run, which is that run.
     posts = F.col("quiet") & ~pull & F.col("posts").isNotNull()
-    kept = states.select(
-        F.col("join_key").alias("author"),
-        "kept",
-        "origins",
-        "by",
-        "horizon",
-        "posts",
-        "posts_horizon",
-        "pulled",
-    )
+    kept = states.select(F.col("join_key").alias("author"), *_KEPT_COLUMNS)
     joined = edges.join(kept, "author", "left").select(
         "owner",
         "author",

@@ -7,13 +7,15 @@ import io
 from pathlib import Path
 
 import pytest
+from pyspark.sql import SparkSession
 
 from fanout.config import StarlingConfig
 from fanout.model import events
 from fanout.model.partitioning import partition_for
 from fanout.store import keys
 from fanout.store.ops import pack_ids, pack_timeline, unpack_timeline
-from fanout.store.timelines import store_for
+from fanout.store.timelines import TimelineStore, store_for
+from spark.rebuild.join import BROADCAST_KEPT_IDS
 from spark.rebuild.read import Row
 from spark.rebuild.report import Progress
 from spark.rebuild.stages import Rebuild, RebuildFailed
@@ -22,6 +24,20 @@ from tests.conftest import make_config
 from tests.support.spark_helpers import ChangelogWriter
 
 pytestmark = pytest.mark.spark
+
+
+def quiet_rebuild(
+    spark: SparkSession,
+    config: StarlingConfig,
+    store: TimelineStore,
+    tmp_path: Path,
+    *,
+    broadcast_ids: int = BROADCAST_KEPT_IDS,
+) -> Rebuild:
+    """A rebuild whose progress lines go nowhere."""
+    progress = Progress(store, out=io.StringIO())
+    return Rebuild(spark, config, store, progress, tmp_path, broadcast_ids=broadcast_ids)
+
 
 VALUES = [
     b"42", b" 7 ", b"+5", b"-3", b"007", b"\t8\n", b"9223372036854775807",
@@ -66,7 +82,7 @@ def test_the_newest_record_of_each_key_decoded_and_the_bad_ones_set_aside(
     writer.raw(config.topics.tweets, b"1003", b"not json", events.headers(last + 1, 7))
     writer.send([events.Followed(4, 2)])
     store = store_for(config)
-    rebuild = Rebuild(spark, config, store, Progress(store, out=io.StringIO()), tmp_path)
+    rebuild = quiet_rebuild(spark, config, store, tmp_path)
     decoded = rebuild.read(rebuild.snapshot())
 
     rows = decoded.collect()
@@ -104,7 +120,7 @@ def test_a_record_outside_its_join_keys_partition_fails_the_read(
     tweet = events.encode(events.TweetPosted(1002, 1, "ann", "second"))
     writer.raw(config.topics.tweets, tweet.key, tweet.value, events.headers(last + 1, 1), 1 - home)
     store = store_for(config)
-    rebuild = Rebuild(spark, config, store, Progress(store, out=io.StringIO()), tmp_path)
+    rebuild = quiet_rebuild(spark, config, store, tmp_path)
     with pytest.raises(RebuildFailed, match="found 1 live records outside the partition") as failed:
         rebuild.read(rebuild.snapshot())
     assert f"{config.topics.tweets}/{1 - home} offset" in str(failed.value)
@@ -119,7 +135,7 @@ def test_verify_refuses_a_timeline_whose_length_in_redis_is_not_the_computed_one
     generation = store.new_generation(state="building")
     store.write_timelines(generation, [(1, pack_timeline(0, [5, 6])), (2, pack_timeline(0, []))])
     store.write_dropped(generation, [3])
-    rebuild = Rebuild(spark, config, store, Progress(store, out=io.StringIO()), tmp_path)
+    rebuild = quiet_rebuild(spark, config, store, tmp_path)
     rebuild.verify(generation, {1: 2, 2: 0, 3: -1})  # as computed: passes
     assert rebuild.summary.verified_counts == 3
     for lengths in ({1: 3, 2: 0, 3: -1}, {1: 2, 2: 0, 3: 0}, {1: 2, 2: 0, 3: -1, 4: 0}):
@@ -146,10 +162,7 @@ def test_kept_ids_broadcast_or_joined_in_spark_write_the_same_timelines(
     store = store_for(config)
     written = {}
     for broadcast_ids in (10**6, 0):
-        rebuild = Rebuild(
-            spark, config, store, Progress(store, out=io.StringIO()), tmp_path,
-            broadcast_ids=broadcast_ids,
-        )  # fmt: skip
+        rebuild = quiet_rebuild(spark, config, store, tmp_path, broadcast_ids=broadcast_ids)
         states, inputs = rebuild.join(rebuild.read(rebuild.snapshot()))
         assert (inputs.kept is not None) == (broadcast_ids > 0)
         generation = store.new_generation(state="building")
@@ -193,10 +206,7 @@ def test_mutes_quiet_follows_and_filters_written_alike_either_way_and_read_as_co
     store = store_for(config)
     written = {}
     for broadcast_ids in (10**6, 0):
-        rebuild = Rebuild(
-            spark, config, store, Progress(store, out=io.StringIO()), tmp_path,
-            broadcast_ids=broadcast_ids,
-        )  # fmt: skip
+        rebuild = quiet_rebuild(spark, config, store, tmp_path, broadcast_ids=broadcast_ids)
         decoded = rebuild.read(rebuild.snapshot())
         states, inputs = rebuild.join(decoded)
         generation = store.new_generation(state="building")
