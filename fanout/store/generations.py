@@ -216,6 +216,15 @@ class GenerationStore:
             keys.reposts_prefix(generation),
             keys.list_reposts_prefix(generation),
             keys.filters_prefix(generation),
+            *(
+                f"{p}{generation}:"
+                for p in (
+                    keys.FOLLOWEES_PREFIX,
+                    keys.ASIDE_PREFIX,
+                    keys.SHOWN_REPLIES_PREFIX,
+                    keys.LIST_ANSWERS_PREFIX,
+                )
+            ),
         )
         for prefix in prefixes:
             found: list[bytes] = []

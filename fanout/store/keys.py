@@ -10,6 +10,10 @@
 | ``ar:<g>:<t><author>`` | string | that list's reposts, packed like a timeline's |
 | ``pl:<g>:<t><user>`` | set | the pulled authors the user follows (merged into each read) |
 | ``tx:<g>:<t><user>`` | string | the users the user hides (blocks both ways, mutes), packed |
+| ``tf:<g>:<t><user>`` | string | the users the user follows, packed (what replies show) |
+| ``ta:<g>:<t><user>`` | string | replies kept aside: (user answered, entry) records, packed |
+| ``tc:<g>:<t><user>`` | string | replies shown as their user is followed: (user, entry), packed |
+| ``ac:<g>:<t><author>`` | string | a pulled list's replies: (entry, user answered), packed |
 | ``starling:generation`` | string | the active generation |
 | ``starling:generation<t>`` | string | the active generation, as a shard's reads see it (cluster) |
 | ``starling:generations`` | string | the last generation number handed out |
@@ -68,6 +72,10 @@ COUNTS_PREFIX = "ct:"
 LIST_PREFIX = "al:"
 PULLS_PREFIX = "pl:"
 FILTERS_PREFIX = "tx:"
+FOLLOWEES_PREFIX = "tf:"
+ASIDE_PREFIX = "ta:"
+SHOWN_REPLIES_PREFIX = "tc:"
+LIST_ANSWERS_PREFIX = "ac:"
 ACTIVE_GENERATION = "starling:generation"
 GENERATION_COUNTER = "starling:generations"
 GENERATION_PREFIX = "starling:gen:"
@@ -207,6 +215,30 @@ def filters(generation: int, user_id: int, tag: str = "") -> str:
     return f"{filters_prefix(generation)}{tag}{user_id}"
 
 
+def followees(generation: int, user_id: int, tag: str = "") -> str:
+    """Whom ``user_id`` follows (packed ids, ascending; no key: no one), kept
+    for idle users too: which delivered replies show (docs/decisions.md D29)."""
+    return f"{FOLLOWEES_PREFIX}{generation}:{tag}{user_id}"
+
+
+def aside(generation: int, user_id: int, tag: str = "") -> str:
+    """The replies beside ``user_id``'s timeline to users it does not follow:
+    (user answered, entry) records, sorted (D29)."""
+    return f"{ASIDE_PREFIX}{generation}:{tag}{user_id}"
+
+
+def shown_replies(generation: int, user_id: int, tag: str = "") -> str:
+    """The replies in ``user_id``'s timeline to other users it follows:
+    (user answered, entry) records, sorted (D29)."""
+    return f"{SHOWN_REPLIES_PREFIX}{generation}:{tag}{user_id}"
+
+
+def list_answers(generation: int, author_id: int, tag: str = "") -> str:
+    """A pulled author's list's entries whose original answers a user:
+    (entry, user) records, by entry (D29)."""
+    return f"{LIST_ANSWERS_PREFIX}{generation}:{tag}{author_id}"
+
+
 def tweet(tweet_id: int, tag: str = "") -> str:
     return f"{TWEET_PREFIX}{tag}{tweet_id}"
 
@@ -302,4 +334,8 @@ SCRIPT_PREFIXES = (
     LIST_REPOSTS_PREFIX,
     COUNTS_PREFIX,
     FILTERS_PREFIX,
+    FOLLOWEES_PREFIX,
+    ASIDE_PREFIX,
+    SHOWN_REPLIES_PREFIX,
+    LIST_ANSWERS_PREFIX,
 )

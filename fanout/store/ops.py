@@ -70,19 +70,24 @@ class OpCode:
     """Operation codes of the apply script, and their arguments. ``ids``: packed
     entry ids (8 bytes each, ascending); ``pairs``: the reposts among them, packed
     as 24-byte records (entry, original, by; 8 bytes big-endian each), by entry
-    (:func:`pack_pairs`; empty when none are reposts)."""
+    (:func:`pack_pairs`; empty when none are reposts); ``answers``: the entries
+    among them whose original answers a user, as 16-byte records (entry, user),
+    by entry (docs/decisions.md D29)."""
 
-    ADD = 1  # owner, horizon, seq, ids, pairs
+    ADD = 1  # owner, horizon, seq, ids, pairs, answers
     REMOVE = 2  # owner, seq, ids, pairs
     PUT_BODY = 3  # tweet id, body
     DELETE_BODIES = 4  # packed ids
-    RESET = 5  # owner, horizon, seq, as_of, pulled, ids, pairs (kept until the watermark: seq)
+    # owner, horizon, seq, as_of, pulled, ids, pairs, answers (kept until the watermark: seq)
+    RESET = 5
     RELEASE_RESETS = 6  # watermark, packed ids of the tweets deleted (left out)
-    LIST = 7  # author, horizon, ids, pairs (a pulled author's list)
+    LIST = 7  # author, horizon, ids, pairs, answers (a pulled author's list)
     PULL = 8  # owner, seq, author, quiet (1: without its reposts), ids, pairs (removed)
-    UNPULL = 9  # owner, horizon, seq, author, the list's version, ids, pairs (merged in)
+    UNPULL = 9  # owner, horizon, seq, author, the list's version, ids, pairs, answers
     COUNTS = 10  # tweet id, counts JSON text ('': none, the key is deleted)
     FILTER = 11  # owner, seq, packed user ids (the owner's hidden users, ascending)
+    FOLLOWED = 12  # owner, seq, user (replies to the user kept aside show)
+    UNFOLLOWED = 13  # owner, seq, user (replies to the user that showed go aside)
 
 
 class TimelineOp(NamedTuple):
@@ -539,21 +544,31 @@ def encode_ops(
             current, weight = [], 0
     packed: dict[tuple[int, ...], bytes] = {}  # a post's id, packed once for all followers
     packed_pairs: dict[Triples, bytes] = {(): b""}
+    packed_answers: dict[tuple[tuple[int, int], ...], bytes] = {(): b""}
     for op in ops:
         if op.op is Op.FOLLOWED or op.op is Op.UNFOLLOWED:
-            continue  # not kept by the apply script yet: replies show like posts (D29)
+            code = OpCode.FOLLOWED if op.op is Op.FOLLOWED else OpCode.UNFOLLOWED
+            current += [code, op.owner, op.seq, op.authors[0]]
+            weight += OP_COST
+            if weight >= chunk:
+                chunks.append(current)
+                current, weight = [], 0
+            continue
         blob = packed.get(op.tweets)
         if blob is None:
             blob = packed[op.tweets] = pack_ids(op.tweets)
         pairs = packed_pairs.get(op.reposts)
         if pairs is None:
             pairs = packed_pairs[op.reposts] = pack_pairs(op.reposts)
+        answers = packed_answers.get(op.answers)
+        if answers is None:
+            answers = packed_answers[op.answers] = pack_pairs(sorted(op.answers))
         if op.op is Op.ADD:
-            current += [OpCode.ADD, op.owner, op.horizon, op.seq, blob, pairs]
+            current += [OpCode.ADD, op.owner, op.horizon, op.seq, blob, pairs, answers]
         elif op.op is Op.REMOVE:
             current += [OpCode.REMOVE, op.owner, op.seq, blob, pairs]
         elif op.op is Op.LIST:
-            current += [OpCode.LIST, op.owner, op.horizon, blob, pairs]
+            current += [OpCode.LIST, op.owner, op.horizon, blob, pairs, answers]
         elif op.op is Op.PULL:
             quiet = 1 if op.quiet else 0
             current += [OpCode.PULL, op.owner, op.seq, op.authors[0], quiet, blob, pairs]
@@ -569,13 +584,24 @@ def encode_ops(
                 version,
                 blob,
                 pairs,
+                answers,
             ]
         elif op.op is Op.FILTER:
             current += [OpCode.FILTER, op.owner, op.seq, blob]
         else:
             pulled = pack_ids(op.authors)
-            current += [OpCode.RESET, op.owner, op.horizon, op.seq, op.as_of, pulled, blob, pairs]
-        weight += OP_COST + len(op.tweets) + len(op.reposts)
+            current += [
+                OpCode.RESET,
+                op.owner,
+                op.horizon,
+                op.seq,
+                op.as_of,
+                pulled,
+                blob,
+                pairs,
+                answers,
+            ]
+        weight += OP_COST + len(op.tweets) + len(op.reposts) + len(op.answers)
         if weight >= chunk:
             chunks.append(current)
             current, weight = [], 0

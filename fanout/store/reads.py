@@ -137,24 +137,26 @@ class TimelineReads:
                 return raw
             authors = [int(a) for a in raw[2:]]
             given = [str(len(authors))]
-            for author, (packed, pairs) in zip(
+            for author, (packed, pairs, answers) in zip(
                 authors, self._lists(int(raw[1]), authors), strict=True
             ):
-                given += [str(author), packed or b"", pairs or b""]
+                given += [str(author), packed or b"", pairs or b"", answers or b""]
             raw = None
         raise redis.RedisError("the user's pulled authors kept changing during the read")
 
     def _lists(
         self, generation: int, authors: Sequence[int]
-    ) -> list[tuple[bytes | None, bytes | None]]:
-        """The pulled authors' lists and their pairs (None where missing)."""
+    ) -> list[tuple[bytes | None, bytes | None, bytes | None]]:
+        """The pulled authors' lists, their pairs and their answers (None where
+        missing)."""
         tag = self.shards.tag_of
         commands = []
         for a in authors:
             commands.append(command("GET", keys.author_list(generation, a, tag(a))))
             commands.append(command("GET", keys.list_reposts(generation, a, tag(a))))
+            commands.append(command("GET", keys.list_answers(generation, a, tag(a))))
         got = run(self.redis, commands)
-        return list(zip(got[::2], got[1::2], strict=True))
+        return list(zip(got[::3], got[1::3], got[2::3], strict=True))
 
     def bodies(self, tweets: Sequence[int]) -> list[bytes | None]:
         """The tweets' bodies (None where deleted). On a cluster, one script call

@@ -433,8 +433,10 @@ class TimelineStore(TimelineReads, TimelineBulk, GenerationStore, RebuildChannel
 def _reset_ids(member: bytes) -> list[int]:
     """The tweet ids of a reset waiting in Redis, its entries and their originals
     (apply.lua's op 5 packs it: owner, horizon, seq, as_of, how many pulled
-    authors, how many ids, 8 bytes each; then the authors and the ids, 8 bytes
-    each; then the (entry, original, by) records of its reposts, 24 bytes each)."""
-    start = 48 + 8 * int.from_bytes(member[32:40], "big")
+    authors, how many ids, how many reposts, 8 bytes each; then the authors and
+    the ids, 8 bytes each; then the (entry, original, by) records of its reposts,
+    24 bytes each; then its (entry, user) answers, 16 bytes each)."""
+    start = 56 + 8 * int.from_bytes(member[32:40], "big")
     end = start + 8 * int.from_bytes(member[40:48], "big")
-    return unpack_ids(member[start:end]) + [o for _, o, _ in unpack_triples(member[end:])]
+    reposts = member[end : end + 24 * int.from_bytes(member[48:56], "big")]
+    return unpack_ids(member[start:end]) + [o for _, o, _ in unpack_triples(reposts)]

@@ -26,6 +26,8 @@ from fanout.store.ops import (
     pack_timeline,
     read_header,
     timeline_ids,
+    unpack_ids,
+    unpack_pairs,
 )
 from fanout.store.reads import compose
 from fanout.store.timelines import GenerationMissing, TimelineStore
@@ -421,13 +423,14 @@ def test_generations(store: TimelineStore, redis_client: redis.Redis) -> None:
 @pytest.mark.parametrize("layout", LAYOUTS)
 @settings(max_examples=30, deadline=None)
 # A stale reset of a regenerating idle user: its tombstone stays until replaced.
-@example(seed=760212, cap=2, slack=1, jitter=0, threshold=2)
+@example(seed=760212, cap=2, slack=1, jitter=0, threshold=2, replies=0.0)
 @given(
     seed=st.integers(0, 2**32),
     cap=st.integers(2, 6),
     slack=st.integers(1, 3),
     jitter=st.sampled_from([0, 25]),
     threshold=st.sampled_from([0, 2]),
+    replies=st.sampled_from([0.0, 0.3]),
 )
 def test_the_lua_store_does_what_the_model_does(
     request: pytest.FixtureRequest,
@@ -437,17 +440,21 @@ def test_the_lua_store_does_what_the_model_does(
     slack: int,
     jitter: int,
     threshold: int,
+    replies: float,
 ) -> None:
-    """Any workload, pulled authors crossing the threshold or not: the same
-    timelines, lists, pulls and merged views as the model, on a single Redis
-    (its keys in one shard or several) and on a Redis Cluster."""
+    """Any workload, pulled authors crossing the threshold or not, with replies
+    or without: the same timelines, lists, pulls, replies aside and shown,
+    followees and merged views as the model, on a single Redis (its keys in one
+    shard or several) and on a Redis Cluster."""
     client, shards = layout_client(request, layout)
     tag = shards.tag_of
     store = TimelineStore(client, cap=cap, slack=slack, shards=shards)
     assert store.ensure_active_generation() == GEN
     model = TimelineModel(cap=cap, slack=slack)
     rnd = random.Random(seed)
-    _, envs = random_workload(rnd, 6, steps=80, jitter=jitter, resets=0.2, pull_threshold=threshold)
+    _, envs = random_workload(
+        rnd, 6, steps=80, jitter=jitter, resets=0.2, pull_threshold=threshold, replies=replies
+    )
     states: dict[int, AuthorState] = {}
     applied: set[int] = set()
     written = {e.seq for e in envs}
@@ -464,7 +471,8 @@ def test_the_lua_store_does_what_the_model_does(
             store.claim_regeneration(GEN, user, window=600)
         by_key: dict[int, list] = {}
         for env in batch:
-            by_key.setdefault(env.event.join_key, []).append(env)
+            if not isinstance(env.event, events.Engaged | events.Disengaged):  # counted apart
+                by_key.setdefault(env.event.join_key, []).append(env)
         bodies: dict[int, bytes] = {}
         mutations: list[Mutation] = []
         for author, group in by_key.items():
@@ -488,7 +496,17 @@ def test_the_lua_store_does_what_the_model_does(
         skipped += store.release_resets(GEN, watermark).skipped
     assert skipped == model.skipped
     for user in range(1, 7):
+        assert unpack_ids(client.get(keys.followees(GEN, user, tag(user))) or b"") == sorted(
+            model.follows.get(user, ())
+        ), f"user {user}"
         expected = model.timelines.get(user)
+        aside, shown = (expected.aside, expected.cond) if expected else ({}, {})
+        for key, held in (
+            (keys.aside(GEN, user, tag(user)), aside),
+            (keys.shown_replies(GEN, user, tag(user)), shown),
+        ):
+            records = unpack_pairs(client.get(key) or b"")
+            assert records == sorted((u, e) for e, u in held.items()), f"user {user} {key}"
         packed = client.get(timeline_key(GEN, user, tag(user)))
         pending = client.exists(keys.regeneration(GEN, user, tag(user)))
         assert bool(pending) == (user in model.regenerating), f"user {user}"
@@ -528,8 +546,9 @@ def test_a_script_error_names_the_lua_file_and_line(store: TimelineStore) -> Non
     from fanout.store.scripts import Script
 
     apply = Script(store.redis, "apply")
+    # an add with a bad horizon
     with pytest.raises(redis.ResponseError) as failure:
-        apply(args=[GEN, 5, 2, 32, 0, 1, 7, "not a number", 1, b"", b""])  # an add, a bad horizon
+        apply(args=[GEN, 5, 2, 32, 0, 1, 7, "not a number", 1, b"", b"", b""])
     message = str(failure.value)
     assert "fanout/store/lua/apply.lua:" in message and "user_script" not in message
     line = int(message.split("fanout/store/lua/apply.lua:")[1].split(":")[0])

@@ -6,21 +6,27 @@
 --   3 tweet-id body                  put a tweet body
 --  10 tweet-id counts                set an original's counts ('': delete them)
 --   1 owner horizon seq ids pairs    merge entries into a timeline (creating it)
+--     answers
 --   2 owner seq ids pairs            remove entries from a timeline
 --   5 owner horizon seq as_of        a refill from the database: kept until the
---     pulled ids pairs               watermark reaches its seq (see below)
+--     pulled ids pairs answers       watermark reaches its seq (see below)
 --   6 watermark deleted-ids          apply the kept refills up to the watermark,
 --                                    leaving out the tweets deleted since (packed ids)
---   7 author horizon ids pairs       set a pulled author's list
+--   7 author horizon ids pairs       set a pulled author's list (its answers beside it)
+--     answers
 --   8 owner seq author quiet         the owner reads the author's list (quiet: '1'
 --     ids pairs                      without its reposts): the ids leave the
 --                                    timeline (fenced, as by an unfollow)
 --   9 owner horizon seq author       the owner stops reading the author's list:
---     list-version ids pairs         the ids are merged in (an unfollow: none, a fence)
+--     list-version ids pairs answers the ids are merged in (an unfollow: none, a fence)
 --  11 owner seq hidden               the owner's hidden users (packed ids, ascending)
+--  12 owner seq user                 the owner follows the user: its replies aside show
+--  13 owner seq user                 the owner unfollows the user: its replies go aside
 -- `ids` are packed entry ids (ascending), `pairs` the reposts among them: 24-byte
 -- records (entry, original, by), '' when there are none; `by` is the user the
--- owner's filter checks the entry against (0: none).
+-- owner's filter checks the entry against (0: none). `answers`: the entries whose
+-- original answers a user other than its author and the owner, as 16-byte records
+-- (entry, user), '' when none (see "Replies" below).
 --
 -- Filters (docs/decisions.md D28): an owner's hidden users (P.filters, beside the
 -- timeline) leave out of every merge the reposts whose `by` they name, before the
@@ -65,10 +71,11 @@
 -- out of that set bumps the timeline's version by more than the list's: the
 -- merged version (the sum) still only grows.
 --
--- A timeline holds exactly the join's tweets at or above its horizon. When it
--- outgrows cap + slack it keeps its newest cap + slack/2. When removals leave
--- fewer than cap entries above a horizon (a short timeline), its owner goes
--- into the refill set; the web tier answers it with a reset.
+-- A timeline holds exactly the join's tweets at or above its horizon, the
+-- replies its view leaves out kept aside (docs/decisions.md D29). When view and
+-- aside together outgrow cap + slack it keeps their newest cap + slack/2. When
+-- removals leave fewer than cap of them above a horizon (a short timeline), its
+-- owner goes into the refill set; the web tier answers it with a reset.
 
 local gen, cap, slack = arg(1), tonumber(arg(2)), tonumber(arg(3))
 -- add_newest reads a timeline's newest WINDOW winners and pairs (a GETRANGE
@@ -94,6 +101,9 @@ local function list_key(author) return P.list .. gen .. ':' .. T .. author end
 local function pairs_key(owner) return P.reposts .. gen .. ':' .. T .. owner end
 local function list_pairs_key(author) return P.list_reposts .. gen .. ':' .. T .. author end
 local function filters_key(owner) return P.filters .. gen .. ':' .. T .. owner end
+local function followees_key(owner) return P.followees .. gen .. ':' .. T .. owner end
+local function aside_key(owner) return P.aside .. gen .. ':' .. T .. owner end
+local function shown_key(owner) return P.shown .. gen .. ':' .. T .. owner end
 local function pending(owner) return redis.call('EXISTS', regeneration(owner)) == 1 end
 
 -- Ids in bulk: one struct call per BULK of them, half the cost of a call per
@@ -138,11 +148,145 @@ end
 -- The ids packed in `blob`, as numbers.
 local function ids_of(blob) return unpack_ids(blob, 1, #blob / 8) end
 
+-- Index (1-based) of the first of `ids` (ascending) at or above `id`.
+local function index_of(ids, id)
+  local lo, hi = 1, #ids
+  while lo <= hi do
+    local mid = math.floor((lo + hi) / 2)
+    if ids[mid] < id then lo = mid + 1 else hi = mid - 1 end
+  end
+  return lo
+end
+
 -- The newest id a timeline holds or held: an entry arriving below it is late.
 local function ceiling(h, ids) return math.max(h.top, ids[#ids] or 0) end
 
+-- --- Replies (docs/decisions.md D29) ----------------------------------------
+-- Beside a timeline, the replies its owner's followees wrote to users it does
+-- not follow (aside: not in the view) and those to users it follows (shown),
+-- as 16-byte records (user answered, entry), sorted. The cap counts the aside:
+-- a timeline keeps its newest `keep` of winners and aside together.
+local REC = 16
+
+-- How many replies the owner's timeline keeps aside.
+local function asides(owner) return redis.call('STRLEN', aside_key(owner)) / REC end
+
+-- The entries kept aside, ascending.
+local function aside_entries(owner)
+  local a = redis.call('GET', aside_key(owner))
+  local out = {}
+  if not a then return out end
+  for pos = 9, #a, REC do out[#out + 1] = upk(a, pos) end
+  table.sort(out)
+  return out
+end
+
+-- The horizon that keeps the newest `keep` of winners `ids` and aside `a`
+-- (both ascending) together.
+local function cut(ids, a)
+  local i, j, x = #ids, #a, 0
+  for _ = 1, keep do
+    if j == 0 or (i > 0 and ids[i] > a[j]) then
+      x, i = ids[i], i - 1
+    else
+      x, j = a[j], j - 1
+    end
+  end
+  return x
+end
+
+-- Index (1-based) of the first record of `s` at or above (u, e); #s / REC + 1 if none.
+local function record_index(s, u, e)
+  local lo, hi = 1, #s / REC
+  while lo <= hi do
+    local mid = math.floor((lo + hi) / 2)
+    local mu, me = struct.unpack('>I8I8', s, (mid - 1) * REC + 1)
+    if mu < u or (mu == u and me < e) then lo = mid + 1 else hi = mid - 1 end
+  end
+  return lo
+end
+
+-- Write records `s` to `key` (none: the key goes).
+local function put_records(key, s)
+  if #s > 0 then redis.call('SET', key, s) else redis.call('DEL', key) end
+end
+
+-- Add records {u, e} to `key` (those it holds stay once); returns how many were new.
+local function insert_records(key, recs)
+  local s = redis.call('GET', key) or ''
+  if #recs == 1 then  -- the common case: one reply, one binary search
+    local u, e = recs[1][1], recs[1][2]
+    local i = record_index(s, u, e)
+    if i <= #s / REC then
+      local mu, me = struct.unpack('>I8I8', s, (i - 1) * REC + 1)
+      if mu == u and me == e then return 0 end
+    end
+    local at = (i - 1) * REC
+    redis.call('SETRANGE', key, at, struct.pack('>I8I8', u, e) .. string.sub(s, at + 1))
+    return 1
+  end
+  local seen, all, n = {}, {}, 0
+  for pos = 1, #s, REC do
+    local u, e = struct.unpack('>I8I8', s, pos)
+    seen[e] = true
+    all[#all + 1] = {u, e}
+  end
+  for _, r in ipairs(recs) do
+    if not seen[r[2]] then
+      seen[r[2]] = true
+      all[#all + 1] = r
+      n = n + 1
+    end
+  end
+  if n == 0 then return 0 end
+  table.sort(all, function(a, b) return a[1] < b[1] or (a[1] == b[1] and a[2] < b[2]) end)
+  local parts = {}
+  for k = 1, #all do parts[k] = struct.pack('>I8I8', all[k][1], all[k][2]) end
+  redis.call('SET', key, table.concat(parts))
+  return n
+end
+
+-- Drop the records of `key` whose entry `leaves` says goes; returns how many went.
+local function drop_records(key, leaves)
+  local s = redis.call('GET', key)
+  if not s then return 0 end
+  local parts, gone = {}, 0
+  for pos = 1, #s, REC do
+    if leaves(upk(s, pos + 8)) then
+      gone = gone + 1
+    else
+      parts[#parts + 1] = string.sub(s, pos, pos + REC - 1)
+    end
+  end
+  if gone > 0 then put_records(key, table.concat(parts)) end
+  return gone
+end
+
+-- Drop the replies (aside and shown) below `floor`; returns how many aside went.
+local function prune_replies(owner, floor)
+  local below = function(e) return e < floor end
+  drop_records(shown_key(owner), below)
+  return drop_records(aside_key(owner), below)
+end
+
+-- Take the run of records of user `u` out of `key`: their entries, ascending.
+local function take_run(key, u)
+  local s = redis.call('GET', key)
+  if not s then return {} end
+  local lo = record_index(s, u, 0)
+  local hi, n, out = lo, #s / REC, {}
+  while hi <= n and upk(s, (hi - 1) * REC + 1) == u do
+    out[#out + 1] = upk(s, (hi - 1) * REC + 9)
+    hi = hi + 1
+  end
+  if #out > 0 then
+    put_records(key, string.sub(s, 1, (lo - 1) * REC) .. string.sub(s, (hi - 1) * REC + 1))
+  end
+  return out
+end
+
 local function check_short(owner, h, n)
-  if n < cap and h.horizon > 0 then
+  if n < cap and h.horizon > 0 and n + asides(owner) < cap then
     redis.call('SADD', P.refill .. T, owner)
     short = short + 1
   end
@@ -153,13 +297,16 @@ end
 -- hold what was removed.
 local function fence(h, seq) if seq > h.fence then h.fence = seq end end
 
--- Write a timeline, trimmed to its newest `keep` entries when over `limit`.
-local function store(key, h, ids, seq)
-  if #ids > limit then
+-- Write a timeline, trimmed to its newest `keep` entries (with the aside)
+-- when over `limit`.
+local function store(owner, key, h, ids, seq)
+  local na = asides(owner)
+  if #ids + na > limit then
+    h.horizon = na == 0 and ids[#ids - keep + 1] or cut(ids, aside_entries(owner))
     local kept = {}
-    for i = #ids - keep + 1, #ids do kept[#kept + 1] = ids[i] end
+    for i = 1, #ids do if ids[i] >= h.horizon then kept[#kept + 1] = ids[i] end end
     ids = kept
-    h.horizon = ids[1]
+    prune_replies(owner, h.horizon)
     fence(h, math.max(seq, HIGH))
   end
   if h.top ~= 0 and ids[#ids] ~= nil and ids[#ids] >= h.top then h.top = 0 end
@@ -186,27 +333,70 @@ local function originals_of(blob)
   return out
 end
 
--- An operation's ids and pairs without the reposts the owner's filter hides.
-local function screen(owner, blob, pblob)
-  if #pblob == 0 then return blob, pblob end
+-- An operation's ids, pairs and answers without the entries the owner's filter
+-- hides: reposts of its hidden users' tweets, entries whose original answers one.
+local function screen(owner, blob, pblob, ablob)
+  if #pblob == 0 and #ablob == 0 then return blob, pblob, ablob end
   local f = redis.call('GET', filters_key(owner))
-  if not f then return blob, pblob end
-  local drop, kept, any = {}, {}, false
+  if not f then return blob, pblob, ablob end
+  local drop, any = {}, false
   for pos = 1, #pblob, ARG_PAIR do
     local e, _, by = struct.unpack('>I8I8I8', pblob, pos)
-    if by ~= 0 and holds(f, by) then
-      drop[e], any = true, true
-    else
-      kept[#kept + 1] = string.sub(pblob, pos, pos + ARG_PAIR - 1)
-    end
+    if by ~= 0 and holds(f, by) then drop[e], any = true, true end
   end
-  if not any then return blob, pblob end
-  local ids = {}
+  for pos = 1, #ablob, REC do
+    local e, u = struct.unpack('>I8I8', ablob, pos)
+    if holds(f, u) then drop[e], any = true, true end
+  end
+  if not any then return blob, pblob, ablob end
+  local ids, kept, answers = {}, {}, {}
   for pos = 1, #blob, 8 do
     local e = upk(blob, pos)
     if not drop[e] then ids[#ids + 1] = e end
   end
-  return pack_ids(ids), table.concat(kept)
+  for pos = 1, #pblob, ARG_PAIR do
+    if not drop[upk(pblob, pos)] then
+      kept[#kept + 1] = string.sub(pblob, pos, pos + ARG_PAIR - 1)
+    end
+  end
+  for pos = 1, #ablob, REC do
+    if not drop[upk(ablob, pos)] then
+      answers[#answers + 1] = string.sub(ablob, pos, pos + REC - 1)
+    end
+  end
+  return pack_ids(ids), table.concat(kept), table.concat(answers)
+end
+
+-- Sort the replies among an operation's entries (`answers`: (entry, user)
+-- records) as the owner's followees say: those to users it follows go into the
+-- view (and are recorded as shown), the others aside, where they are not in the
+-- view and count towards the cap. `floor`: the timeline's horizon after the
+-- operation; entries below it are left in (the merge skips them and fences).
+-- Returns the ids for the view, and how many went aside.
+local function sort_replies(owner, blob, orig, ablob, floor)
+  local tf = redis.call('GET', followees_key(owner)) or ''
+  local away, shown, aside, here = {}, {}, {}, {}
+  for pos = 1, #blob, 8 do here[upk(blob, pos)] = true end
+  for pos = 1, #ablob, REC do
+    local e, u = struct.unpack('>I8I8', ablob, pos)
+    -- a post (a repost shows like any repost) the operation still holds
+    if here[e] and orig[e] == nil and e >= floor then
+      if holds(tf, u) then
+        shown[#shown + 1] = {u, e}
+      else
+        aside[#aside + 1] = {u, e}
+        away[e] = true
+      end
+    end
+  end
+  if #shown > 0 then insert_records(shown_key(owner), shown) end
+  if #aside == 0 then return blob, 0 end
+  local ids = {}
+  for pos = 1, #blob, 8 do
+    local e = upk(blob, pos)
+    if not away[e] then ids[#ids + 1] = e end
+  end
+  return pack_ids(ids), insert_records(aside_key(owner), aside)
 end
 
 -- The raw entries (entry -> original) of winners `ids` and pairs string `p`.
@@ -287,7 +477,7 @@ end
 -- `top` arrived late (the version moves), then over `limit` it keeps its newest
 -- `keep` winners (and the raw entries at or above the oldest of them). `had`:
 -- the winners it held. Returns how many winners it holds.
-local function store_raw(key, pkey, h, raw, seq, had, top)
+local function store_raw(owner, key, pkey, h, raw, seq, had, top)
   local ids, p = view_of(raw)
   for i = 1, #ids do
     if ids[i] < top and not had[ids[i]] then
@@ -295,9 +485,11 @@ local function store_raw(key, pkey, h, raw, seq, had, top)
       break
     end
   end
-  if #ids > limit then
-    h.horizon = ids[#ids - keep + 1]
+  local na = asides(owner)
+  if #ids + na > limit then
+    h.horizon = na == 0 and ids[#ids - keep + 1] or cut(ids, aside_entries(owner))
     prune(raw, h.horizon)
+    prune_replies(owner, h.horizon)
     ids, p = view_of(raw)
     fence(h, math.max(seq, HIGH))
   end
@@ -348,6 +540,7 @@ local function add_slow(owner, key, s, new, hm, seq)
     local kept = {}
     for i = 1, #ids do if ids[i] >= hm then kept[#kept + 1] = ids[i] end end
     ids = kept
+    prune_replies(owner, hm)
     fence(h, seq)
   end
   -- A merge that leaves out older tweets (hm > 0), or drops some below the
@@ -356,20 +549,31 @@ local function add_slow(owner, key, s, new, hm, seq)
   if hm > 0 or (#new > 0 and new[1] < h.horizon) then fence(h, seq) end
   local merged, n, late = merge(ids, new, h.horizon, s and top or 0)
   if late then h.version = h.version + 1 end
-  check_short(owner, h, store(key, h, merged, seq))
+  check_short(owner, h, store(owner, key, h, merged, seq))
   return n
 end
 
 -- Trim after an APPEND: keep the newest `keep` (a new horizon, the fence moved),
 -- and the pairs (of `owner`, if it may have some) at or above it.
 local function trim(key, len, seq, owner)
-  if len > HEADER + limit * 8 then
+  local na = asides(owner)
+  if len + na * 8 > HEADER + limit * 8 then
     local h = read_header(redis.call('GETRANGE', key, 0, HEADER - 1))
-    local tail = redis.call('GETRANGE', key, len - keep * 8, -1)
-    h.horizon = upk(tail, 1)
+    local tail
+    if na == 0 then
+      tail = redis.call('GETRANGE', key, len - keep * 8, -1)
+      h.horizon = upk(tail, 1)
+    else
+      local ids = ids_of(redis.call('GETRANGE', key, HEADER, -1))
+      h.horizon = cut(ids, aside_entries(owner))
+      local kept = {}
+      for i = index_of(ids, h.horizon), #ids do kept[#kept + 1] = ids[i] end
+      tail = pack_ids(kept)
+    end
     fence(h, math.max(seq, HIGH))
     redis.call('SET', key, pack_header(h) .. tail)
-    if owner then prune_pairs(pairs_key(owner), h.horizon) end
+    prune_pairs(pairs_key(owner), h.horizon)
+    prune_replies(owner, h.horizon)
   end
 end
 
@@ -385,7 +589,7 @@ end
 -- `off` + 1. Returns nil, having written nothing, when the first new id is
 -- older than every entry of `t` but `t` does not start at the oldest entry:
 -- the caller then passes the whole timeline.
-local function add_inside(key, h, n, t, off, base, blob, seq)
+local function add_inside(owner, key, h, n, t, off, base, blob, seq)
   local new, below = ids_of(blob), false
   if new[1] ~= nil and new[1] < h.horizon then  -- ascending: those below come first
     local all = new
@@ -432,7 +636,7 @@ local function add_inside(key, h, n, t, off, base, blob, seq)
   if late then h.version = h.version + 1 end
   if h.top ~= 0 and new[#new] >= h.top then h.top = 0 end
   redis.call('SETRANGE', key, 0, pack_header(h))
-  trim(key, redis.call('SETRANGE', key, HEADER + (lo - 1) * 8, pack_ids(merged)), seq)
+  trim(key, redis.call('SETRANGE', key, HEADER + (lo - 1) * 8, pack_ids(merged)), seq, owner)
   return n_added
 end
 
@@ -453,11 +657,12 @@ local function add_raw(owner, key, s, new, orig, hm, seq)
   if hm > h.horizon then
     h.horizon = hm
     prune(raw, hm)
+    prune_replies(owner, hm)
     fence(h, seq)
   end
   if hm > 0 or (#new > 0 and new[1] < h.horizon) then fence(h, seq) end
   local n = merge_raw(raw, new, orig, h.horizon)
-  check_short(owner, h, store_raw(key, pkey, h, raw, seq, had, top))
+  check_short(owner, h, store_raw(owner, key, pkey, h, raw, seq, had, top))
   return n
 end
 
@@ -566,16 +771,7 @@ local function add_newest(owner, key, h, n, t, base, blob, orig, seq)
 end
 
 -- Merge packed ids (ascending). A plain add of the newest tweets is an APPEND.
-local function add(owner, key, blob, hm, seq, pblob)
-  blob, pblob = screen(owner, blob, pblob)
-  local s_len = redis.call('STRLEN', key)
-  if s_len > 0 and s_len < HEADER then  -- a tombstone
-    if not pending(owner) then
-      skipped = skipped + 1
-      return 0
-    end
-    s_len = 0  -- a placeholder replaces it
-  end
+local function merge_in(owner, key, s_len, blob, hm, seq, pblob)
   if hm == 0 and s_len > 0 then
     if #blob == 0 then return 0 end
     local h = read_header(redis.call('GETRANGE', key, 0, HEADER - 1))
@@ -601,10 +797,10 @@ local function add(owner, key, blob, hm, seq, pblob)
       local window = 2 * #blob / 8 + 8
       if n > window then
         local tail = redis.call('GETRANGE', key, s_len - window * 8, -1)
-        local added_here = add_inside(key, h, n, tail, 0, n - window + 1, blob, seq)
+        local added_here = add_inside(owner, key, h, n, tail, 0, n - window + 1, blob, seq)
         if added_here ~= nil then return added_here end
       end
-      return add_inside(key, h, n, redis.call('GET', key), HEADER, 1, blob, seq)
+      return add_inside(owner, key, h, n, redis.call('GET', key), HEADER, 1, blob, seq)
     end
     return add_raw(owner, key, redis.call('GET', key), ids_of(blob), originals_of(pblob), 0, seq)
   end
@@ -615,9 +811,41 @@ local function add(owner, key, blob, hm, seq, pblob)
   return add_raw(owner, key, s, ids_of(blob), originals_of(pblob), hm, seq)
 end
 
+-- After replies went aside: trimmed if the view and the aside together
+-- outgrow the limit (the merge trimmed already if it wrote).
+local function settle(owner, key, seq)
+  local len = redis.call('STRLEN', key)
+  if len < HEADER or len + asides(owner) * 8 <= HEADER + limit * 8 then return end
+  local pkey = pairs_key(owner)
+  local p = redis.call('GET', pkey)
+  if not p then return trim(key, len, seq, owner) end
+  local h, ids = decode(redis.call('GET', key))
+  store_raw(owner, key, pkey, h, raw_of(ids, p), seq, set_of(ids), ceiling(h, ids))
+end
+
+-- Merge packed ids (ascending) with their pairs and answers (see the header).
+local function add(owner, key, blob, hm, seq, pblob, ablob)
+  blob, pblob, ablob = screen(owner, blob, pblob, ablob)
+  local s_len = redis.call('STRLEN', key)
+  if s_len > 0 and s_len < HEADER then  -- a tombstone
+    if not pending(owner) then
+      skipped = skipped + 1
+      return 0
+    end
+    s_len = 0  -- a placeholder replaces it
+  end
+  if #ablob == 0 then return merge_in(owner, key, s_len, blob, hm, seq, pblob) end
+  local floor = s_len > 0 and math.max(hm, upk(redis.call('GETRANGE', key, 0, 7))) or hm
+  local went
+  blob, went = sort_replies(owner, blob, originals_of(pblob), ablob, floor)
+  local n = merge_in(owner, key, s_len, blob, hm, seq, pblob)
+  if went > 0 then settle(owner, key, seq) end
+  return n + went
+end
+
 -- A removal from a timeline with pairs: a winner removed gives its place to the
 -- next-newest raw entry of its original (which arrives late: the version moves).
-local function remove_raw(owner, key, pkey, s, p, blob, seq)
+local function remove_raw(owner, key, pkey, s, p, blob, seq, went)
   local h, ids = decode(s)
   local raw = raw_of(ids, p)
   local gone = 0
@@ -628,7 +856,7 @@ local function remove_raw(owner, key, pkey, s, p, blob, seq)
       gone = gone + 1
     end
   end
-  if gone == 0 and seq <= h.fence then return 0 end
+  if gone + went == 0 and seq <= h.fence then return 0 end
   local top, last = ceiling(h, ids), ids[#ids]
   local kept, newp = view_of(raw)
   local had = set_of(ids)
@@ -643,7 +871,7 @@ local function remove_raw(owner, key, pkey, s, p, blob, seq)
   redis.call('SET', key, encode(h, kept))
   if #newp > 0 then redis.call('SET', pkey, newp) else redis.call('DEL', pkey) end
   check_short(owner, h, #kept)
-  return gone
+  return gone + went
 end
 
 -- A timeline (packed `s`) that keeps nothing of what it held: emptied above a
@@ -658,7 +886,7 @@ local function empty(owner, key, s, seq)
   h.version = h.version + 1
   fence(h, seq)
   redis.call('SET', key, encode(h, {}))
-  redis.call('DEL', pairs_key(owner))
+  redis.call('DEL', pairs_key(owner), aside_key(owner), shown_key(owner))
   check_short(owner, h, 0)
   return #ids
 end
@@ -686,21 +914,25 @@ local function remove(owner, key, blob, seq)
   if seq > 0 and redis.call('EXISTS', filters_key(owner)) == 1 then
     return empty(owner, key, s, seq)
   end
-  local pkey = pairs_key(owner)
-  local p = redis.call('GET', pkey)
-  if p then return remove_raw(owner, key, pkey, s, p, blob, seq) end
-  local h, ids = decode(s)
   local drop = {}
   for pos = 1, #blob, 8 do drop[upk(blob, pos)] = true end
+  -- Replies among them leave the records beside the timeline (aside or shown).
+  local leaves = function(e) return drop[e] == true end
+  drop_records(shown_key(owner), leaves)
+  local went = drop_records(aside_key(owner), leaves)
+  local pkey = pairs_key(owner)
+  local p = redis.call('GET', pkey)
+  if p then return remove_raw(owner, key, pkey, s, p, blob, seq, went) end
+  local h, ids = decode(s)
   local kept = {}
   for i = 1, #ids do if not drop[ids[i]] then kept[#kept + 1] = ids[i] end end
   local gone = #ids - #kept
-  if gone == 0 and seq <= h.fence then return 0 end
+  if gone + went == 0 and seq <= h.fence then return 0 end
   if gone > 0 and kept[#kept] ~= ids[#ids] then h.top = math.max(h.top, ids[#ids]) end
   fence(h, seq)
   redis.call('SET', key, encode(h, kept))
   check_short(owner, h, #kept)
-  return gone
+  return gone + went
 end
 
 -- Whether the owner reads exactly these pulled authors' lists (packed ids).
@@ -721,7 +953,7 @@ end
 -- it is dropped and asked for again. Onto a placeholder (a regeneration is
 -- pending) the horizon is the higher one, and the regeneration is over; a
 -- stale one is asked for again (the refill task names the new reset's seq).
-local function reset(owner, key, blob, hr, seq, as_of, pulled, deleted, pblob)
+local function reset(owner, key, blob, hr, seq, as_of, pulled, deleted, pblob, ablob)
   local s = redis.call('GET', key)
   local regen = regeneration(owner)
   local placeholder = pending(owner)
@@ -756,35 +988,40 @@ local function reset(owner, key, blob, hr, seq, as_of, pulled, deleted, pblob)
   local top = s and ceiling(h, ids) or 0
   local pkey = pairs_key(owner)
   local p = s and redis.call('GET', pkey) or nil
-  if #pblob > 0 or p then  -- reposts: on the raw entries
-    local raw, had = raw_of(ids, p), set_of(ids)
-    if not s then
-      h.horizon = hr
-    elseif not placeholder then
-      h.horizon = math.min(h.horizon, hr)
-    elseif hr > h.horizon then
-      h.horizon = hr
-      if prune(raw, hr) > 0 then fence(h, seq) end
-    end
-    local n = merge_raw(raw, new, orig, h.horizon)
-    check_short(owner, h, store_raw(key, pkey, h, raw, seq, had, top))
-    return n
-  end
+  local raw = (#pblob > 0 or p) and raw_of(ids, p) or nil  -- reposts: on the raw entries
+  local had = raw and set_of(ids)
   if not s then
     h.horizon = hr
   elseif not placeholder then
     h.horizon = math.min(h.horizon, hr)
   elseif hr > h.horizon then
     h.horizon = hr
-    local kept = {}
-    for i = 1, #ids do if ids[i] >= hr then kept[#kept + 1] = ids[i] end end
-    if #kept < #ids then fence(h, seq) end
-    ids = kept
+    local fell = prune_replies(owner, hr) > 0
+    if raw then
+      fell = prune(raw, hr) > 0 or fell
+    else
+      local kept = {}
+      for i = 1, #ids do if ids[i] >= hr then kept[#kept + 1] = ids[i] end end
+      fell = fell or #kept < #ids
+      ids = kept
+    end
+    if fell then fence(h, seq) end
+  end
+  local went = 0
+  if #ablob > 0 then
+    local sorted
+    sorted, went = sort_replies(owner, pack_ids(new), orig, ablob, h.horizon)
+    new = ids_of(sorted)
+  end
+  if raw then
+    local n = merge_raw(raw, new, orig, h.horizon)
+    check_short(owner, h, store_raw(owner, key, pkey, h, raw, seq, had, top))
+    return n + went
   end
   local merged, n, late = merge(ids, new, h.horizon, top)
   if late then h.version = h.version + 1 end
-  check_short(owner, h, store(key, h, merged, seq))
-  return n
+  check_short(owner, h, store(owner, key, h, merged, seq))
+  return n + went
 end
 
 local function release(watermark, gone)
@@ -795,19 +1032,24 @@ local function release(watermark, gone)
   for _, id in ipairs(ids_of(gone)) do deleted[id] = true end
   for _, member in ipairs(due) do
     local owner, hr, seq, as_of = upk(member, 1), upk(member, 9), upk(member, 17), upk(member, 25)
-    local ids_at = 49 + upk(member, 33) * 8
+    local ids_at = 57 + upk(member, 33) * 8
     local pairs_at = ids_at + upk(member, 41) * 8
+    local answers_at = pairs_at + upk(member, 49) * ARG_PAIR
     added = added + reset(num(owner), P.timeline .. gen .. ':' .. T .. num(owner),
                           string.sub(member, ids_at, pairs_at - 1), hr, seq, as_of,
-                          string.sub(member, 49, ids_at - 1), deleted,
-                          string.sub(member, pairs_at))
+                          string.sub(member, 57, ids_at - 1), deleted,
+                          string.sub(member, pairs_at, answers_at - 1),
+                          string.sub(member, answers_at))
   end
   redis.call('ZREMRANGEBYSCORE', key, '-inf', watermark)
 end
 
 -- A pulled author's list: its newest tweets and their horizon, as the job
--- computed them. An id new to it below the newest it held arrived late.
-local function set_list(author, hm, blob, pblob)
+-- computed them. An id new to it below the newest it held arrived late. Its
+-- entries whose original answers a user (`answers`, (entry, user) records) are
+-- kept beside it: a read leaves out the replies its reader does not see.
+local function set_list(author, hm, blob, pblob, ablob)
+  put_records(P.list_answers .. gen .. ':' .. T .. author, ablob)
   local key, pkey = list_key(author), list_pairs_key(author)
   local old = redis.call('GET', key)
   local h, ids = new_header(), ids_of(blob)
@@ -855,11 +1097,11 @@ end
 -- an unfollow) are merged into the timeline, which is fenced either way. The
 -- list's version (in the author's shard) leaves the merged version: the
 -- timeline's takes it over.
-local function unpull(owner, key, author, listed, blob, hm, seq, pblob)
+local function unpull(owner, key, author, listed, blob, hm, seq, pblob, ablob)
   local gone = redis.call('SREM', pulls(owner), author, '-' .. author) > 0
   local n = 0
   if #blob > 0 then
-    n = add(owner, key, blob, hm, seq, pblob)
+    n = add(owner, key, blob, hm, seq, pblob, ablob)
   else
     remove(owner, key, blob, seq)
   end
@@ -880,29 +1122,95 @@ local function filter(owner, key, seq, hidden)
   empty(owner, key, s, seq)
 end
 
+-- The owner now follows `user` (packed `u`): the replies to it kept aside
+-- join the view (a merge: those below the newest arrive late).
+local function followed(owner, key, seq, user, u)
+  local fkey = followees_key(owner)
+  local f = redis.call('GET', fkey) or ''
+  if not holds(f, user) then
+    local at = index_in(f, 1, #f / 8, user, 8)
+    redis.call('SETRANGE', fkey, (at - 1) * 8, u .. string.sub(f, (at - 1) * 8 + 1))
+  end
+  local s = redis.call('GET', key)
+  if not s or #s < HEADER then return 0 end  -- none, or idle: its regeneration reads the database
+  local moving = take_run(aside_key(owner), user)
+  if #moving == 0 then return 0 end
+  local recs = {}
+  for k, e in ipairs(moving) do recs[k] = {user, e} end
+  insert_records(shown_key(owner), recs)
+  return add_raw(owner, key, s, moving, {}, 0, seq)
+end
+
+-- The owner no longer follows `user`: the replies to it that showed go aside
+-- (no fence, no late entry: they stay counted by the cap).
+local function unfollowed(owner, key, user)
+  local fkey = followees_key(owner)
+  local f = redis.call('GET', fkey)
+  if f and holds(f, user) then
+    local at = index_in(f, 1, #f / 8, user, 8)
+    put_records(fkey, string.sub(f, 1, (at - 1) * 8) .. string.sub(f, at * 8 + 1))
+  end
+  local s = redis.call('GET', key)
+  if not s or #s < HEADER then return 0 end
+  local moving = take_run(shown_key(owner), user)
+  if #moving == 0 then return 0 end
+  local recs, away = {}, {}
+  for k, e in ipairs(moving) do
+    recs[k] = {user, e}
+    away[e] = true
+  end
+  insert_records(aside_key(owner), recs)
+  local h, ids = decode(s)
+  local last = ids[#ids]
+  local pkey = pairs_key(owner)
+  local p = redis.call('GET', pkey)
+  if p then
+    local raw = raw_of(ids, p)
+    for e in pairs(away) do raw[e] = nil end
+    ids, p = view_of(raw)
+    put_records(pkey, p)
+  else
+    local kept = {}
+    for k = 1, #ids do if not away[ids[k]] then kept[#kept + 1] = ids[k] end end
+    ids = kept
+  end
+  if last ~= nil and ids[#ids] ~= last then h.top = math.max(h.top, last) end
+  redis.call('SET', key, encode(h, ids))
+  return #moving
+end
+
 local timelines = P.timeline .. gen .. ':' .. T
 local i = 6
 while i <= nargs() do
   local op = arg(i)
   BY = {}
-  if op == '1' then                       -- add: owner, horizon, seq, ids, pairs
+  if op == '1' then                       -- add: owner, horizon, seq, ids, pairs, answers
     added = added + add(arg(i + 1), timelines .. arg(i + 1), arg(i + 4),
-                        tonumber(arg(i + 2)), tonumber(arg(i + 3)), arg(i + 5))
-    i = i + 6
+                        tonumber(arg(i + 2)), tonumber(arg(i + 3)), arg(i + 5), arg(i + 6))
+    i = i + 7
   elseif op == '2' then                   -- remove: owner, seq, ids, pairs
     removed = removed + remove(arg(i + 1), timelines .. arg(i + 1), arg(i + 3),
                                tonumber(arg(i + 2)))
     i = i + 5
-  elseif op == '5' then                   -- reset: owner, horizon, seq, as_of, pulled, ids, pairs
+  elseif op == '5' then                   -- reset: owner, horizon, seq, as_of, pulled, ids,
+                                          -- pairs, answers
     local member = pk(tonumber(arg(i + 1))) .. pk(tonumber(arg(i + 2)))
                    .. pk(tonumber(arg(i + 3))) .. pk(tonumber(arg(i + 4)))
-                   .. pk(#arg(i + 5) / 8) .. pk(#arg(i + 6) / 8)
-                   .. arg(i + 5) .. arg(i + 6) .. arg(i + 7)
+                   .. pk(#arg(i + 5) / 8) .. pk(#arg(i + 6) / 8) .. pk(#arg(i + 7) / ARG_PAIR)
+                   .. arg(i + 5) .. arg(i + 6) .. arg(i + 7) .. arg(i + 8)
     redis.call('ZADD', P.resets .. gen .. T, arg(i + 3), member)
-    i = i + 8
-  elseif op == '7' then                   -- a pulled author's list: author, horizon, ids, pairs
-    set_list(arg(i + 1), tonumber(arg(i + 2)), arg(i + 3), arg(i + 4))
-    i = i + 5
+    i = i + 9
+  elseif op == '7' then                   -- a pulled author's list: author, horizon, ids,
+                                          -- pairs, answers
+    set_list(arg(i + 1), tonumber(arg(i + 2)), arg(i + 3), arg(i + 4), arg(i + 5))
+    i = i + 6
+  elseif op == '12' then                  -- followed: owner, seq, user
+    added = added + followed(arg(i + 1), timelines .. arg(i + 1), tonumber(arg(i + 2)),
+                             tonumber(arg(i + 3)), pk(tonumber(arg(i + 3))))
+    i = i + 4
+  elseif op == '13' then                  -- unfollowed: owner, seq, user
+    unfollowed(arg(i + 1), timelines .. arg(i + 1), tonumber(arg(i + 3)))
+    i = i + 4
   elseif op == '8' then                   -- pull: owner, seq, author, quiet, ids, pairs
     removed = removed + pull(arg(i + 1), timelines .. arg(i + 1), arg(i + 3), arg(i + 4),
                              arg(i + 5), tonumber(arg(i + 2)))
@@ -911,11 +1219,11 @@ while i <= nargs() do
     filter(arg(i + 1), timelines .. arg(i + 1), tonumber(arg(i + 2)), arg(i + 3))
     i = i + 4
   elseif op == '9' then                   -- unpull: owner, horizon, seq, author, version,
-                                          -- ids, pairs
+                                          -- ids, pairs, answers
     added = added + unpull(arg(i + 1), timelines .. arg(i + 1), arg(i + 4),
                            tonumber(arg(i + 5)), arg(i + 6),
-                           tonumber(arg(i + 2)), tonumber(arg(i + 3)), arg(i + 7))
-    i = i + 8
+                           tonumber(arg(i + 2)), tonumber(arg(i + 3)), arg(i + 7), arg(i + 8))
+    i = i + 9
   elseif op == '6' then                   -- release the resets up to a watermark
     release(arg(i + 1), arg(i + 2))
     i = i + 3

@@ -13,6 +13,10 @@
 -- (`by`): a reader with hidden users (docs/decisions.md D28), or who follows the
 -- author with reposts off (a pulls member '-author'), reads the list without
 -- the reposts that leaves out, the per-original rule applied to what is left.
+-- So does a list with replies (its answers, `ac:`, docs/decisions.md D29): a
+-- reader sees a list's reply only if it answers the reader or someone the
+-- reader follows (the reader's followees, `tf:`), and no entry whose original
+-- answers one of its hidden users.
 
 -- First index in s[a..b] whose id is above x (b + 1 if none).
 local function above(s, a, b, x)
@@ -36,13 +40,14 @@ end
 -- The lists a call was given (see given_lists), or nil: the script reads them.
 -- Lists live in their authors' shards: with more than one shard the caller
 -- fetches them and passes them in (arguments from `at` on: how many, then
--- author, packed list and its pairs triples, '' for a list or pairs missing).
+-- author, packed list, its pairs triples and its answers, '' for one missing).
 local function given_lists(at)
   if arg(at) == '-' then return nil end
-  local given = {n = tonumber(arg(at)), pairs = {}}
-  for i = at + 1, at + 3 * given.n, 3 do
+  local given = {n = tonumber(arg(at)), pairs = {}, answers = {}}
+  for i = at + 1, at + 4 * given.n, 4 do
     given[arg(i)] = arg(i + 1)
     given.pairs[arg(i)] = arg(i + 2)
+    given.answers[arg(i)] = arg(i + 3)
   end
   return given
 end
@@ -157,22 +162,24 @@ local function bound(sources, floor, k)
 end
 
 -- A pulled author's list (its pairs `p`) as a reader sees it, from the `floor`
--- up (below it the list shows nothing): without the reposts whose `by` the set
--- `hides` holds or, `quiet`, without any; a winner left out gives its place to
--- the next entry of its original. The list is not rewritten (that would cost a
--- pass over all of it): returns what changes, the records of the pairs that stay
+-- up (below it the list shows nothing): without the entries `skip(entry,
+-- original, by)` leaves out; a winner left out gives its place to the next
+-- entry of its original. The list is not rewritten (that would cost a pass over
+-- all of it): returns what changes, the records of the pairs that stay
 -- (original, entry, by, ...: one per original, its winner), the winners left out
 -- (in the list, hidden by the view) and the entries that take their places (not
--- in the list: a source of their own), ascending.
-local function screened(p, hides, quiet, floor)
+-- in the list: a source of their own), ascending; and the set of the entries
+-- the pairs name.
+local function screened(p, skip, floor)
   local recs = bulk_ids(p, 1, #p / 8)  -- original, entry, by, ...
-  local kept, dropped, taking = {}, {}, {}
+  local kept, dropped, taking, named = {}, {}, {}, {}
   local n, x = #recs, 1
   while x <= n do
     local o, last = recs[x], x  -- o's run: records x .. last
     while last + 3 <= n and recs[last + 3] == o do last = last + 3 end
+    for k = x, last, 3 do named[recs[k + 1]] = true end
     local won = last  -- the winner left: the newest entry not left out
-    while won >= x and recs[won + 1] ~= o and (quiet or hides[recs[won + 2]]) do
+    while won >= x and skip(recs[won + 1], o, recs[won + 2]) do
       won = won - 3
     end
     local e = won >= x and recs[won + 1] or nil
@@ -186,7 +193,7 @@ local function screened(p, hides, quiet, floor)
     x = last + 3
   end
   table.sort(taking)
-  return kept, dropped, taking
+  return kept, dropped, taking, named
 end
 
 -- The sources of a view: {s = packed, lo, n} (entries lo..n are at or above the
@@ -222,33 +229,65 @@ local function view(gen, uid, s, given, cap)
     end
   end
   for _, src in ipairs(sources) do src.lo = above(src.s, 1, src.n, floor - 1) end
-  -- A pulled author's list's pairs: given by the caller, or read here.
+  -- A pulled author's list's pairs and answers: given by the caller, or read here.
   local function list_pairs(author)
     if given then return given.pairs[author] end
     return redis.call('GET', P.list_reposts .. gen .. ':' .. author)
   end
-  -- The lists the reader may not see all of (its hidden users, reposts off),
-  -- from the floor up; the hidden users as a set, once.
+  local function list_answers(author)
+    if given then return given.answers[author] end
+    return redis.call('GET', P.list_answers .. gen .. ':' .. author)
+  end
+  -- The lists the reader may not see all of (its hidden users, reposts off,
+  -- replies), from the floor up; the hidden users as a set, once.
   local f = #sources > 1 and redis.call('GET', P.filters .. gen .. ':' .. T .. uid) or nil
   local hides = {}
   if f then
     for _, id in ipairs(bulk_ids(f, 1, #f / 8)) do hides[id] = true end
   end
+  local follows  -- the reader's followees, read once if a list has replies
+  local reader = tonumber(uid)
   local dropped, lists = {}, #sources
   for i = 2, lists do
     local src = sources[i]
-    if (f or quiet[src.author]) and src.lo <= src.n then
+    local a = src.lo <= src.n and list_answers(src.author) or nil
+    if a and #a == 0 then a = nil end
+    if (f or quiet[src.author] or a) and src.lo <= src.n then
+      local ans = {}  -- entry -> the user its original answers
+      if a then
+        for pos = 1, #a, 16 do
+          local e, u = struct.unpack('>I8I8', a, pos)
+          ans[e] = u
+        end
+        follows = follows or redis.call('GET', P.followees .. gen .. ':' .. T .. uid) or ''
+      end
+      -- A reply shows if it answers the reader or someone the reader follows.
+      local function unseen(e)
+        local u = ans[e]
+        return u ~= nil and (hides[u] or (u ~= reader and not holds(follows, u)))
+      end
+      local q = quiet[src.author]
+      local function skip(e, o, by)
+        if e == o then return unseen(e) end
+        local u = ans[e]
+        return q or hides[by] or (u ~= nil and hides[u])
+      end
       local p = list_pairs(src.author)
       src.read = true  -- its pairs are src.p or src.flat
-      if p and #p > 0 then  -- no reposts: nothing to leave out
+      local named = {}
+      if p and #p > 0 then  -- no reposts: none of them to leave out
         local out, taking
-        src.flat, out, taking = screened(p, hides, quiet[src.author], floor)
+        src.flat, out, taking, named = screened(p, skip, floor)
         for _, e in ipairs(out) do dropped[#dropped + 1] = e end
         if #taking > 0 then
           local packed = {string.rep('\0', HEADER)}
           for j, id in ipairs(taking) do packed[j + 1] = pk(id) end
           sources[#sources + 1] = {s = table.concat(packed), lo = 1, n = #taking, read = true}
         end
+      end
+      -- Replies that are winners of their own (no repost of them in the list).
+      for e in pairs(ans) do
+        if e >= floor and not named[e] and unseen(e) then dropped[#dropped + 1] = e end
       end
     end
   end
