@@ -4,6 +4,7 @@
                                       [--rate 1000] [--seconds 60]
     python -m load_tests.bench_fanout --cluster [--users 10000] [--backlog 50000] [--seconds 60]
     python -m load_tests.bench_fanout --mix [--mix-window 5000] [--users 10000] [--backlog 50000]
+                                      [--reposts 1] [--likes 5] [--replies 0.0]
     python -m load_tests.bench_fanout --viral [--viral-likes 20000] [--viral-reposts 2000]
                                       [--viral-seconds 30] [--mix]
     python -m load_tests.bench_fanout --celebrity [--celebrity-followers 1000000]
@@ -53,6 +54,8 @@ is the same mixed mutations (and counts, where the store writes them)
 through the store's script. It reports each phase's end to end ÷ ceiling
 and micro-batch p50, the mix's over the posts-only (targets >= 0.9 and
 <= 1.1), and bytes per post entry, per repost entry and per counted tweet.
+``--replies 0.33 --reposts 0 --likes 0`` is the replies mix: a third of the
+posts answer a recent post (a follower of its author answering, mostly).
 
 ``--viral`` (load_tests/fanout_viral.py) runs the steady load, then one
 tweet liked ``--viral-likes`` and reposted ``--viral-reposts`` times a second
@@ -142,6 +145,11 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=5000,
         help="reposts and likes go to the last this many posts (newer ones likelier)",
+    )
+    parser.add_argument("--reposts", type=int, default=1, help="--mix: reposts per post")
+    parser.add_argument("--likes", type=int, default=5, help="--mix: likes per post")
+    parser.add_argument(
+        "--replies", type=float, default=0.0, help="--mix: the share of posts that are replies"
     )
     parser.add_argument(
         "--viral",

@@ -26,6 +26,8 @@ from fanout.model import events, ids
 from fanout.model.author_state import AuthorState
 from fanout.model.engagements import Counts, Engagements, count_events
 from fanout.model.join import Mutation, join_events
+from fanout.store import keys
+from fanout.store.ops import pack_ids
 from fanout.store.timelines import TimelineStore
 from load_tests import network
 from load_tests.fanout_rig import Changelog, SteadyLoad, make_tweets
@@ -49,7 +51,8 @@ class Reactions:
     """What each post draws: ``reposts`` reposts and ``likes`` likes of recent
     posts (the last ``window`` posts, newer ones likelier: an age drawn as
     ``window * u**2``), each by a follower of the post's author (80%) or
-    anyone (20%)."""
+    anyone (20%); and the share ``replies`` of posts that answer a recent
+    post, drawn the same way (:meth:`shaped`)."""
 
     def __init__(
         self,
@@ -59,13 +62,14 @@ class Reactions:
         window: int = 5000,
         reposts: int = 1,
         likes: int = 5,
+        replies: float = 0.0,
     ) -> None:
         self.followers, self.users, self.rnd = followers, users, rnd
-        self.reposts, self.likes = reposts, likes
+        self.reposts, self.likes, self.replies = reposts, likes, replies
         self.recent: deque[events.TweetPosted] = deque(maxlen=window)
         #: Who engaged each recent post, by kind: forgotten when it leaves the window.
         self.engaged: dict[int, set[tuple[str, int]]] = {}
-        self.made = {events.LIKE: 0, events.REPOST: 0}
+        self.made = {events.LIKE: 0, events.REPOST: 0, events.REPLY: 0}
         #: The repost entries made (for the memory figures).
         self.repost_ids: set[int] = set()
 
@@ -87,9 +91,32 @@ class Reactions:
                 return user, post.tweet_id
         return None
 
+    def shaped(self, post: events.TweetPosted) -> events.TweetPosted:
+        """``post`` as written: the share ``replies`` of the time, a reply to a
+        recent post by a follower of that post's author (80%) or by the post's
+        own author (20%: someone the followers of the answered user may not
+        follow, whose reply goes aside in their timelines)."""
+        if not self.replies or not self.recent or self.rnd.random() >= self.replies:
+            return post
+        n = len(self.recent)
+        parent = self.recent[n - 1 - int(n * self.rnd.random() ** 2)]
+        fans = self.followers.get(parent.author_id)
+        user = self.rnd.choice(fans) if fans and self.rnd.random() < 0.8 else post.author_id
+        self.made[events.REPLY] += 1
+        return dataclasses.replace(
+            post,
+            author_id=user,
+            author=f"user{user}",
+            in_reply_to=parent.tweet_id,
+            reply_to=parent.author_id,
+            reply_to_name=parent.author,
+        )
+
     def after(self, post: events.TweetPosted, gen: ids.IdGenerator) -> list[events.Event]:
         """The events that follow ``post`` (engaging the posts before it)."""
         out: list[events.Event] = []
+        if post.in_reply_to:  # counted, as the web writes it
+            out.append(events.Engaged(events.REPLY, post.tweet_id, post.in_reply_to))
         if self.recent:
             for _ in range(self.reposts):
                 if got := self._pick(events.REPOST):
@@ -115,7 +142,7 @@ def mixed(
     those after it)."""
     out: list[events.Event] = []
     for drawn in posts:
-        post = dataclasses.replace(drawn, tweet_id=gen.next_id())
+        post = reactions.shaped(dataclasses.replace(drawn, tweet_id=gen.next_id()))
         out.append(post)
         out += reactions.after(post, gen)
     return out
@@ -212,7 +239,8 @@ class MixedLoad(SteadyLoad):
             self.viral.begin()
         while not self._stop.is_set():
             due = int((time.monotonic() - start) * self.rate)
-            for tweet in make_tweets(due - self.sent, self.authors, self.users, self.rnd, self.gen):
+            for drawn in make_tweets(due - self.sent, self.authors, self.users, self.rnd, self.gen):
+                tweet = drawn if self.reactions is None else self.reactions.shaped(drawn)
                 self.log.send(tweet)
                 self.written.append(tweet)
                 if self.reactions is not None:
@@ -280,13 +308,26 @@ def apply(store: TimelineStore, generation: int, batch: Batch) -> None:
         store.apply(generation, bodies, mutations)
 
 
-def ceilings(store: TimelineStore, runs: Sequence[tuple[list[Batch], int]]) -> list[float]:
+def ceilings(
+    store: TimelineStore,
+    runs: Sequence[tuple[list[Batch], int]],
+    pairs: Sequence[tuple[int, int]] = (),
+) -> list[float]:
     """Deliveries per second of the store's own script applying each run of
     batches in turn to one spare generation of the same Redis: the job's
     ceiling for each, on timelines grown as the job's were (given the runs
-    between, such as a steady phase's, in their place)."""
+    between, such as a steady phase's, in their place), whose owners follow
+    whom ``pairs`` (follower, followee) say, as the job's do (replies to them show)."""
     spare = TimelineStore(store.redis, cap=store.cap, slack=store.slack, shards=store.shards)
     spare.create_generation(99)
+    followees: dict[int, list[int]] = defaultdict(list)
+    for f, g in pairs:
+        followees[f].append(g)
+    tag = store.shards.tag_of
+    pipe = store.redis.pipeline(transaction=False)
+    for f, gs in followees.items():
+        pipe.set(keys.followees(99, f, tag(f)), pack_ids(sorted(gs)))
+    pipe.execute()
     rates = []
     for batches, planned in runs:
         started = time.perf_counter()

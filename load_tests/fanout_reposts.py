@@ -1,8 +1,14 @@
 """``bench_fanout --mix``: the posts-only phases of bench_fanout, then the same
-phases with reposts and likes (per post one repost and five likes of recent
-posts), in one run on one job; each phase's end to end ÷ the store script's
-ceiling on its own mutations, and the mix's figures over the posts-only
-ones. Also the memory of a repost entry and of a tweet's counts."""
+phases with reposts and likes (per post ``--reposts`` reposts and ``--likes``
+likes of recent posts: 1 and 5 unless given) and the share ``--replies`` of
+posts that answer a recent post (0 unless given), in one run on one job; each
+phase's end to end ÷ the store script's ceiling on its own mutations, and the
+mix's figures over the posts-only ones. Also the memory of a repost entry and
+of a tweet's counts.
+
+    python -m load_tests.bench_fanout --mix --replies 0.33 --reposts 0 --likes 0
+
+is the replies mix: a third of the posts are replies, nothing else."""
 
 from __future__ import annotations
 
@@ -69,7 +75,13 @@ def run_mix(args: argparse.Namespace) -> int:
         authors = tweet_authors(args)
         posts = make_tweets(args.backlog, authors, args.users, rnd, gen)
         reactions = Reactions(
-            followers_of(pairs), args.users, random.Random(args.seed + 3), args.mix_window
+            followers_of(pairs),
+            args.users,
+            random.Random(args.seed + 3),
+            args.mix_window,
+            reposts=args.reposts,
+            likes=args.likes,
+            replies=args.replies,
         )
         drafts = make_tweets(args.backlog, authors, args.users, rnd, gen)
         figures: dict[str, dict[str, Any]] = {}
@@ -109,13 +121,18 @@ def run_mix(args: argparse.Namespace) -> int:
         job = None
 
         runs = mixed_mutations(pairs, [posts, between, stream], 800, args.max_records)
-        rates = ceilings(store, runs)
+        rates = ceilings(store, runs, pairs)
         for (name, fig), ceiling, (_, planned) in zip(
             figures.items(), rates[::2], runs[::2], strict=True
         ):
             fig["ceiling"] = ceiling
             fig["planned"] = planned
-            label = "posts only" if name == "posts" else "mix (1 repost + 5 likes per post)"
+            label = (
+                "posts only"
+                if name == "posts"
+                else f"mix ({args.reposts} reposts + {args.likes} likes per post, "
+                f"{args.replies:.0%} of posts replies)"
+            )
             fig["p50"] = report_phase(report, label, name, fig, args)
             fig["share"] = ratio(fig["e2e"], ceiling)
         share = ratio(figures["mix"]["share"], figures["posts"]["share"])
@@ -128,7 +145,8 @@ def run_mix(args: argparse.Namespace) -> int:
         )
         report.add(
             "  reactions made",
-            f"{reactions.made[events.REPOST]:,} reposts, {reactions.made[events.LIKE]:,} likes",
+            f"{reactions.made[events.REPOST]:,} reposts, {reactions.made[events.LIKE]:,} likes, "
+            f"{reactions.made[events.REPLY]:,} replies",
             f"counts written by the store: {'yes' if STORE_WRITES_COUNTS else 'no (not yet)'}",
         )
 
