@@ -148,6 +148,16 @@ end
 -- The ids packed in `blob`, as numbers.
 local function ids_of(blob) return unpack_ids(blob, 1, #blob / 8) end
 
+-- First index (1-based) of the ids `a` to `b` of packed timeline `s` above `x`
+-- (b + 1 if none).
+local function above(s, a, b, x)
+  while a <= b do
+    local mid = math.floor((a + b) / 2)
+    if id_at(s, mid) <= x then a = mid + 1 else b = mid - 1 end
+  end
+  return a
+end
+
 -- Index (1-based) of the first of `ids` (ascending) at or above `id`.
 local function index_of(ids, id)
   local lo, hi = 1, #ids
@@ -1131,14 +1141,20 @@ local function followed(owner, key, seq, user, u)
     local at = index_in(f, 1, #f / 8, user, 8)
     redis.call('SETRANGE', fkey, (at - 1) * 8, u .. string.sub(f, (at - 1) * 8 + 1))
   end
-  local s = redis.call('GET', key)
-  if not s or #s < HEADER then return 0 end  -- none, or idle: its regeneration reads the database
+  -- (No timeline, or an idle one's tombstone, has no replies aside: its
+  -- regeneration reads the database.)
   local moving = take_run(aside_key(owner), user)
   if #moving == 0 then return 0 end
   local recs = {}
   for k, e in ipairs(moving) do recs[k] = {user, e} end
   insert_records(shown_key(owner), recs)
-  return add_raw(owner, key, s, moving, {}, 0, seq)
+  local s = redis.call('GET', key)
+  if redis.call('EXISTS', pairs_key(owner)) == 1 then
+    return add_raw(owner, key, s, moving, {}, 0, seq)
+  end
+  -- Their count does not change (the cap counts the aside): no trim, no short.
+  local h = read_header(s)
+  return add_inside(owner, key, h, count(s), s, HEADER, 1, pack_ids(moving), seq)
 end
 
 -- The owner no longer follows `user`: the replies to it that showed go aside
@@ -1150,8 +1166,6 @@ local function unfollowed(owner, key, user)
     local at = index_in(f, 1, #f / 8, user, 8)
     put_records(fkey, string.sub(f, 1, (at - 1) * 8) .. string.sub(f, at * 8 + 1))
   end
-  local s = redis.call('GET', key)
-  if not s or #s < HEADER then return 0 end
   local moving = take_run(shown_key(owner), user)
   if #moving == 0 then return 0 end
   local recs, away = {}, {}
@@ -1160,22 +1174,35 @@ local function unfollowed(owner, key, user)
     away[e] = true
   end
   insert_records(aside_key(owner), recs)
-  local h, ids = decode(s)
-  local last = ids[#ids]
+  local s = redis.call('GET', key)
+  local h, n = read_header(s), count(s)
+  local last = n > 0 and id_at(s, n) or nil
   local pkey = pairs_key(owner)
   local p = redis.call('GET', pkey)
+  local packed
   if p then
-    local raw = raw_of(ids, p)
+    local raw = raw_of(ids_of(string.sub(s, HEADER + 1)), p)
     for e in pairs(away) do raw[e] = nil end
+    local ids
     ids, p = view_of(raw)
     put_records(pkey, p)
-  else
-    local kept = {}
-    for k = 1, #ids do if not away[ids[k]] then kept[#kept + 1] = ids[k] end end
-    ids = kept
+    packed = pack_ids(ids)
+  else  -- the moved entries cut out of the packed string (each found by a binary search)
+    local parts, from = {}, HEADER + 1
+    for _, e in ipairs(moving) do  -- ascending
+      local at = above(s, 1, n, e - 1)
+      if at <= n and id_at(s, at) == e then
+        local off = HEADER + (at - 1) * 8
+        parts[#parts + 1] = string.sub(s, from, off)
+        from = off + 9
+      end
+    end
+    parts[#parts + 1] = string.sub(s, from)
+    packed = table.concat(parts)
   end
-  if last ~= nil and ids[#ids] ~= last then h.top = math.max(h.top, last) end
-  redis.call('SET', key, encode(h, ids))
+  local now = #packed > 0 and upk(packed, #packed - 7) or nil
+  if last ~= nil and now ~= last then h.top = math.max(h.top, last) end
+  redis.call('SET', key, pack_header(h) .. packed)
   return #moving
 end
 
