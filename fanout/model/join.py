@@ -609,6 +609,8 @@ def rebuilt_author_state(
     originals: Mapping[int, int] | None = None,
     original_authors: Mapping[int, int] | None = None,
     quiet: Iterable[int] = (),
+    answers: Mapping[int, int] | None = None,
+    mentions: Mapping[int, Iterable[int]] | None = None,
 ) -> AuthorState:
     """An author's join state computed from the current tables: what
     :func:`join_events` holds after replaying the author's history (pulled
@@ -616,13 +618,31 @@ def rebuilt_author_state(
     ``followers``: those who follow the author and do not mute them;
     ``originals`` and ``original_authors``: the original of each of
     ``live_tweets`` that is a repost, and its author; ``quiet``: the
-    followers with reposts off."""
+    followers with reposts off; ``answers``: the user each entry's original
+    answers where that is not the original's author (the event's
+    ``answers``; 0: none); ``mentions``: the users each post mentions.
+
+    A post (not a repost) that mentions or answers users notifies them, as
+    :func:`join_events` records it when it is posted (the two must change
+    together)."""
     audience = {f for f in followers if f != author_id}
+    tweets = sorted(set(live_tweets))
+    reposts = originals or {}
+    answered = {t: u for t, u in (answers or {}).items() if u}
+    notified: dict[int, tuple[int, ...]] = {}
+    for t in tweets:
+        if t in reposts:
+            continue
+        users = {*(mentions or {}).get(t, ()), answered.get(t, 0)} - {0}
+        if users:
+            notified[t] = tuple(sorted(users))
     return AuthorState(
         followers=audience,
-        tweets=sorted(set(live_tweets)),
+        tweets=tweets,
         pulled=pulled_at(len(audience), pull_threshold, False),
-        originals=dict(originals or {}),
+        originals=dict(reposts),
         original_authors=dict(original_authors or {}),
         quiet=audience.intersection(quiet),
+        answers=answered,
+        notified=notified,
     )

@@ -33,8 +33,8 @@ from spark.source.offsets import OffsetRange
 #: each key, decoded where it is read (``a`` = the partition and ``b`` = the
 #: seq of a relay mark). See :func:`decode_records`.
 DECODED = (
-    "kind string, a long, b long, c long, d long, ids array<long>, seq long, topic string, "
-    "partition int, offset long, error string"
+    "kind string, a long, b long, c long, d long, e long, ids array<long>, seq long, "
+    "topic string, partition int, offset long, error string"
 )
 
 #: The kinds of a live follow's row: a follow, one with the followee's reposts
@@ -61,6 +61,7 @@ class Slow(NamedTuple):
     b: int | None = None
     c: int | None = None
     d: int | None = None
+    e: int | None = None
     ids: list[int] | None = None
     body: bytes | None = None
     seq: int | None = None
@@ -81,10 +82,14 @@ def _decode(
     ev = envelope.event
     if isinstance(ev, events.TweetPosted):
         body = events.tweet_json(ev)
+        answers = ev.answers or None  # a reply's, or a repost's of a reply
         if ev.repost_of:
             original, by = ev.repost_of, ev.repost_of_author
-            return Slow("tweet", ev.author_id, ev.tweet_id, original, by, body=body, seq=seq)
-        return Slow("tweet", ev.author_id, ev.tweet_id, body=body, seq=seq)
+            return Slow(
+                "tweet", ev.author_id, ev.tweet_id, original, by, answers, body=body, seq=seq
+            )
+        mentions = list(ev.mentions) or None
+        return Slow("tweet", ev.author_id, ev.tweet_id, e=answers, ids=mentions, body=body, seq=seq)
     if isinstance(ev, events.Followed):
         kind = MUTED if ev.muted else FOLLOW if ev.reposts else QUIET
         return Slow(kind, ev.followee_id, ev.follower_id, seq=seq)
@@ -210,15 +215,19 @@ def decode_records(
     """Records of ``part`` decoded: rows of :data:`DECODED`, and the tweets'
     (id, body). A row is a ``tweet`` (a=author, b=tweet id; a repost's
     c=its original, d=the original's author, 0 in records written before it
-    was carried), a live follow (a=followee, b=follower): a ``follow``, a
+    was carried; e=the user its original answers where that is not the
+    original's author (:attr:`fanout.model.events.TweetPosted.answers`: a
+    reply's, a repost's of a reply), else null; ids=the users a post
+    mentions, null if none), a live follow (a=followee, b=follower): a ``follow``, a
     ``quiet`` one (the followee's reposts off) or a ``muted`` one, a
     ``filter`` (a=the owner, ids=its hidden users, ascending), a ``like``,
     ``repost`` or ``reply`` engagement (a=tweet, b=its member: the user, or
     the reply's id), ``gone`` (a tombstone), a
     ``mark`` (a=partition, b=the mark's seq), a ``command`` (a timeline
     reset, which a rebuild has no use for) or ``bad`` (with the error).
-    Reposts, flagged follows, filters and engagements take the Python path
-    (:func:`_recognise` knows posts and plain follows).
+    Reposts, replies, posts that mention someone, flagged follows, filters
+    and engagements take the Python path (:func:`_recognise` knows plain
+    posts and plain follows).
 
     Decoding where the records are read, from the consumer's own Python
     objects, spares the rebuild a round trip of every record through Spark
@@ -232,7 +241,7 @@ def decode_records(
     kind_name = "tweet" if topic == events.TWEETS else FOLLOW
     kind = pc.if_else(fast.live, kind_name, pc.if_else(fast.gone, "gone", None))
     a, b, seq = fast.a, fast.b, fast.seq
-    c = d = pa.nulls(n, pa.int64())
+    c = d = e = pa.nulls(n, pa.int64())
     ids = pa.nulls(n, pa.list_(pa.int64()))
     error = pa.nulls(n, pa.string())
     bodies: list[tuple[int, bytes]] = []
@@ -251,13 +260,14 @@ def decode_records(
         b = pc.replace_with_mask(b, others, column("b"))
         c = pc.replace_with_mask(c, others, column("c"))
         d = pc.replace_with_mask(d, others, column("d"))
+        e = pc.replace_with_mask(e, others, column("e"))
         seq = pc.replace_with_mask(seq, others, column("seq"))
         error = pc.replace_with_mask(error, others, column("error", pa.string()))
-        if any(r.ids is not None for r in slow):  # filters: only ever on the Python path
-            hidden: list[list[int] | None] = [None] * n
+        if any(r.ids is not None for r in slow):  # filters, mentions: only on the Python path
+            listed: list[list[int] | None] = [None] * n
             for i, r in zip(rest, slow, strict=True):
-                hidden[i] = r.ids
-            ids = pa.array(hidden, pa.list_(pa.int64()))
+                listed[i] = r.ids
+            ids = pa.array(listed, pa.list_(pa.int64()))
         bodies += [(r.b, r.body) for r in slow if r.body and r.b is not None]
     columns = {
         "kind": kind,
@@ -265,6 +275,7 @@ def decode_records(
         "b": b,
         "c": c,
         "d": d,
+        "e": e,
         "ids": ids,
         "seq": seq,
         "topic": pa.array([part.topic] * n, pa.string()),

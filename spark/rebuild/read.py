@@ -13,7 +13,8 @@ compaction would), decodes those (:func:`spark.rebuild.decode.decode_records`),
 and puts the live tweets' bodies in the tweet cache. It then yields rows of
 :data:`READ`: every author's state (the rule is
 :func:`fanout.model.join.rebuilt_author_state`: a follow that mutes the author
-is no follower, one with reposts off a *quiet* follower) and the edges the
+is no follower, one with reposts off a *quiet* follower; each entry keeps
+whom its original answers, each post whom it notifies) and the edges the
 timelines are made from (a quiet follower's marked), the owners' filters
 (their hidden users: the ``filters`` changelog is partitioned by owner too),
 plus a handful of rows the driver reads for its figures: counts, relay
@@ -75,10 +76,11 @@ class Row(enum.IntEnum):
     #: state, ``kept`` the newest entries a follow of the author merges (or its
     #: list holds, if ``pulled``), ``origins`` their originals (a post's is
     #: itself), ``by`` their originals' authors (0 for a post, and where a
-    #: record did not carry it), ``horizon`` theirs; ``posts`` and
-    #: ``posts_horizon``: the newest posts a quiet follower's follow merges,
-    #: for a pushed author with reposts and quiet followers (else null: the
-    #: same as ``kept``, or unused).
+    #: record did not carry it), ``answers`` the users their originals answer
+    #: (0: none, or the original's author), ``horizon`` theirs; ``posts``,
+    #: ``posts_answers`` and ``posts_horizon``: the newest posts a quiet
+    #: follower's follow merges, for a pushed author with reposts and quiet
+    #: followers (else null: the same as ``kept``, or unused).
     STATE = 0
     #: A timeline's input: ``a`` the owner, ``b`` an author they follow, or
     #: themselves if they tweeted; ``quiet``: the owner follows the author
@@ -107,9 +109,9 @@ class Row(enum.IntEnum):
 #: The read's rows (``starling-changelog-newest``), by :class:`Row`.
 READ = (
     "kind tinyint, a long, b long, blob binary, kept array<long>, origins array<long>, "
-    "by array<long>, horizon long, posts array<long>, posts_horizon long, pulled boolean, "
-    "quiet boolean, hidden array<long>, name string, partition int, offset long, seq long, "
-    "error string"
+    "by array<long>, answers array<long>, horizon long, posts array<long>, "
+    "posts_answers array<long>, posts_horizon long, pulled boolean, quiet boolean, "
+    "hidden array<long>, name string, partition int, offset long, seq long, error string"
 )
 
 
@@ -231,6 +233,9 @@ class PartitionJoin:
     muted: _Pairs = field(default_factory=_Pairs)  # (followee, follower) of the muting follows
     #: (original, repost id, the original's author) of the tweets.
     reposts: _Pairs = field(default_factory=_Pairs)
+    #: (tweet id, the user its original answers) of the replies and their reposts.
+    answers: _Pairs = field(default_factory=_Pairs)
+    mentions: dict[int, list[int]] = field(default_factory=dict)  # post -> the users it mentions
     filters: _Pairs = field(default_factory=_Pairs)  # (owner, owner) of the filters
     hidden: dict[int, list[int]] = field(default_factory=dict)  # owner -> hidden users
     likers: _Pairs = field(default_factory=_Pairs)  # (tweet, user) of the engagements
@@ -259,6 +264,13 @@ class PartitionJoin:
             other="b",
             extra=batch.column("d"),
         )
+        answered = batch.column("e")
+        if answered.null_count < batch.num_rows:
+            self.answers.add(batch, pc.and_(tweets, answered.is_valid()), key="b", other="e")
+            mentioning = pc.and_(tweets, batch.column("ids").is_valid())
+            if pc.any(mentioning).as_py():
+                for row in batch.filter(mentioning).select(["b", "ids"]).to_pylist():
+                    self.mentions[row["b"]] = row["ids"]
         # A follow of oneself is the self edge, whatever its flags (fanout.model.join).
         own = pc.equal(batch.column("a"), batch.column("b")).fill_null(False)
         muted = pc.equal(kind, MUTED).fill_null(False)
@@ -290,9 +302,10 @@ class PartitionJoin:
         quiet = self.follows.extra().astype(bool)
         originals, reposts, _ = self.reposts.arrays()
         original_authors = self.reposts.extra()
+        replies, answered, _ = self.answers.arrays()
         muting, _, muted_offsets = self.muted.arrays()
         owners_filtered, _, filter_offsets = self.filters.arrays()
-        self.tweets = self.follows = self.reposts = self.muted = _Pairs()  # one copy
+        self.tweets = self.follows = self.reposts = self.muted = self.answers = _Pairs()
         tweeted, tweets = _groups(authors, tweet_ids)
         _, audiences = _groups(followees, followers)
         _, quiet_followers = _groups(followees[quiet], followers[quiet])
@@ -315,7 +328,9 @@ class PartitionJoin:
             quiet_followers,
             dict(zip(repost_ids, originals.tolist(), strict=True)),
             dict(zip(repost_ids, original_authors.tolist(), strict=True)),
+            dict(zip(replies.tolist(), answered.tolist(), strict=True)),
         )
+        self.mentions = {}
         # Each author who tweeted has their own tweets in their timeline.
         owners, followed = (
             np.concatenate((followers, tweeted)),
@@ -415,16 +430,24 @@ class PartitionJoin:
         quiet: Mapping[int, np.ndarray],
         originals: Mapping[int, int],
         original_authors: Mapping[int, int],
+        answers: Mapping[int, int],
     ) -> Iterator[pa.RecordBatch]:
         """Every author's state (one with tweets or followers), in batches;
         ``quiet``: the followers with reposts off; ``originals`` and
-        ``original_authors``: each repost's original and its author."""
+        ``original_authors``: each repost's original and its author;
+        ``answers``: the user each entry's original answers (replies and
+        their reposts); the posts' mentions are :attr:`mentions`."""
         keep = self.cap + self.slack
-        names = ("a", "blob", "kept", "origins", "by", "horizon", "posts", "posts_horizon")
+        names = (
+            "a", "blob", "kept", "origins", "by", "answers", "horizon", "posts", "posts_answers",
+            "posts_horizon",
+        )  # fmt: skip
         out: dict[str, list[Any]] = {k: [] for k in (*names, "pulled")}
         for author in sorted(tweets.keys() | followers.keys()):
             entries = tweets[author].tolist() if author in tweets else []
             reposted = [e for e in entries if e in originals] if originals else []
+            replied = [e for e in entries if e in answers] if answers else []
+            mentioning = [e for e in entries if e in self.mentions] if self.mentions else []
             state = rebuilt_author_state(
                 author,
                 followers[author].tolist() if author in followers else (),
@@ -433,23 +456,28 @@ class PartitionJoin:
                 originals={e: originals[e] for e in reposted} or None,
                 original_authors={e: original_authors[e] for e in reposted} or None,
                 quiet=quiet[author].tolist() if author in quiet else (),
+                answers={e: answers[e] for e in replied} or None,
+                mentions={e: self.mentions[e] for e in mentioning} or None,
             )
             # What a follow merges, and of a quiet follower the newest posts:
             kept, horizon, triples = newest_entries(
                 state.tweets, state.originals, keep, state.original_authors
             )
-            posts, posts_horizon = None, None
+            posts, posts_horizon, posts_answers = None, None, None
             if state.originals and state.quiet and not state.pulled:
                 posts_only = [t for t in state.tweets if t not in state.originals]
                 posts, posts_horizon, _ = newest_entries(posts_only, {}, keep)
+                posts_answers = [state.answers.get(e, 0) for e in posts]
             by = {e: b for e, _, b in triples}
             out["a"].append(author)
             out["blob"].append(state.encode())
             out["kept"].append(kept)
             out["origins"].append([state.originals.get(e, e) for e in kept])
             out["by"].append([by.get(e, 0) for e in kept])
+            out["answers"].append([state.answers.get(e, 0) for e in kept])
             out["horizon"].append(horizon)
             out["posts"].append(posts)
+            out["posts_answers"].append(posts_answers)
             out["posts_horizon"].append(posts_horizon)
             out["pulled"].append(state.pulled)
             self.tally["authors"] += 1

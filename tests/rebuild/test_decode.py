@@ -109,6 +109,28 @@ def test_a_reposts_original_author_and_an_owners_hidden_users_are_decoded() -> N
         ("tweet", 3, 82, None, None),
     ]
     assert [i for i, _ in bodies] == [82, 80, 81]
+    assert [r["e"] for r in rows] == [None, None, None]
+    # Whom a reply, or a repost of one, answers (none: its own author's post);
+    # the users a post mentions.
+    rows = decode(
+        "p.tweets",
+        [
+            record(reply(90, 3, 70, 5), 1),
+            record(reply(91, 3, 80, 3), 2),
+            record(events.TweetPosted(92, 4, "bo", "", 90, 3, repost_of_reply_to=5), 3),
+            record(events.TweetPosted(93, 4, "bo", "", 91, 3, repost_of_reply_to=3), 4),
+            record(
+                events.TweetPosted(94, 3, "ann", "hi @bo", mentions=(4,), mention_names=("bo",)), 5
+            ),
+        ],
+    )
+    assert [(r["b"], r["c"], r["e"], r["ids"]) for r in rows] == [
+        (90, None, 5, None),
+        (91, None, None, None),
+        (92, 90, 5, None),
+        (93, 91, None, None),
+        (94, None, None, [4]),
+    ]
     rows = decode(
         "p.filters",
         [
@@ -122,6 +144,13 @@ def test_a_reposts_original_author_and_an_owners_hidden_users_are_decoded() -> N
         ("filter", 5, []),
         ("bad", None, None),
     ]
+
+
+def reply(tweet_id: int, author_id: int, parent: int, to: int) -> events.TweetPosted:
+    """``author_id``'s reply to the post ``parent`` by ``to``."""
+    return events.TweetPosted(
+        tweet_id, author_id, "ann", "hi", in_reply_to=parent, reply_to=to, reply_to_name="x"
+    )
 
 
 def test_bad_records_are_rows_naming_the_problem_not_failures() -> None:
@@ -215,7 +244,7 @@ def one_by_one(topic: str, records: list[tuple]) -> tuple[list[tuple], list[tupl
     rows, bodies = [], []
     for key, value, headers in records:
         r = _decode(topic, 1, key, value, headers)
-        rows.append((r.kind, r.a, r.b, r.c, r.d, r.ids, r.seq, r.error))
+        rows.append((r.kind, r.a, r.b, r.c, r.d, r.e, r.ids, r.seq, r.error))
         if r.body is not None:
             bodies.append((r.b, r.body))
     return rows, bodies
@@ -224,7 +253,7 @@ def one_by_one(topic: str, records: list[tuple]) -> tuple[list[tuple], list[tupl
 def assert_same_as_one_by_one(topic: str, records: list[tuple]) -> None:
     got, bodies = decode_all(f"p.{topic}", records)
     want_rows, want_bodies = one_by_one(topic, records)
-    names = ("kind", "a", "b", "c", "d", "ids", "seq", "error")
+    names = ("kind", "a", "b", "c", "d", "e", "ids", "seq", "error")
     assert [tuple(r[k] for k in names) for r in got] == want_rows
     assert sorted(bodies) == sorted(want_bodies)
 
@@ -236,13 +265,32 @@ id_ = st.integers(1, ids.MAX_ID)
 
 
 @st.composite
-def tweet_records(draw: st.DrawFn, reposts: bool = False) -> tuple:
+def tweet_records(draw: st.DrawFn, reposts: bool = False, replies: bool = False) -> tuple:
     tweet_id, author_id, seq = draw(id_), draw(id_), draw(st.integers(0, 2**40))
     if reposts and tweet_id > 1 and draw(st.booleans()):
-        # A repost: its original's author when the record carries it, else 0.
+        # A repost: its original's author when the record carries it, else 0;
+        # of a reply, whom the reply answers (its author too, sometimes).
         original = draw(st.integers(1, tweet_id - 1))
         by = draw(st.sampled_from([0, author_id]) | id_)
-        event: events.Event = events.TweetPosted(tweet_id, author_id, draw(texts), "", original, by)
+        to = draw(st.sampled_from([0, by]) | id_) if replies else 0
+        event: events.Event = events.TweetPosted(
+            tweet_id, author_id, draw(texts), "", original, by, repost_of_reply_to=to
+        )
+    elif replies and tweet_id > 1 and draw(st.booleans()):
+        # A reply (to its author's own post, sometimes), mentioning users or not.
+        to = draw(st.sampled_from([author_id]) | id_)
+        mentions = tuple(sorted(set(draw(st.lists(id_, max_size=3))) - {author_id}))
+        event = events.TweetPosted(
+            tweet_id,
+            author_id,
+            draw(texts),
+            draw(texts),
+            in_reply_to=draw(st.integers(1, tweet_id - 1)),
+            reply_to=to,
+            reply_to_name="x",
+            mentions=mentions,
+            mention_names=tuple("m" for _ in mentions),
+        )
     elif draw(st.booleans()):
         event = events.TweetPosted(tweet_id, author_id, draw(texts), draw(texts))
     else:
@@ -317,6 +365,18 @@ def test_tweets_decode_as_one_by_one(records: list[tuple]) -> None:
 @settings(max_examples=150, deadline=None)
 @given(st.lists(tweet_records(reposts=True) | altered(tweet_records(reposts=True)), max_size=30))
 def test_reposts_decode_as_one_by_one(records: list[tuple]) -> None:
+    assert_same_as_one_by_one("tweets", records)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        tweet_records(reposts=True, replies=True)
+        | altered(tweet_records(reposts=True, replies=True)),
+        max_size=30,
+    )
+)
+def test_replies_and_their_reposts_decode_as_one_by_one(records: list[tuple]) -> None:
     assert_same_as_one_by_one("tweets", records)
 
 

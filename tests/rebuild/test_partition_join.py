@@ -10,7 +10,7 @@ from fanout.config import TopicNames
 from fanout.model import events
 from fanout.model.author_state import AuthorState
 from fanout.model.engagements import Engagements
-from fanout.model.join import newest, rebuilt_author_state
+from fanout.model.join import join_events, newest, rebuilt_author_state
 from fanout.model.partitioning import partition_for
 from spark.rebuild.decode import decode_records
 from spark.rebuild.read import BAD_KEPT, PartitionJoin, Row
@@ -254,6 +254,52 @@ def test_muted_and_quiet_follows_filters_and_the_originals_authors() -> None:
     assert (tally["follow"], tally["quiet"], tally["muted"], tally["filter"]) == (1, 1, 4, 3)
     assert tally["edges"] == 5 and tally["kept"] == 3 + 3 + 1
     assert not [r for r in rows if r["kind"] == Row.MISPLACED]
+
+
+def test_replies_carry_whom_they_answer_and_posts_whom_they_notify() -> None:
+    """A reply's state names whom it answers (not its own author: a reply to
+    oneself answers no one) and notifies them with the users it mentions; a
+    repost of a reply answers whom the reply does, and notifies no one. The
+    kept run and a quiet follower's posts run carry whom each entry answers
+    (0: no one): the join's state after replaying the same records."""
+    ann, bob, cy, dee = in_partition(0, 4)
+    join = PartitionJoin(0, PARTITIONS, cap=2, slack=1, pull_threshold=0)
+
+    def reply(t: int, to: int, mentions: tuple[int, ...] = ()) -> events.TweetPosted:
+        names = tuple(f"u{m}" for m in mentions)
+        return events.TweetPosted(
+            t, ann, "ann", "re", in_reply_to=t - 500, reply_to=to, reply_to_name="x",
+            mentions=mentions, mention_names=names,
+        )  # fmt: skip
+
+    tweets = [
+        reply(1000, bob, (cy,)),
+        reply(1001, ann),  # to ann's own post
+        reply(1002, cy),
+        events.TweetPosted(1003, ann, "ann", "", 500, dee, repost_of_reply_to=bob),
+        events.TweetPosted(1004, ann, "ann", "hi @dee", mentions=(dee,), mention_names=("dee",)),
+        events.TweetPosted(1005, ann, "ann", "", 501, dee, repost_of_reply_to=dee),
+    ]
+    join.add(decoded("p.tweets", tweets))
+    join.add(decoded("p.follows", [events.Followed(bob, ann, reposts=False)], first_offset=10))
+    rows = rows_of(join)
+    (row,) = [r for r in rows if r["kind"] == Row.STATE and r["a"] == ann]
+    state = AuthorState.decode(row["blob"])
+    replayed = join_events(
+        ann,
+        AuthorState(),
+        [
+            events.Envelope(seq, ev)
+            for seq, ev in enumerate([*tweets, events.Followed(bob, ann, reposts=False)], 1)
+        ],
+        cap=2,
+        slack=1,
+    ).state
+    assert state == replayed
+    assert state.answers == {1000: bob, 1002: cy, 1003: bob}
+    assert state.notified == {1000: (bob, cy), 1002: (cy,), 1004: (dee,)}
+    assert (row["kept"], row["answers"]) == ([1003, 1004, 1005], [bob, 0, 0])
+    assert (row["posts"], row["posts_answers"]) == ([1001, 1002, 1004], [0, cy, 0])
 
 
 def test_a_pulled_authors_quiet_followers_read_its_list() -> None:

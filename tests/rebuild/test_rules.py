@@ -61,7 +61,9 @@ def test_a_state_written_before_pulls_existed_decodes_as_pushed() -> None:
 @given(
     ops=st.lists(
         st.tuples(
-            st.sampled_from(["post", "repost", "delete", "follow", "quiet", "mute", "unfollow"]),
+            st.sampled_from(
+                ["post", "repost", "reply", "delete", "follow", "quiet", "mute", "unfollow"]
+            ),
             st.integers(1, 6),
         ),
         max_size=60,
@@ -77,11 +79,14 @@ def test_the_incremental_state_is_the_rebuilt_one(
     included, and pulled or not alike (no follower count is in the hysteresis
     band of a threshold of 3): a follow that mutes the author is none, one
     with reposts off a quiet follower, and each repost keeps its original and
-    the original's author."""
+    the original's author; an entry whose original answers another user
+    keeps whom, and a post that answers or mentions users notifies them."""
     rnd = random.Random(seed)
     author, next_id, seq = 100, 1000, 0
     live: set[int] = set()
     originals: dict[int, int] = {}
+    answers: dict[int, int] = {}  # the events' answers, of every entry posted
+    mentions: dict[int, tuple[int, ...]] = {}
     follows: dict[int, events.Followed] = {}  # the follows table: the newest record
     state = AuthorState()
     for op, who in ops:
@@ -90,11 +95,23 @@ def test_the_incremental_state_is_the_rebuilt_one(
         if op == "post":
             ev, next_id = events.TweetPosted(next_id, author, "a", "t"), next_id + 1
             live.add(ev.tweet_id)
-        elif op == "repost":  # of the tweet `who` of user `who + 10`
-            ev = events.TweetPosted(next_id, author, "a", "", who, who + 10)
+        elif op == "repost":  # of the tweet `who` of user `who + 10` (a reply if `who` is even)
+            to = (who + 20 if who % 4 else who + 10) if who % 2 == 0 else 0
+            ev = events.TweetPosted(next_id, author, "a", "", who, who + 10, repost_of_reply_to=to)
             next_id += 1
             live.add(ev.tweet_id)
             originals[ev.tweet_id] = who
+            answers[ev.tweet_id] = ev.answers
+        elif op == "reply":  # to user `who` (the author itself if 6), mentioning some
+            to = author if who == 6 else who
+            named = tuple(range(who + 30, who + 30 + who % 3))
+            ev = events.TweetPosted(
+                next_id, author, "a", "t", in_reply_to=1, reply_to=to, reply_to_name="x",
+                mentions=named, mention_names=tuple("m" for _ in named),
+            )  # fmt: skip
+            next_id += 1
+            live.add(ev.tweet_id)
+            answers[ev.tweet_id], mentions[ev.tweet_id] = ev.answers, named
         elif op == "delete" and live:
             ev = events.TweetDeleted(rnd.choice(sorted(live)), author)
             live.discard(ev.tweet_id)
@@ -124,6 +141,8 @@ def test_the_incremental_state_is_the_rebuilt_one(
         originals=originals,
         original_authors={r: o + 10 for r, o in originals.items()},
         quiet=[f for f in followers if not follows[f].reposts],
+        answers={t: u for t, u in answers.items() if t in live},
+        mentions={t: m for t, m in mentions.items() if t in live},
     )
     assert state == rebuilt
 
