@@ -1,6 +1,7 @@
 """The timeline store's bulk writes and reads by owner: what a rebuild writes
-(timelines, lists and their reposts' pairs, pulled sets, owners' filters,
-bodies, tombstones) and reads back, pipelined per node, ``MSET`` per shard.
+(timelines, lists and their reposts' pairs, the replies kept beside them,
+pulled sets, owners' filters and followees, bodies, tombstones) and reads
+back, pipelined per node, ``MSET`` per shard.
 
 Part of :class:`fanout.store.timelines.TimelineStore`.
 """
@@ -13,7 +14,7 @@ from typing import Any
 
 from fanout.model.engagements import Counts, counts_json
 from fanout.store import keys
-from fanout.store.ops import HEADER, IDLE, entries_in, pack_ids, pack_view
+from fanout.store.ops import HEADER, IDLE, entries_in, pack_ids, pack_pairs, pack_view
 from fanout.store.redis_conn import Client, Command, command, run
 
 
@@ -129,6 +130,53 @@ class TimelineBulk:
             (keys.filters(generation, o, tag(o)), pack_ids(sorted(set(hidden))))
             for o, hidden in filters
             if hidden
+        )
+
+    def write_followees(
+        self, generation: int, followees: Iterable[tuple[int, Sequence[int]]]
+    ) -> int:
+        """Set owners' followees (``tf:``: whom each follows, packed ascending;
+        docs/decisions.md D29) in a generation being built, leaving out empty
+        ones (no key); returns how many were written."""
+        tag = self.shards.tag_of
+        return self._set_many(
+            (keys.followees(generation, o, tag(o)), pack_ids(sorted(set(users))))
+            for o, users in followees
+            if users
+        )
+
+    def write_replies(
+        self,
+        generation: int,
+        replies: Iterable[tuple[int, Sequence[tuple[int, int]], Sequence[tuple[int, int]]]],
+    ) -> int:
+        """Set the replies beside owners' timelines in a generation being built:
+        (owner, aside, shown), each a list of (user answered, entry) records
+        (``ta:`` and ``tc:``, docs/decisions.md D29), packed sorted, leaving out
+        empty ones (no key); returns how many keys were written."""
+        tag = self.shards.tag_of
+
+        def items() -> Iterable[tuple[str, bytes]]:
+            for o, aside, shown in replies:
+                if aside:
+                    yield keys.aside(generation, o, tag(o)), pack_pairs(sorted(aside))
+                if shown:
+                    yield keys.shown_replies(generation, o, tag(o)), pack_pairs(sorted(shown))
+
+        return self._set_many(items())
+
+    def write_list_answers(
+        self, generation: int, answers: Iterable[tuple[int, Sequence[tuple[int, int]]]]
+    ) -> int:
+        """Set pulled authors' lists' answers (``ac:``: (entry, user answered)
+        records of the entries whose original answers a user, packed by entry)
+        in a generation being built, leaving out empty ones (no key); returns
+        how many were written."""
+        tag = self.shards.tag_of
+        return self._set_many(
+            (keys.list_answers(generation, a, tag(a)), pack_pairs(sorted(records)))
+            for a, records in answers
+            if records
         )
 
     def write_bodies(self, bodies: Iterable[tuple[int, bytes]]) -> int:

@@ -18,15 +18,20 @@ from spark.rebuild.tasks import FILTER_ROW, KeptIds
 
 #: The most kept tweet ids (all authors together, their posts runs included)
 #: that go to the write tasks as a broadcast: 7 million ids, each with its
-#: original and its original's author (24 bytes), 170 MB in the driver and in
-#: each Python worker. Above it, Spark joins them to the edges.
+#: original, its original's author and the user it answers (32 bytes), 224 MB
+#: in the driver and in each Python worker. Above it, Spark joins them to the
+#: edges.
 BROADCAST_KEPT_IDS = 7_000_000
 
 
 #: What an author's state row carries for the timelines its edges reach: the
-#: kept run and its originals, their authors (``by``) and horizon, the posts
-#: run of quiet edges and its horizon, and whether the author is pulled.
-_KEPT_COLUMNS = ("kept", "origins", "by", "horizon", "posts", "posts_horizon", "pulled")
+#: kept run and its originals, their authors (``by``), the users they answer
+#: and their horizon, the posts run of quiet edges with the users its posts
+#: answer and its horizon, and whether the author is pulled.
+_KEPT_COLUMNS = (
+    "kept", "origins", "by", "answers", "horizon", "posts", "posts_answers", "posts_horizon",
+    "pulled",
+)  # fmt: skip
 
 
 def states_and_edges(read: DataFrame) -> tuple[DataFrame, DataFrame, DataFrame]:
@@ -109,9 +114,7 @@ def timeline_inputs(
         # row in NumPy instead of being shuffled and sorted in the JVM once per
         # follower (measured: the write 11-12 -> 8 s at 100,000 users and
         # 2,000,000 follows).
-        table = states.select(
-            "join_key", "kept", "origins", "by", "horizon", "posts", "posts_horizon", "pulled"
-        ).toArrow()
+        table = states.select("join_key", *_KEPT_COLUMNS).toArrow()
         owned = edges.select("owner", "author", "quiet", no_filter).unionByName(filter_rows)
         return TimelineInputs(
             owned.repartition("owner").sortWithinPartitions("owner"),
@@ -119,7 +122,8 @@ def timeline_inputs(
         )
     pull = F.coalesce("pulled", F.lit(False)) & (F.col("owner") != F.col("author"))
     # A quiet edge to a pushed author with reposts: its posts run (a post's
-    # original is itself, its author 0); else the kept run, which is that run.
+    # original is itself, its author 0, the users its replies answer beside
+    # it); else the kept run, which is that run.
     posts = F.col("quiet") & ~pull & F.col("posts").isNotNull()
     kept = states.select(F.col("join_key").alias("author"), *_KEPT_COLUMNS)
     joined = edges.join(kept, "author", "left").select(
@@ -130,6 +134,7 @@ def timeline_inputs(
         F.when(posts, F.array_repeat(F.lit(0).cast("long"), F.size("posts")))
         .otherwise(F.col("by"))
         .alias("by"),
+        F.when(posts, F.col("posts_answers")).otherwise(F.col("answers")).alias("answers"),
         F.when(posts, F.col("posts_horizon"))
         .otherwise(F.coalesce("horizon", F.lit(0)))
         .alias("horizon"),
@@ -144,6 +149,7 @@ def timeline_inputs(
         empty.alias("kept"),
         empty.alias("origins"),
         empty.alias("by"),
+        empty.alias("answers"),
         F.lit(0).cast("long").alias("horizon"),
         F.lit(False).alias("pull"),
         "quiet",

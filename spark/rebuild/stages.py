@@ -31,12 +31,16 @@ on the running fanout job's session when there is one
    original (the view's SQL, computed per follower with Spark: the edges and
    the filters grouped by owner, the authors' kept entries broadcast;
    :func:`fanout.model.join.rebuilt_timeline`), as the job's merges make it:
-   of a user followed with reposts off its posts only, and without the
-   reposts whose original's author the owner's filter hides
-   (:mod:`spark.rebuild.tasks`);
+   of a user followed with reposts off its posts only, without the
+   reposts whose original's author the owner's filter hides and the entries
+   whose original answers a user it hides, and the replies to users the
+   owner does not follow kept aside, counted by the cap with the view
+   (docs/decisions.md D29; :mod:`spark.rebuild.tasks`);
 4. **write** them into a new generation (``tl:{g}:*``), which no reader
-   sees yet, with the owners' filters and pulled authors; a timeline its
-   filter left short (fewer than ``STARLING_TIMELINE_SIZE`` entries above a
+   sees yet, with the replies kept aside and shown beside each, the owners'
+   filters, followees and pulled authors, and the pulled authors' lists
+   with their replies; a timeline its filter left short (fewer than
+   ``STARLING_TIMELINE_SIZE`` entries, view and aside together, above a
    horizon) is queued for a refill from the database, as the job queues
    one;
 5. **verify**: every timeline's length in Redis against the computed one,

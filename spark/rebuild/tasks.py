@@ -7,12 +7,22 @@ iterator of Arrow batches and yields batches of the schema named beside it
 A timeline is made as the fanout job's merges make it (fanout.model.join,
 fanout/store/lua/apply.lua): each followed author's newest entries (of an
 author followed with reposts off, its newest posts), without the reposts
-whose original's author the owner's filter hides (but for the owner's own
-entries), one entry per original, the newest ``cap + slack`` at or above the
-highest of the authors' horizons. A timeline that leaves fewer than ``cap``
-entries above a horizon (its filter left some out) is *short*: the write
-queues a refill, as the job does. What readers see merges the pulled
-authors' lists in, screened as ``fanout/store/lua/merged.lua`` screens them.
+whose original's author the owner's filter hides and the entries whose
+original answers a user it hides (but for the owner's own entries), one
+entry per original. Replies (docs/decisions.md D29): a post of a followee
+answering a user the owner does not follow (nor is) is kept *aside*, beside
+the view (``ta:``), the other replies to someone else are recorded as shown
+(``tc:``), and the owner's followees are written for every owner who has
+some (``tf:``, idle ones too): :func:`reply_sides` is the rule. The timeline
+keeps the newest ``cap + slack`` of view and aside together at or above the
+highest of the authors' horizons, its horizon the oldest of them when older
+ones were cut. A timeline whose view and aside together hold fewer than
+``cap`` entries above a horizon (its filter left some out) is *short*: the
+write queues a refill, as the job does. A pulled author's list keeps beside
+it the users its entries' originals answer (``ac:``). What readers see
+merges the pulled authors' lists in, screened as
+``fanout/store/lua/merged.lua`` screens them (a list's reply to a user the
+reader does not follow is not seen).
 """
 
 from __future__ import annotations
@@ -20,7 +30,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -43,18 +53,19 @@ ENGAGEMENTS_STATE = "engagements"
 #: state, and what of it timelines are made from.
 STATE = (
     "join_key long, blob binary, kept array<long>, origins array<long>, by array<long>, "
-    "horizon long, posts array<long>, posts_horizon long, pulled boolean"
+    "answers array<long>, horizon long, posts array<long>, posts_answers array<long>, "
+    "posts_horizon long, pulled boolean"
 )
 #: The timelines' input: one row per owner and author they follow (the self
 #: edge included), with the author's kept entries (of a quiet edge, ``quiet``,
-#: to a pushed author: its newest posts), their originals and their
-#: originals' authors and their horizon, and whether the author is pulled;
-#: and one row per owner with a filter (``author`` 0, no entries, ``hidden``
-#: its hidden users; null on the other rows); each owner's rows consecutive
-#: (:func:`owner_inputs`).
+#: to a pushed author: its newest posts), their originals, their originals'
+#: authors, the users their originals answer (0: none) and their horizon, and
+#: whether the author is pulled; and one row per owner with a filter
+#: (``author`` 0, no entries, ``hidden`` its hidden users; null on the other
+#: rows); each owner's rows consecutive (:func:`owner_inputs`).
 EDGES = (
     "owner long, author long, kept array<long>, origins array<long>, by array<long>, "
-    "horizon long, pull boolean, quiet boolean, hidden array<long>"
+    "answers array<long>, horizon long, pull boolean, quiet boolean, hidden array<long>"
 )
 #: The ``author`` of an owner's filter's row among the edges (no user's id).
 FILTER_ROW = 0
@@ -72,11 +83,22 @@ def write_lists_partition(
     batches: Iterator[pa.RecordBatch], config: StarlingConfig, generation: int
 ) -> Iterator[pa.RecordBatch]:
     """Write the pulled authors' lists (``join_key``, ``kept``, ``origins``,
-    ``by``, ``horizon``) into ``generation``: one entry per original, the others
-    aside, each repost with its original's author (which readers' filters check)."""
+    ``by``, ``answers``, ``horizon``) into ``generation``: one entry per
+    original, the others aside, each repost with its original's author (which
+    readers' filters check), and beside each list its entries whose original
+    answers a user (``ac:``, (entry, user): readers see a reply to a user they
+    do not follow, or hide, no more than their timelines do; the join's
+    ``Op.LIST`` carries the same)."""
     store = store_for(config, timeout=120)
     for batch in batches:
         rows = batch.to_pylist()
+        store.write_list_answers(
+            generation,
+            (
+                (r["join_key"], [(e, u) for e, u in zip(r["kept"], r["answers"], strict=True) if u])
+                for r in rows
+            ),
+        )
         n = store.write_list_views(
             generation,
             (
@@ -115,15 +137,17 @@ class KeptIds:
     ordered by author: the side of the timelines' join that is small enough
     to broadcast (see :func:`spark.rebuild.stages.Rebuild.join`). ``values``
     holds each author's kept entries, then the posts runs of the authors that
-    have one (``origins`` and ``by`` beside them: a post's original is itself,
-    its author 0); an author's kept run is ``values[offsets[i]:offsets[i + 1]]``,
-    the run a quiet follower merges ``values[posts_starts[i]:posts_ends[i]]``
-    (its kept run again where it has no posts run of its own)."""
+    have one (``origins``, ``by`` and ``answers`` beside them: a post's original
+    is itself, its author 0); an author's kept run is
+    ``values[offsets[i]:offsets[i + 1]]``, the run a quiet follower merges
+    ``values[posts_starts[i]:posts_ends[i]]`` (its kept run again where it has
+    no posts run of its own)."""
 
     authors: np.ndarray
     values: np.ndarray
     origins: np.ndarray  # each value's original (a post's is itself)
     by: np.ndarray  # each value's original's author (0 for a post)
+    answers: np.ndarray  # the user each value's original answers (0: none)
     offsets: np.ndarray
     horizons: np.ndarray
     posts_starts: np.ndarray
@@ -133,21 +157,25 @@ class KeptIds:
 
     @classmethod
     def of(cls, table: pa.Table) -> KeptIds:
-        """From ``join_key, kept, origins, by, horizon, posts, posts_horizon,
-        pulled`` columns, one row per author."""
+        """From ``join_key, kept, origins, by, answers, horizon, posts,
+        posts_answers, posts_horizon, pulled`` columns, one row per author."""
         table = table.sort_by("join_key").combine_chunks()
         kept = _flat(table.column("kept"))
         origins = _flat(table.column("origins"))
         by = _flat(table.column("by"))
+        answers = _flat(table.column("answers"))
         if table.column("kept").null_count or kept.null_count or origins.null_count:
             raise ValueError("an author's kept tweets hold a null")
-        if len(origins) != len(kept) or len(by) != len(kept):
+        if len(origins) != len(kept) or len(by) != len(kept) or len(answers) != len(kept):
             raise ValueError("an author's kept tweets and their originals differ in length")
         lengths = pc.list_value_length(table.column("kept")).to_numpy(zero_copy_only=False)
         offsets = np.concatenate(([0], np.cumsum(lengths, dtype=np.int64)))
         horizons = table.column("horizon").to_numpy()
         posts_column = table.column("posts")
         posts = _flat(posts_column).to_numpy()
+        posts_answers = _flat(table.column("posts_answers")).to_numpy()
+        if len(posts_answers) != len(posts):
+            raise ValueError("an author's posts and the users they answer differ in length")
         has_posts = posts_column.is_valid().to_numpy(zero_copy_only=False)
         posts_lengths = pc.list_value_length(posts_column).fill_null(0).to_numpy()
         posts_at = len(kept) + np.cumsum(posts_lengths, dtype=np.int64) - posts_lengths
@@ -158,6 +186,7 @@ class KeptIds:
             values=np.concatenate((kept.to_numpy(), posts)),
             origins=np.concatenate((origins.to_numpy(), posts)),
             by=np.concatenate((by.to_numpy(), np.zeros(len(posts), dtype=np.int64))),
+            answers=np.concatenate((answers.to_numpy(), posts_answers)),
             offsets=offsets,
             horizons=horizons,
             posts_starts=posts_starts,
@@ -198,6 +227,7 @@ class KeptIds:
             pa.LargeListArray.from_arrays(offsets, self.values[gather]),
             pa.LargeListArray.from_arrays(offsets, self.origins[gather]),
             pa.LargeListArray.from_arrays(offsets, self.by[gather]),
+            pa.LargeListArray.from_arrays(offsets, self.answers[gather]),
             pa.array(horizons),
             pa.array(pull),
             pa.array(quiet),
@@ -220,12 +250,74 @@ def joined(
 _NO_IDS = np.empty(0, dtype=np.int64)
 
 
+def owner_answers(answers: np.ndarray, mine: np.ndarray, owner: int) -> np.ndarray:
+    """The users an owner's entries answer as the owner's timeline sees them
+    (``answers``: the user each entry's original answers, 0 for none): none
+    for the owner's own entries (``mine``) and for those that answer the
+    owner, which always show. The join's store names them so
+    (``fanout.store.ops._with_answers``)."""
+    if not answers.any():
+        return answers
+    return np.where(mine | (answers == owner), 0, answers)
+
+
+def reply_sides(
+    entries: np.ndarray, origins: np.ndarray, answers: np.ndarray, followees: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Which of an owner's entries are replies its timeline keeps aside, and
+    which are replies that show (docs/decisions.md D29), as two masks: a post
+    (not a repost: reposts of replies are entries like any repost) whose
+    ``answers`` (:func:`owner_answers`) names a user is aside if the owner
+    does not follow that user (``followees``, ascending: ``tf:``), else it
+    shows (``tc:``). A pulled author's list's reply that would be aside is one
+    its reader does not see.
+
+    The one home of this rule in the rebuild. The same rule lives in
+    ``fanout/store/lua/apply.lua`` (``sort_replies``, ``followed``,
+    ``unfollowed``), ``fanout/store/lua/merged.lua`` (a list's replies),
+    ``tests/support/timeline_model.py`` (``_place``, ``_reveal``, ``_hide``,
+    ``_lists_of``) and the view's SQL (docs/design.md): they change together."""
+    replies = (answers != 0) & (entries == origins)
+    if not replies.any():
+        return replies, replies
+    followed = np.isin(answers, followees)
+    return replies & ~followed, replies & followed
+
+
+class Made(NamedTuple):
+    """A rebuilt timeline: its horizon, its view's entries ascending (one per
+    original, the newest), the store's pairs (``tr:``: (original, entry),
+    sorted: :func:`fanout.model.join.aside`), and its replies kept aside
+    (``ta:``) and shown (``tc:``), as (user answered, entry) records, sorted;
+    all at or above the horizon."""
+
+    horizon: int
+    ids: list[int]
+    pairs: list[tuple[int, int]]
+    aside: list[tuple[int, int]] = []
+    shown: list[tuple[int, int]] = []
+
+    def short(self, cap: int) -> bool:
+        """Whether the store would queue it for a refill: fewer than ``cap``
+        entries, view and aside together, above a horizon."""
+        return self.horizon > 0 and len(self.ids) + len(self.aside) < cap
+
+
+def _records(users: np.ndarray, entries: np.ndarray, horizon: int) -> list[tuple[int, int]]:
+    """(user, entry) records of the entries at or above ``horizon``, sorted."""
+    if not len(entries):
+        return []
+    keep = entries >= horizon
+    return sorted(set(zip(users[keep].tolist(), entries[keep].tolist(), strict=True)))
+
+
 @dataclass
 class OwnerInput:
     """What one owner's timeline is made from: the kept entries of the authors
     they follow (and their own), as arrays of ids in any order, duplicates
-    allowed, each beside an array of their originals; what of them the
-    owner's filter and its quiet follows screen out."""
+    allowed, each beside an array of their originals and one of the users
+    they answer; what of them the owner's filter and its quiet follows screen
+    out; whom the owner follows."""
 
     owner: int
     #: The pushed authors' kept entries, their originals, and the highest of their horizons.
@@ -239,6 +331,10 @@ class OwnerInput:
     seen_floor: int = 0
     origins: list[np.ndarray] = field(default_factory=list)
     seen_origins: list[np.ndarray] = field(default_factory=list)
+    #: Beside :attr:`ids` and :attr:`seen`: the user each entry's original
+    #: answers, as the owner sees it (:func:`owner_answers`; 0: none).
+    answers: list[np.ndarray] = field(default_factory=list)
+    seen_answers: list[np.ndarray] = field(default_factory=list)
     #: Of :attr:`pulls`, those followed with reposts off (read without their reposts).
     quiet_pulls: list[int] = field(default_factory=list)
     #: The reposts other authors' rows bring whose original's author is known:
@@ -250,6 +346,9 @@ class OwnerInput:
     quiet_reposts: list[np.ndarray] = field(default_factory=list)
     #: The owner's hidden users (its filter), ascending.
     hidden: np.ndarray = field(default_factory=lambda: _NO_IDS)
+    #: Whom the owner follows (not itself, not those it mutes: the join's
+    #: followees, ``tf:``), ascending.
+    followees: np.ndarray = field(default_factory=lambda: _NO_IDS)
     #: Whether the owner follows anyone (itself included) or tweeted: it has a
     #: timeline (an owner with a filter only has none).
     followed: bool = True
@@ -258,10 +357,12 @@ class OwnerInput:
         """Add ``other``, more rows of the same owner."""
         self.ids += other.ids
         self.origins += other.origins
+        self.answers += other.answers
         self.floor = max(self.floor, other.floor)
         self.pulls += other.pulls
         self.seen += other.seen
         self.seen_origins += other.seen_origins
+        self.seen_answers += other.seen_answers
         self.seen_floor = max(self.seen_floor, other.seen_floor)
         self.quiet_pulls += other.quiet_pulls
         self.reposts += other.reposts
@@ -270,14 +371,18 @@ class OwnerInput:
         self.quiet_reposts += other.quiet_reposts
         if len(other.hidden):
             self.hidden = other.hidden
+        if len(other.followees):
+            self.followees = np.union1d(self.followees, other.followees)
         self.followed = self.followed or other.followed
 
     def screened(self, seen: bool = False) -> np.ndarray:
         """The entries the timeline leaves out (with ``seen``: that readers do
-        not see): the reposts of other authors whose original's author the
-        owner's filter holds (docs/decisions.md D28; the owner's own are never
-        hidden) and, read from the lists, the reposts of the pulled authors
-        followed with reposts off."""
+        not see) for the owner's filter or its quiet pulls: the reposts of
+        other authors whose original's author the owner's filter holds
+        (docs/decisions.md D28; the owner's own are never hidden) and, read
+        from the lists, the reposts of the pulled authors followed with
+        reposts off. (The entries whose original answers a hidden user are
+        left out too: :meth:`timeline`.)"""
         out: list[np.ndarray] = []
         if len(self.hidden) and self.reposts:
             entries, by = _joined(self.reposts), _joined(self.reposts_by)
@@ -289,31 +394,65 @@ class OwnerInput:
             out += self.quiet_reposts
         return _joined(out)
 
-    def timeline(
-        self, cap: int, slack: int, *, seen: bool = False
-    ) -> tuple[int, list[int], list[tuple[int, int]]]:
-        """(horizon, ids ascending, aside) of the rebuilt timeline: one entry per
-        original, the newest (:func:`fanout.model.join.rebuilt_timeline` on the
-        view's entries, without those :meth:`screened` leaves out), and the
-        entries it hides at or above its horizon as the store keeps them
-        (fanout.store.ops: (original, entry), sorted); with ``seen``, of what
-        readers see, the pulled authors' lists merged in (and screened as
-        ``fanout/store/lua/merged.lua`` screens them). Screening changes no
-        horizon: the timeline may then be short (fewer than ``cap`` entries
-        above a horizon), as the store's screened merges leave it."""
+    def timeline(self, cap: int, slack: int, *, seen: bool = False) -> Made:
+        """The rebuilt timeline (:class:`Made`): one entry per original, the
+        newest (:func:`fanout.model.join.rebuilt_timeline` on the view's
+        entries, without those :meth:`screened` leaves out or whose original
+        answers a hidden user), its replies to users the owner does not
+        follow kept aside and counted by the cap with the view
+        (:func:`reply_sides`), and the entries it hides at or above its
+        horizon as the store keeps them; with ``seen``, of what readers see,
+        the pulled authors' lists merged in (and screened as
+        ``fanout/store/lua/merged.lua`` screens them: a list's reply the
+        reader would keep aside is left out). Screening changes no horizon:
+        the timeline may then be short (:meth:`Made.short`), as the store's
+        screened merges leave it."""
         parts, floor = (self.seen, self.seen_floor) if seen else (self.ids, self.floor)
-        origin_parts = self.seen_origins if seen else self.origins
-        ids, origins = _joined(parts), _joined(origin_parts)
+        ids = _joined(parts)
+        origins = _joined(self.seen_origins if seen else self.origins)
+        answers = _joined(self.seen_answers if seen else self.answers)
         gone = self.screened(seen)
-        if len(gone):
-            keep = ~np.isin(ids, gone)
-            ids, origins = ids[keep], origins[keep]
+        drop = np.isin(ids, gone) if len(gone) else None
+        aside = aside_users = shown = shown_users = _NO_IDS
+        if answers.any():
+            if len(self.hidden):  # an entry whose original answers a hidden user
+                hit = (answers != 0) & np.isin(answers, self.hidden)
+                drop = hit if drop is None else drop | hit
+            away, showing = reply_sides(ids, origins, answers, self.followees)
+            if drop is not None:
+                away &= ~drop
+                showing &= ~drop
+            if seen and away.any():  # the lists' replies aside are not seen
+                pushed = _joined(self.ids)
+                kept_aside, _ = reply_sides(
+                    pushed, _joined(self.origins), _joined(self.answers), self.followees
+                )
+                unseen = away & ~np.isin(ids, pushed[kept_aside])
+                away &= ~unseen
+                drop = unseen if drop is None else drop | unseen
+            aside, aside_users = ids[away], answers[away]
+            shown, shown_users = ids[showing], answers[showing]
+            drop = away if drop is None else drop | away
+        if drop is not None:
+            ids, origins = ids[~drop], origins[~drop]
         if not np.any(ids != origins):  # no repost: every entry is its own original
+            counted = np.concatenate((ids, aside)) if len(aside) else ids
             horizon, kept = distinct_timeline(
-                newest_distinct(ids, floor, cap + slack + 1), cap=cap, slack=slack, floor=floor
+                newest_distinct(counted, floor, cap + slack + 1), cap=cap, slack=slack, floor=floor
             )
-            return horizon, kept, []
-        return view_of(ids, origins, floor, cap, slack)
+            if len(aside):
+                away_ids = set(aside.tolist())
+                kept = [i for i in kept if i not in away_ids]
+            pairs: list[tuple[int, int]] = []
+        else:
+            horizon, kept, pairs = view_of(ids, origins, floor, cap, slack, aside)
+        return Made(
+            horizon,
+            kept,
+            pairs,
+            _records(aside_users, aside, horizon),
+            _records(shown_users, shown, horizon),
+        )
 
 
 def _joined(parts: list[np.ndarray]) -> np.ndarray:
@@ -321,12 +460,19 @@ def _joined(parts: list[np.ndarray]) -> np.ndarray:
 
 
 def view_of(
-    ids: np.ndarray, origins: np.ndarray, floor: int, cap: int, slack: int
+    ids: np.ndarray,
+    origins: np.ndarray,
+    floor: int,
+    cap: int,
+    slack: int,
+    aside: np.ndarray = _NO_IDS,
 ) -> tuple[int, list[int], list[tuple[int, int]]]:
     """:meth:`OwnerInput.timeline` of entries with reposts among them, in NumPy:
     the newest entry of each original (at or above ``floor``), the newest
-    ``cap + slack`` of those (:func:`fanout.model.join.distinct_timeline`),
-    and every other entry at or above their horizon, as (original, entry)."""
+    ``cap + slack`` of those and of the replies kept ``aside`` together
+    (:func:`fanout.model.join.distinct_timeline`: the cap counts the aside),
+    the view's of them, and every other entry at or above their horizon, as
+    (original, entry)."""
     keep = ids >= floor
     entries, first = np.unique(ids[keep], return_index=True)
     originals = origins[keep][first]
@@ -334,9 +480,11 @@ def view_of(
     by_original, by_entry = originals[order], entries[order]
     last = np.append(by_original[1:] != by_original[:-1], len(by_original) > 0)[: len(by_original)]
     winners = np.sort(by_entry[last])
-    horizon, kept = distinct_timeline(
-        winners[-(cap + slack + 1) :].tolist(), cap=cap, slack=slack, floor=floor
+    counted = np.union1d(winners, aside[aside >= floor]) if len(aside) else winners
+    horizon, _ = distinct_timeline(
+        counted[-(cap + slack + 1) :].tolist(), cap=cap, slack=slack, floor=floor
     )
+    kept = winners[winners >= horizon].tolist()
     shown = np.zeros(len(by_entry), dtype=bool)
     shown[last] = True
     hidden = (by_entry >= horizon) & ((by_entry != by_original) | ~shown)
@@ -404,6 +552,7 @@ def _batch_inputs(batch: pa.RecordBatch) -> Iterator[OwnerInput]:
     offsets = kept.offsets.to_numpy()
     origin_values = _aligned(batch.column("origins"), offsets)
     by_values = _aligned(batch.column("by"), offsets)
+    answer_values = _aligned(batch.column("answers"), offsets)
     starts = np.flatnonzero(np.concatenate(([True], owners[1:] != owners[:-1])))
     ends = np.append(starts[1:], len(owners))
     seen_floors = np.maximum.reduceat(horizons, starts)
@@ -414,12 +563,17 @@ def _batch_inputs(batch: pa.RecordBatch) -> Iterator[OwnerInput]:
         owner = int(owners[a])
         seen = values[offsets[a] : offsets[b]]
         seen_origins = origin_values[offsets[a] : offsets[b]]
-        ids, origins, pulls = [seen], [seen_origins], []
         lengths = offsets[a + 1 : b + 1] - offsets[a:b]
+        own_rows = authors[a:b] == owner
+        seen_answers = answer_values[offsets[a] : offsets[b]]
+        if seen_answers.any():
+            seen_answers = owner_answers(seen_answers, np.repeat(own_rows, lengths), owner)
+        ids, origins, answers, pulls = [seen], [seen_origins], [seen_answers], []
         if any_pulled[run]:  # the pulled authors' ids left out, in NumPy (most owners)
             rows = pulled[a:b]
             pushed = np.repeat(~rows, lengths)
             ids, origins = [seen[pushed]], [seen_origins[pushed]]
+            answers = [seen_answers[pushed]]
             pulls = authors[a:b][rows].tolist()
         got = OwnerInput(
             owner,
@@ -430,10 +584,12 @@ def _batch_inputs(batch: pa.RecordBatch) -> Iterator[OwnerInput]:
             int(seen_floors[run]),
             origins,
             [seen_origins],
+            answers,
+            [seen_answers],
         )
         seen_by = by_values[offsets[a] : offsets[b]]
         if seen_by.any():  # reposts whose original's author a filter may hide
-            mine = np.repeat(authors[a:b] == owner, lengths)
+            mine = np.repeat(own_rows, lengths)
             screenable = (seen_by != 0) & ~mine
             if screenable.any():
                 got.reposts = [seen[screenable]]
@@ -445,6 +601,9 @@ def _batch_inputs(batch: pa.RecordBatch) -> Iterator[OwnerInput]:
             repost = np.repeat(quiet_pulled, lengths) & (seen != seen_origins)
             got.quiet_reposts = [seen[repost]]
         rows_filtered = filtered[a:b]
+        follows = ~rows_filtered & ~own_rows  # the rows of the owner's followees
+        if follows.any():
+            got.followees = np.unique(authors[a:b][follows])
         if rows_filtered.any():
             users = hidden[a + int(np.argmax(rows_filtered))].values.to_numpy(zero_copy_only=False)
             got.hidden = np.unique(users)
@@ -479,38 +638,40 @@ def write_timelines_partition(
     kept: Broadcast[KeptIds] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Write this partition's timelines (from rows of :data:`EDGES`, or of
-    :data:`OWNED` with ``kept``) into ``generation``, with their owners'
-    filters and pulls (quiet ones marked); return their lengths (-1 for the
-    users idle in the active generation: their timelines stay dropped) and
-    whether each is short: those are queued for a refill from the database,
-    as the fanout job queues the timelines its screened merges leave short."""
+    :data:`OWNED` with ``kept``) into ``generation``, with the replies each
+    keeps aside and shows, their owners' filters, followees and pulls (quiet
+    ones marked); return their lengths (-1 for the users idle in the active
+    generation: their timelines stay dropped) and whether each is short:
+    those are queued for a refill from the database, as the fanout job
+    queues the timelines its screened merges leave short."""
     store = store_for(config, timeout=120)
     live = store.active_generation()
     cap, slack = config.timeline_size, config.timeline_slack
     for chunk in _chunks(owner_inputs(joined(batches, kept))):
-        # A filter is written for every owner who has one, as the job keeps it
-        # beside a timeline dropped or not yet made.
+        # A filter and the followees are written for every owner who has them,
+        # as the job keeps them beside a timeline dropped or not yet made.
         store.write_filters(generation, ((i.owner, i.hidden.tolist()) for i in chunk))
+        store.write_followees(generation, ((i.owner, i.followees.tolist()) for i in chunk))
         made = [i for i in chunk if i.followed]
         owners = [i.owner for i in made]
-        rows = [(i.owner, *i.timeline(cap, slack)) for i in made]
+        rows = [(i.owner, i.timeline(cap, slack)) for i in made]
         idle = store.dropped(live, owners) if live is not None and live != generation else set()
+        written = [(o, t) for o, t in rows if o not in idle]
         store.write_timelines(
-            generation, ((o, pack_timeline(h, ids)) for o, h, ids, _ in rows if o not in idle)
+            generation, ((o, pack_timeline(t.horizon, t.ids)) for o, t in written)
         )
-        store.write_timeline_reposts(
-            generation, ((o, pack_pairs(aside)) for o, _, _, aside in rows if o not in idle)
-        )
+        store.write_timeline_reposts(generation, ((o, pack_pairs(t.pairs)) for o, t in written))
+        store.write_replies(generation, ((o, t.aside, t.shown) for o, t in written))
         store.write_dropped(generation, idle)
         store.write_pulls(generation, ((i.owner, i.pulls, i.quiet_pulls) for i in made if i.pulls))
-        short = [o for o, h, ids, _ in rows if o not in idle and h > 0 and len(ids) < cap]
+        short = [o for o, t in written if t.short(cap)]
         if short:
             store.request_refill(*short)
         yield arrow.batch(
             {
                 "owner": owners,
-                "entries": [-1 if o in idle else len(ids) for o, _, ids, _ in rows],
-                "short": [o not in idle and h > 0 and len(ids) < cap for o, h, ids, _ in rows],
+                "entries": [-1 if o in idle else len(t.ids) for o, t in rows],
+                "short": [o not in idle and t.short(cap) for o, t in rows],
             },
             WRITTEN,
         )
@@ -533,7 +694,7 @@ def diff_partition(
         views = store.timelines(live, [i.owner for i in chunk])
         out: dict[str, list[Any]] = arrow.columns(DIFF)
         for owner_input, view in zip(chunk, views, strict=True):
-            _, ids, _ = owner_input.timeline(cap, config.timeline_slack, seen=True)
+            ids = owner_input.timeline(cap, config.timeline_slack, seen=True).ids
             want = set(visible(ids, cap))
             have = {i for i in view.ids if i <= newest_tweet} if view else set()
             out["owner"].append(owner_input.owner)

@@ -4,6 +4,7 @@ on the real broker and Spark."""
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -244,5 +245,86 @@ def test_mutes_quiet_follows_and_filters_written_alike_either_way_and_read_as_co
     store.switch(generation, store.active_generation())
     rebuild.diff(states, inputs)
     assert rebuild.summary.timelines == len(lengths)
+    assert rebuild.summary.differing == 0 and rebuild.summary.live_missing == 0
+    decoded.unpersist()
+
+
+def test_replies_written_alike_either_way_and_read_as_computed(
+    spark, kafka_bootstrap: str, redis_url: str, redis_client, tmp_path: Path
+) -> None:
+    """docs/decisions.md D29: the replies of followees to users their readers
+    do not follow are kept aside (``ta:``) and counted by the cap, those that
+    show recorded (``tc:``), every owner's followees written (``tf:``) and a
+    pulled author's replies indexed beside its list (``ac:``), the same
+    whether the write tasks join the kept ids themselves or Spark does; what
+    readers see of the written generation (merged.lua, which screens the
+    lists' replies with the reader's followees) is what the dry run computes."""
+    config: StarlingConfig = make_config(
+        kafka_bootstrap, redis_url, partitions=2, timeline_size=3, timeline_slack=1,
+        pull_threshold=4,
+    )  # fmt: skip
+    writer = ChangelogWriter(config)
+    network = [events.Followed(u, u) for u in range(1, 9)]
+    network += [events.Followed(f, 1) for f in (3, 4, 5, 6)]  # 1 is pulled, 7 is not
+    network += [events.Followed(2, u) for u in (6, 7, 8)]
+    network += [events.Followed(3, 7), events.Followed(6, 7), events.FiltersSet(6, (5,))]
+
+    def reply(t: int, author: int, parent: int, to: int) -> events.TweetPosted:
+        return events.TweetPosted(
+            t, author, f"u{author}", "re", in_reply_to=parent, reply_to=to, reply_to_name="x"
+        )
+
+    tweets = [events.TweetPosted(100 + u - 5, u, f"u{u}", "hi") for u in (5, 6, 7)]  # 100-102
+    tweets[2] = events.TweetPosted(102, 2, "u2", "hi")
+    tweets += [reply(110, 7, 100, 5), reply(111, 7, 101, 6), reply(112, 7, 102, 2)]
+    tweets += [events.TweetPosted(113, 8, "u8", "", 110, 7, repost_of_reply_to=5)]
+    tweets += [reply(120, 1, 110, 7), events.TweetPosted(121, 1, "u1", "hi")]
+    writer.send(network + tweets)
+    store = store_for(config)
+    written = {}
+    for broadcast_ids in (10**6, 0):
+        rebuild = quiet_rebuild(spark, config, store, tmp_path, broadcast_ids=broadcast_ids)
+        decoded = rebuild.read(rebuild.snapshot())
+        states, inputs = rebuild.join(decoded)
+        generation = store.new_generation(state="building")
+        lengths = rebuild.write(generation, states, inputs)
+        users = sorted(lengths)
+        views = store.timelines(generation, users)
+
+        def got(key: Callable[[int, int], str]) -> dict[int, bytes]:
+            found = {u: redis_client.get(key(generation, u)) for u in range(1, 9)}  # noqa: B023
+            return {u: v for u, v in found.items() if v is not None}
+
+        written[broadcast_ids] = (
+            {u: unpack_timeline(redis_client.get(keys.timeline(generation, u))) for u in users},
+            {u: v.ids if v else None for u, v in zip(users, views, strict=True)},
+            got(keys.aside),
+            got(keys.shown_replies),
+            got(keys.followees),
+            got(keys.list_answers),
+            rebuild.summary.short,
+        )
+    assert written[10**6] == written[0]
+    timelines, views, aside, shown, followees, answers, short = written[0]
+    # 2 follows 7, 6 and 8, not 5: 7's reply to 5 is aside (its repost by 8
+    # shows), its reply to 6 shows, its reply to 2 too; the cap counts the aside.
+    assert timelines[2] == (110, [111, 112, 113]) and views[2] == [113, 112, 111]
+    assert aside[2] == pack_ids([5, 110]) and shown[2] == pack_ids([6, 111])
+    # 3 follows 7 and 1 (pulled), none whom 7 answers: all aside; it sees 1's
+    # reply to 7. 4 does not follow 7: it does not see it.
+    assert timelines[3] == (0, []) and aside[3] == pack_ids([2, 112, 5, 110, 6, 111])
+    assert views[3] == [121, 120] and views[4] == [121]
+    # 6 hides 5: 7's reply to 5 is left out; 7's reply to 6 shows.
+    assert timelines[6] == (0, [101, 111]) and aside[6] == pack_ids([2, 112])
+    assert views[6] == [121, 120, 111]
+    assert followees == {
+        2: pack_ids([6, 7, 8]), 3: pack_ids([1, 7]), 4: pack_ids([1]), 5: pack_ids([1]),
+        6: pack_ids([1, 7]),
+    }  # fmt: skip
+    assert answers == {1: pack_ids([120, 7])} and short == 0
+
+    # The dry run's comparison with the generation just written, as live.
+    store.switch(generation, store.active_generation())
+    rebuild.diff(states, inputs)
     assert rebuild.summary.differing == 0 and rebuild.summary.live_missing == 0
     decoded.unpersist()

@@ -193,16 +193,43 @@ def origin(entry: int) -> int:
 
 
 def rebuilt_view(
-    entries: Iterable[tuple[int, int]], *, cap: int, slack: int, floor: int = 0
-) -> tuple[int, list[int], list[tuple[int, int]]]:
+    entries: Iterable[tuple[int, int]],
+    *,
+    cap: int,
+    slack: int,
+    floor: int = 0,
+    away: Iterable[tuple[int, int]] = (),
+    shown: Iterable[tuple[int, int]] = (),
+) -> tuple[int, list[int], list[tuple[int, int]], list[tuple[int, int]], list[tuple[int, int]]]:
     """The rule on whole Python lists: ``entries`` are (entry, original) pairs
     of each followed author's newest entries, ``floor`` the highest of their
-    horizons; the horizon, the view's entries (the newest of each original)
-    ascending, and the entries it hides at or above the horizon, as the store
-    keeps them beside the timeline: (original, entry), sorted."""
+    horizons, ``away`` the (user, entry) of the replies kept aside (not among
+    ``entries``, counted by the cap with the view), ``shown`` those of the
+    replies among ``entries`` that show; the horizon, the view's entries (the
+    newest of each original) ascending, the entries it hides at or above the
+    horizon, as the store keeps them beside the timeline: (original, entry),
+    sorted, and the replies aside and shown at or above the horizon."""
     raw = {e: o for e, o in entries if e >= floor}
-    horizon, kept = rebuilt_timeline(winners(raw, raw), cap=cap, slack=slack, floor=floor)
-    return horizon, kept, aside(kept, {e: o for e, o in raw.items() if e >= horizon})
+    away, shown = set(away), set(shown)
+    counted = {*winners(raw, raw), *(e for _, e in away if e >= floor)}
+    horizon, _ = rebuilt_timeline(counted, cap=cap, slack=slack, floor=floor)
+    kept = [w for w in winners(raw, raw) if w >= horizon]
+    return (
+        horizon,
+        kept,
+        aside(kept, {e: o for e, o in raw.items() if e >= horizon}),
+        sorted(r for r in away if r[1] >= horizon),
+        sorted(r for r in shown if r[1] >= horizon),
+    )
+
+
+def answer_of(entry: int) -> int:
+    """The user an entry's original answers in these tests (0: none): every
+    other original answers one, its author never."""
+    o = origin(entry)
+    user = (o // 10) % 6 + 1 if o % 2 == 0 else 0
+    author = o % 10 if o == entry else by_of(entry)
+    return 0 if user == author else user
 
 
 def entry_of(author: int, k: int) -> int:
@@ -220,7 +247,7 @@ _EDGE = st.tuples(
     st.integers(1, 4),  # owner
     st.integers(1, 6),  # author
     st.none() | st.lists(st.integers(1, 60), max_size=30),  # the author's kept tweets
-    st.integers(0, 600),  # the author's horizon
+    st.just(0) | st.integers(0, 600),  # the author's horizon (often none: timelines get cut)
     st.booleans(),  # pulled
     st.booleans(),  # quiet: followed with reposts off
 )
@@ -246,7 +273,11 @@ def test_timelines_merged_per_owner_in_numpy_equal_the_rule_on_whole_lists(
     # here the way the view's SQL defines them. The owner's filter leaves out
     # other authors' reposts of the users it hides (of the pulled authors, in
     # what readers see), and a pulled author followed with reposts off is
-    # read without its reposts.
+    # read without its reposts. Replies (docs/decisions.md D29): an entry
+    # whose original answers a hidden user is left out; a post answering a
+    # user the owner does not follow (its followees: the authors of its
+    # rows) is kept aside, counted by the cap, and a pulled author's such
+    # reply is not seen; the others that answer someone are recorded as shown.
     # One edge per owner and author (a follow is one row), and the self edge
     # is never pulled (a pulled author's own timeline holds its entries).
     unique: dict[tuple[int, int], tuple[int, int, list[int] | None, int, bool, bool]] = {}
@@ -259,21 +290,47 @@ def test_timelines_merged_per_owner_in_numpy_equal_the_rule_on_whole_lists(
     for owner in sorted({e[0] for e in edges}):
         mine = [e for e in edges if e[0] == owner]
         hidden = filters.get(owner, set())
+        followees = {e[1] for e in mine if e[1] != owner}
+
+        def answered(e: tuple, i: int, owner: int = owner) -> int:
+            """Whom entry i's original answers, as its owner's timeline sees it:
+            no one for the owner's own entries and for replies to the owner."""
+            user = answer_of(i)
+            return 0 if e[1] == owner or user == owner else user
 
         def shown(e: tuple, i: int, seen: bool, owner: int = owner, hidden: set = hidden) -> bool:
             if e[1] != owner and by_of(i) in hidden:
                 return False
+            if answered(e, i) in hidden:
+                return False
             return not (seen and e[4] and e[5] and origin(i) != i)
 
-        pushed = [e for e in mine if not e[4]]
-        ids = [(i, origin(i)) for e in pushed for i in e[2] or () if shown(e, i, False)]
-        floor = max((e[3] for e in pushed), default=0)
-        seen = [(i, origin(i)) for e in mine for i in e[2] or () if shown(e, i, True)]
+        def reply(e: tuple, i: int) -> bool:
+            return bool(answered(e, i)) and origin(i) == i
+
+        def away(e: tuple, i: int, followees: set = followees) -> bool:
+            """A reply to a user the owner does not follow: aside (a pulled
+            author's: not seen)."""
+            return reply(e, i) and answered(e, i) not in followees
+
+        def view(seen: bool, mine: list = mine) -> tuple:
+            rows = mine if seen else [e for e in mine if not e[4]]
+            entries = [(e, i) for e in rows for i in e[2] or () if shown(e, i, seen)]
+            return rebuilt_view(
+                [(i, origin(i)) for e, i in entries if not away(e, i)],
+                cap=CAP,
+                slack=SLACK,
+                floor=max((e[3] for e in rows), default=0),
+                away=[(answered(e, i), i) for e, i in entries if away(e, i) and not e[4]],
+                shown=[(answered(e, i), i) for e, i in entries if reply(e, i) and not away(e, i)],
+            )
+
         expected[owner] = (
-            rebuilt_view(ids, cap=CAP, slack=SLACK, floor=floor),
+            view(seen=False),
             [e[1] for e in mine if e[4]],
             [e[1] for e in mine if e[4] and e[5]],
-            rebuilt_view(seen, cap=CAP, slack=SLACK, floor=max(e[3] for e in mine)),
+            view(seen=True),
+            sorted(followees),
         )
     names = ("owner", "author", "kept", "horizon", "pull", "quiet")
     rows = [
@@ -281,12 +338,13 @@ def test_timelines_merged_per_owner_in_numpy_equal_the_rule_on_whole_lists(
             **dict(zip(names, e, strict=True)),
             "origins": e[2] and [origin(i) for i in e[2]],
             "by": e[2] and [by_of(i) for i in e[2]],
+            "answers": e[2] and [answer_of(i) for i in e[2]],
         }
         for e in edges
     ]
     rows += [
-        {"owner": o, "author": FILTER_ROW, "kept": [], "origins": [], "by": [], "horizon": 0,
-         "pull": False, "quiet": False, "hidden": sorted(h)}
+        {"owner": o, "author": FILTER_ROW, "kept": [], "origins": [], "by": [], "answers": [],
+         "horizon": 0, "pull": False, "quiet": False, "hidden": sorted(h)}
         for o, h in filters.items()
     ]  # fmt: skip
     # Each owner's rows together, its filter's first or last.
@@ -305,6 +363,7 @@ def test_timelines_merged_per_owner_in_numpy_equal_the_rule_on_whole_lists(
             i.pulls,
             i.quiet_pulls,
             i.timeline(CAP, SLACK, seen=True),
+            i.followees.tolist(),
         )
         for i in inputs
         if i.followed
@@ -340,16 +399,19 @@ def test_edges_joined_with_the_broadcast_kept_ids_equal_the_left_join(
     # (spark.rebuild.join.timeline_inputs: an author without state has no
     # tweets, horizon 0, and is not pulled; an author is never pulled from its
     # own timeline; a quiet edge to a pushed author with a posts run gets
-    # that run, its posts their own originals, by no one). An owner's filter
-    # is a row of author 0 (no user), passed through.
+    # that run, its posts their own originals, by no one, with the users they
+    # answer beside them). An owner's filter is a row of author 0 (no user),
+    # passed through.
     rows = [
         {
             "join_key": a,
             "kept": k,
             "origins": [origin(i) for i in k],
             "by": [by_of(i) for i in k],
+            "answers": [answer_of(i) for i in k],
             "horizon": h,
             "posts": posts and posts[0],
+            "posts_answers": posts and [i % 7 for i in posts[0]],
             "posts_horizon": posts and posts[1],
             "pulled": p,
         }
@@ -370,18 +432,70 @@ def test_edges_joined_with_the_broadcast_kept_ids_equal_the_left_join(
         owned_rows.append({"owner": owner, "author": author, "quiet": quiet, "hidden": hidden})
         if quiet and not pull and posts is not None:
             ids, horizon = posts
-            expected.append((owner, author, ids, ids, [0] * len(ids), horizon, False, quiet))
+            answers = [i % 7 for i in ids]
+            expected.append(
+                (owner, author, ids, ids, [0] * len(ids), answers, horizon, False, quiet)
+            )
         else:
-            run = (ids, [origin(i) for i in ids], [by_of(i) for i in ids], horizon, pull, quiet)
+            run = (
+                ids,
+                [origin(i) for i in ids],
+                [by_of(i) for i in ids],
+                [answer_of(i) for i in ids],
+                horizon,
+                pull,
+                quiet,
+            )
             expected.append((owner, author, *run))
         expected[-1] += (hidden,)
     owned = pa.Table.from_pylist(owned_rows, arrow.schema(OWNED))
     bounds = sorted({0, len(edges), *(c for c in cuts if c < len(edges))})
     got = []
-    names = ("owner", "author", "kept", "origins", "by", "horizon", "pull", "quiet", "hidden")
+    names = (
+        "owner", "author", "kept", "origins", "by", "answers", "horizon", "pull", "quiet", "hidden",
+    )  # fmt: skip
     for a, b in itertools.pairwise(bounds):
         batch = owned.slice(a, b - a).combine_chunks().to_batches()
         out = kept.join(batch[0] if batch else pa.RecordBatch.from_pylist([], arrow.schema(OWNED)))
         assert out.schema.names == arrow.names(EDGES)
         got += [tuple(r[n] for n in names) for r in out.to_pylist()]
     assert got == expected
+
+
+def test_replies_to_users_not_followed_are_kept_aside_and_counted_by_the_cap() -> None:
+    """docs/decisions.md D29, on one owner (1) who follows 2 and 3 (pushed):
+    2's replies to 5, whom 1 does not follow, are aside; its reply to 3 shows
+    (recorded as shown), its reply to 1 shows like a post, and so does 1's own
+    reply to 5. The newest ``cap + slack`` of view and aside together are
+    kept, the horizon the oldest of them. A repost of a reply is an entry like
+    any repost (it shows when the reply is aside), but 1's filter hides 3's
+    repost of a reply to a hidden user."""
+    owner = 1
+    posts = list(range(102, 142, 10))  # 2's posts: 102 .. 132
+    replies_to_5 = [142, 152, 162]
+    to_3, to_1, own = 172, 182, 191
+    kept = [*posts, *replies_to_5, to_3, to_1]
+    answers = [0] * len(posts) + [5] * 3 + [3, 1]
+    rows = [
+        {"owner": owner, "author": 2, "kept": kept, "origins": kept, "by": [0] * len(kept),
+         "answers": answers, "horizon": 0, "pull": False, "quiet": False, "hidden": None},
+        {"owner": owner, "author": owner, "kept": [own], "origins": [own], "by": [0],
+         "answers": [5], "horizon": 0, "pull": False, "quiet": False, "hidden": None},
+        {"owner": owner, "author": 3, "kept": [193, 203], "origins": [152, 162], "by": [2, 9],
+         "answers": [5, 9], "horizon": 0, "pull": False, "quiet": False, "hidden": None},
+        {"owner": owner, "author": FILTER_ROW, "kept": [], "origins": [], "by": [],
+         "answers": [], "horizon": 0, "pull": False, "quiet": False, "hidden": [9]},
+    ]  # fmt: skip
+    table = pa.Table.from_pylist(rows, schema=arrow.schema(EDGES))
+    (got,) = owner_inputs(table.to_batches())
+    assert got.followees.tolist() == [2, 3]
+    made = got.timeline(CAP, SLACK)
+    # 203 (3's repost of 162) is hidden (it answers 9, whom 1 hides); 193,
+    # 3's repost of 152, shows though 152 itself is aside. The newest seven
+    # of view and aside: 193, 191, 182, 172, and 162, 152, 142 aside.
+    assert made.horizon == 142
+    assert made.ids == [172, 182, 191, 193]
+    assert made.aside == [(5, 142), (5, 152), (5, 162)]
+    assert made.shown == [(3, 172)]
+    assert made.pairs == [(152, 193)]
+    assert not made.short(CAP)

@@ -1,8 +1,8 @@
 """The rebuild without Spark (its decode, its read task's join, the broadcast
 join and the timelines' rule: what the Spark stages run) on the compacted
 changelogs of random workloads with blocks, mutes, follows with reposts
-off, reposts and suspensions, against the streaming job's simulation and
-the database's join (tests/support/join_sim.py)."""
+off, reposts, replies and suspensions, against the streaming job's
+simulation and the database's join (tests/support/join_sim.py)."""
 
 from __future__ import annotations
 
@@ -91,6 +91,7 @@ def rebuild(envs: list[events.Envelope], pull_threshold: int = THRESHOLD) -> Reb
 def check(world: World, system: System, rebuilt: Rebuilt, seen: Counter[str]) -> None:
     joined = world.joined()
     live = world.live  # entry -> actor
+    answered = world.answers
     model = system.model
 
     # The authors' states are the streaming job's (pulled alike: no follower
@@ -110,6 +111,11 @@ def check(world: World, system: System, rebuilt: Rebuilt, seen: Counter[str]) ->
             assert {e: b for e, b in listed.by.items() if b} == {
                 e: b for e, o, b in zip(r["kept"], r["origins"], r["by"], strict=True) if e != o
             }
+            # Its replies (ac:), as the join's Op.LIST carries them.
+            assert listed.answers == {
+                e: u for e, u in zip(r["kept"], r["answers"], strict=True) if u
+            }, f"list {author}"
+            seen["list answers"] += len(listed.answers)
     for user in sorted(world.users):
         got = rebuilt.inputs[user]
         assert got.followed, f"user {user}"
@@ -117,22 +123,65 @@ def check(world: World, system: System, rebuilt: Rebuilt, seen: Counter[str]) ->
         assert set(got.hidden.tolist()) == hidden == model.filters.get(user, set())
         assert set(got.pulls) == model.pulls.get(user, set()), f"user {user}"
         assert set(got.quiet_pulls) == model.quiet.get(user, set()), f"user {user}"
+        # Its followees (tf:): its follows but the muting ones, the job's.
+        followees = {b for a, b in world.follows if a == user and (a, b) not in world.mutes}
+        assert set(got.followees.tolist()) == followees, f"user {user}"
+        assert followees == model.follows.get(user, set()), f"user {user}"
         # The timeline holds exactly the join's entries at or above its
-        # horizon, the pulled authors' left out.
+        # horizon, the pulled authors' left out, the replies to users the
+        # owner does not follow aside (and counted by the cap).
         raw = [t for t in joined.raw[user] if live[t] not in got.pulls]
-        pushed = sorted(winners(raw, joined.originals))
-        horizon, ids, kept_aside = got.timeline(CAP, SLACK)
-        assert ids == [t for t in pushed if t >= horizon], f"user {user}"
-        scope = {t: joined.originals.get(t, t) for t in raw if t >= horizon}
-        assert kept_aside == aside(ids, scope), f"user {user}"
-        if len(ids) < CAP and horizon > 0:  # short: only a filter leaves one so
+        answers = joined.answers[user]
+        replies = {t for t in raw if t in answers and t not in joined.originals}
+        away = {t for t in replies if answers[t] not in followees}
+        pushed = sorted(winners([t for t in raw if t not in away], joined.originals))
+        made = got.timeline(CAP, SLACK)
+        horizon = made.horizon
+        assert made.ids == [t for t in pushed if t >= horizon], f"user {user}"
+        scope = {t: joined.originals.get(t, t) for t in raw if t >= horizon and t not in away}
+        assert made.pairs == aside(made.ids, scope), f"user {user}"
+        assert made.aside == sorted((answers[t], t) for t in away if t >= horizon), f"user {user}"
+        shown = sorted((answers[t], t) for t in replies - away if t >= horizon)
+        assert made.shown == shown, f"user {user}"
+        assert len(made.ids) + len(made.aside) <= CAP + SLACK, f"user {user}"
+        if horizon > 0 and len(made.ids) + len(made.aside) < CAP + SLACK:
+            assert horizon == got.floor, f"user {user}: cut below cap + slack"
+        if made.short(CAP):  # short: only a filter leaves one so
             assert hidden, f"user {user}: short"
             seen["short"] += 1
+        # The streaming job's store holds the same above both horizons.
+        tl = model.timelines[user]
+        top = max(horizon, tl.horizon)
+        assert [t for t in tl.ids if t >= top] == [t for t in made.ids if t >= top], f"user {user}"
+        assert [p for p in tl.pairs if p[1] >= top] == [p for p in made.pairs if p[1] >= top]
+        assert {e: u for e, u in tl.aside.items() if e >= top} == {
+            e: u for u, e in made.aside if e >= top
+        }, f"user {user}"
+        assert {e: u for e, u in tl.cond.items() if e >= top} == {
+            e: u for u, e in made.shown if e >= top
+        }, f"user {user}"
         # What readers see: the pulled lists merged in and screened, exact at
         # or above the floor (and reads go on into the database below it).
-        floor, view, _ = got.timeline(CAP, SLACK, seen=True)
-        assert visible(view, CAP) == [t for t in joined[user] if t >= floor][:CAP], f"user {user}"
+        view = got.timeline(CAP, SLACK, seen=True)
+        floor = view.horizon
+        exact = [t for t in joined[user] if t >= floor][:CAP]
+        assert visible(view.ids, CAP) == exact, f"user {user}"
+        merged = model.merged(user)
+        assert merged is not None, f"user {user}"
+        top = max(floor, merged[0])
+        assert [t for t in merged[1] if t >= top] == [t for t in reversed(view.ids) if t >= top]
         seen["filtered"] += bool(hidden)
+        seen["aside"] += len(made.aside)
+        seen["shown"] += len(made.shown)
+        seen["replies seen"] += sum(t in answers for t in view.ids)
+        seen["list replies unseen"] += sum(
+            live[t] in got.pulls and t not in joined.originals and answers[t] not in followees
+            for t in joined.raw[user]
+            if t in answers
+        )
+        seen["answers hidden"] += sum(
+            a in followees and answered.get(t) in hidden for t, a in live.items()
+        )
         seen["quiet pulls"] += len(got.quiet_pulls)
         seen["screened"] += len(got.screened(seen=True))
         seen["screened pushed"] += len(got.screened())
@@ -142,23 +191,44 @@ def check(world: World, system: System, rebuilt: Rebuilt, seen: Counter[str]) ->
     seen["quiet"] += sum(r["quiet"] for r in rebuilt.rows if r["kind"] == Row.EDGE)
 
 
-def workload(rnd: random.Random, users: int, steps: int) -> tuple[World, list[events.Envelope]]:
+def answered_by_followees(world: World, user: int) -> list[int]:
+    """The users whom ``user``'s followees answer (a follow of one shows those
+    replies, an unfollow puts them aside)."""
+    followees = {g for f, g in world.follows if f == user}
+    return sorted(
+        {
+            to
+            for r, (_, to) in world.replied.items()
+            if r in world.rows and world.rows[r][0] in followees and to != user
+        }
+    )
+
+
+def workload(
+    rnd: random.Random, users: int, steps: int, replies: float = 0.0
+) -> tuple[World, list[events.Envelope]]:
     """Posts, reposts, follows and unfollows, and now and then a block or an
     unblock, a mute or an unmute, a followee's reposts turned off or on, a
     deleted entry, a suspension or a reinstatement: the database's writes
     (World) and their changelog records. Popular users (low numbers) are
-    followed most, and pulled."""
+    followed most, and pulled. With ``replies``, that share of steps answers
+    a visible entry, and half the follows and unfollows are of users whom
+    the follower's followees answer."""
     world = World(Log(rnd=rnd))
     envs = world.register(*range(1, users + 1))
     weights = [1 / u for u in range(1, users + 1)]
     for _ in range(steps):
         a = rnd.randint(1, users)
         b = rnd.choices(range(1, users + 1), weights)[0]
+        if replies and rnd.random() < 0.5:
+            b = rnd.choice(answered_by_followees(world, a) or [b])
         roll = rnd.random()
         live = sorted(world.live)
         if a in world.suspended:
             if roll < 0.1:
                 envs += world.reinstate(a)
+        elif replies and rnd.random() < replies and live:
+            envs += world.reply(a, rnd.choice(live))
         elif roll < 0.3:
             envs += world.post(a)
         elif roll < 0.5 and live:
@@ -168,7 +238,10 @@ def workload(rnd: random.Random, users: int, steps: int) -> tuple[World, list[ev
             if new and not world.blocked(a, b):
                 envs.append(world.follow(a, b))
         elif roll < 0.74 and world.follows:
-            envs.append(world.unfollow(*rnd.choice(sorted(world.follows))))
+            edges = sorted(world.follows)
+            if replies and rnd.random() < 0.5:
+                edges = [e for e in edges if e[1] in answered_by_followees(world, e[0])] or edges
+            envs.append(world.unfollow(*rnd.choice(edges)))
         elif roll < 0.78 and a != b:
             envs += world.unblock(a, b) if (a, b) in world.blocks else world.block(a, b)
         elif roll < 0.84 and a != b:
@@ -207,11 +280,11 @@ def test_a_filter_leaves_a_timeline_short_and_a_quiet_follow_keeps_the_posts() -
     seen: Counter[str] = Counter()
     rebuilt = rebuild(envs, pull_threshold=0)
     check(world, system, rebuilt, seen)
-    horizon, ids, _ = rebuilt.inputs[ann].timeline(CAP, SLACK)
+    horizon, ids, *_ = rebuilt.inputs[ann].timeline(CAP, SLACK)
     assert horizon > 0 and ids == [] and seen["short"] == 1
     assert ann in system.model.refill  # the job's merges left it short too
     dee_posts = sorted(t for t, (a, o) in world.rows.items() if a == dee and not o)
-    _, ids, _ = rebuilt.inputs[eve].timeline(CAP, SLACK)
+    ids = rebuilt.inputs[eve].timeline(CAP, SLACK).ids
     assert [t for t in ids if world.rows[t][0] == dee] == dee_posts[-(CAP + SLACK) :]
 
 
@@ -239,4 +312,39 @@ def test_the_workloads_cover_blocks_mutes_and_the_reposts_flag() -> None:
         system.run(interleave(rnd, envs))
         check(world, system, rebuild(envs), seen)
     wanted = ("filtered", "muted", "quiet", "quiet pulls", "screened", "screened pushed")
+    assert min(seen[k] for k in wanted) > 0, seen
+
+
+def replies_workload(seed: int) -> tuple[World, list[events.Envelope], random.Random]:
+    """The workload above with replies (and reposts of them), and follows and
+    unfollows of the users answered."""
+    rnd = random.Random(seed)
+    world, envs = workload(rnd, users=9, steps=500, replies=0.25)
+    return world, envs, rnd
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_replies_are_rebuilt_as_the_streaming_store_keeps_them(seed: int) -> None:
+    """docs/decisions.md D29: the rebuilt timelines keep aside the replies to
+    users their owners do not follow, counted by the cap, and record those
+    that show; the followees, the lists' answers and the authors' states
+    (with whom each entry answers and whom each post notifies) are the
+    streaming job's."""
+    world, envs, rnd = replies_workload(seed)
+    system = System(CAP, SLACK, pull_threshold=THRESHOLD)
+    system.run(interleave(rnd, envs))
+    check(world, system, rebuild(envs), Counter())
+
+
+def test_the_replies_workloads_cover_aside_shown_and_the_lists_replies() -> None:
+    seen: Counter[str] = Counter()
+    for seed in SEEDS:
+        world, envs, rnd = replies_workload(seed)
+        system = System(CAP, SLACK, pull_threshold=THRESHOLD)
+        system.run(interleave(rnd, envs))
+        check(world, system, rebuild(envs), seen)
+    wanted = (
+        "aside", "shown", "list answers", "replies seen", "list replies unseen",
+        "answers hidden", "filtered",
+    )  # fmt: skip
     assert min(seen[k] for k in wanted) > 0, seen
