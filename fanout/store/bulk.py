@@ -179,6 +179,37 @@ class TimelineBulk:
             if records
         )
 
+    def with_replies(self, generation: int, owners: Sequence[int]) -> set[int]:
+        """Those of ``owners`` whose views in ``generation`` may hold fewer
+        than ``cap`` entries above their floor for replies (docs/decisions.md
+        D29), reads going on into the database: their timelines keep replies
+        aside (``ta:``), which the cap counts, or they read a pulled author's
+        list that holds replies (``ac:``), of which a read leaves out those to
+        users the reader does not follow. Pipelined: two commands per owner,
+        and one per pulled author they read."""
+        tag = self.shards.tag_of
+        commands: list[Command] = []
+        for o in owners:
+            commands.append(command("EXISTS", keys.aside(generation, o, tag(o))))
+            commands.append(command("SMEMBERS", keys.pulls(generation, o, tag(o))))
+        replies = run(self.redis, commands)
+        out: set[int] = set()
+        reading: dict[int, set[int]] = {}
+        for o, aside, pulls in zip(owners, replies[::2], replies[1::2], strict=True):
+            if int(aside):
+                out.add(o)
+            elif pulls:
+                reading[o] = {int(bytes(m).lstrip(b"-")) for m in pulls}
+        authors = sorted(set().union(*reading.values()))
+        if authors:
+            found = run(
+                self.redis,
+                [command("EXISTS", keys.list_answers(generation, a, tag(a))) for a in authors],
+            )
+            answered = {a for a, n in zip(authors, found, strict=True) if int(n)}
+            out |= {o for o, pulled in reading.items() if pulled & answered}
+        return out
+
     def write_bodies(self, bodies: Iterable[tuple[int, bytes]]) -> int:
         """Put tweet bodies in the cache. A body never changes, and the fanout
         job writes the same bytes (``events.tweet_json``), so overwriting one

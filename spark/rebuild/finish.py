@@ -114,10 +114,12 @@ class Conclusion:
         """The sampled timelines, as readers see them (the pulled authors' lists
         merged in), against the oracle query; users written to after the
         snapshot are skipped, since the job has not applied those writes yet.
-        A screened view (a filter, a pulled author followed with reposts off)
-        that holds fewer than ``STARLING_TIMELINE_SIZE`` entries above its
-        floor is compared there: reads go on into the database below it (and
-        a timeline its filter left short is refilled after the hand-over)."""
+        A screened view (a filter, a pulled author followed with reposts off,
+        replies kept aside or a pulled author's replies to users the reader
+        does not follow: docs/decisions.md D28, D29) that holds fewer than
+        ``STARLING_TIMELINE_SIZE`` entries above its floor is compared there:
+        reads go on into the database below it (and a timeline its filter left
+        short is refilled after the hand-over)."""
         if self.oracle is None or not sample:
             return
         self.progress.stage("comparing a sample with the database")
@@ -128,7 +130,10 @@ class Conclusion:
         expected = self.oracle(checked, cap)
         found = {u: self.store.timeline(generation, u) for u in checked}
         short = [u for u, t in found.items() if t and len(t.ids) < cap and t.horizon > 0]
-        screened = self.store.screened(generation, short) if short else set()
+        screened: set[int] = set()
+        if short:
+            screened = self.store.screened(generation, short)
+            screened |= self.store.with_replies(generation, sorted(set(short) - screened))
         bad = []
         for user in checked:
             timeline = found[user]
