@@ -436,12 +436,14 @@ def home_timeline_entries(
     greatest of its original or not, the replies the view leaves out for now
     included: ``(entry, original, answers)`` ascending, ``answers`` the user
     the entry's original answers where that is someone other than its author,
-    the entry's actor and the user (else 0): what a refill carries above its
+    the entry's actor and the user, and the entry is not the user's own (else
+    0; as fanout.store.ops gives them to an owner): what a refill carries above its
     horizon (:class:`fanout.model.events.TimelineReset`)."""
     sql = f"""
         WITH {_audience_sql(len(excluded))}
         SELECT e.id, COALESCE(e.repost_of_id, e.id),
-               CASE WHEN COALESCE(o.reply_to_id, e.reply_to_id) NOT IN (
+               CASE WHEN e.author_id <> (SELECT id FROM me)
+                     AND COALESCE(o.reply_to_id, e.reply_to_id) NOT IN (
                          COALESCE(o.author_id, e.author_id), e.author_id, (SELECT id FROM me))
                     THEN COALESCE(o.reply_to_id, e.reply_to_id) ELSE 0 END
         FROM aud ea JOIN feed_tweet e ON e.author_id = ea.author_id {_VISIBLE_ORIGINAL}

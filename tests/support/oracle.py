@@ -325,9 +325,10 @@ def check_against_oracle(stack: Stack, usernames: list[str]) -> dict[str, int]:
     """Once the job has caught up (every write and refill applied), every
     timeline is exactly the join's newest ``STARLING_TIMELINE_SIZE``. (A
     reader who hides some of a pulled author's reposts reads its list without
-    them: what Redis shows may then stop short of the cap above its floor,
-    the read going on into the database; it is then exactly the join's
-    entries at or above the floor.)"""
+    them, and a timeline keeps the replies to users its owner does not follow
+    aside, counted by the cap: what Redis shows may then stop short of the cap
+    above its floor, the read going on into the database; it is then exactly
+    the join's entries at or above the floor.)"""
     stack.settle()
     wanted = set(usernames)
     ids = {
@@ -356,7 +357,11 @@ def check_against_oracle(stack: Stack, usernames: list[str]) -> dict[str, int]:
         shown = found.ids
         assert len(shown) == len(set(shown)), f"{name}: duplicate entries"
         # Exact: the join's newest `cap`, whatever was trimmed, deleted or unfollowed.
-        if len(shown) < cap and len(full) > len(shown) and _screens_lists(stack, generation, uid):
+        if (
+            len(shown) < cap
+            and len(full) > len(shown)
+            and (_screens_lists(stack, generation, uid) or store.with_replies(generation, [uid]))
+        ):
             assert found.horizon > 0, f"{name}: short"
             full = [t for t in full if t >= found.horizon]
             stats["screened"] = stats.get("screened", 0) + 1
