@@ -659,8 +659,9 @@ def random_workload(
     for _ in range(steps):
         roll = rnd.random()
         a, b = rnd.randint(1, users), rnd.randint(1, users)
-        if replies and rnd.random() < 0.5:  # often whom a's followees answer
-            b = rnd.choice(sorted(_answered_by_followees(world, a)) or [b])
+        if replies and rnd.random() < 0.5:  # often whom a's followees answer, not followed yet
+            strangers = _answered_by_followees(world, a) - {g for f, g in world.follows if f == a}
+            b = rnd.choice(sorted(strangers) or [b])
         live = world.live
         if suspensions and rnd.random() < suspensions:
             envs += world.reinstate(a) if a in world.suspended else world.suspend(a)
