@@ -89,10 +89,9 @@ class TimelineModel:
     idle: set[int] = field(default_factory=set)
     #: Writes to dropped timelines not made.
     skipped: int = 0
-    #: The highest seq the job has applied (any partition): what a trim fences.
-    #: The apply script does not fence at it yet (it fences at the op's seq): a
-    #: refill read before the trim can then pass the fence and lower the
-    #: horizon over entries an author's key applied ahead of that seq.
+    #: The highest seq the job has applied (any partition): what a trim fences
+    #: (the apply script's HIGH), so that a refill read before the trim cannot
+    #: lower the horizon over entries an author's key applied ahead of its seq.
     high_water: int = 0
     #: Per owner, its followees (``tf:``, D29): kept for idle owners too.
     follows: dict[int, set[int]] = field(default_factory=dict)
