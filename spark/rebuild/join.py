@@ -17,11 +17,11 @@ from spark.rebuild.read import Row
 from spark.rebuild.tasks import FILTER_ROW, KeptIds
 
 #: The most kept tweet ids (all authors together, their posts runs included)
-#: that go to the write tasks as a broadcast: 7 million ids, each with its
-#: original, its original's author and the user it answers (32 bytes), 224 MB
+#: that go to the write tasks as a broadcast: 5.25 million ids, each with its
+#: original, its original's author and the user it answers (32 bytes), 170 MB
 #: in the driver and in each Python worker. Above it, Spark joins them to the
 #: edges.
-BROADCAST_KEPT_IDS = 7_000_000
+BROADCAST_KEPT_IDS = 5_250_000
 
 
 #: What an author's state row carries for the timelines its edges reach: the
