@@ -121,6 +121,21 @@ class Job:
             f"watermark did not reach {seq}: {self.store.watermark(self.generation)}"
         )
 
+    def wait_committed(self, timeout: float = 30) -> None:
+        """Until the checkpoint's commit log holds the batch Redis applied last
+        (the sink writes Redis before Spark commits the batch: a query stopped
+        in between leaves a checkpoint that has not committed it)."""
+        from spark.stream.checkpoint import committed_batches
+
+        deadline = time.monotonic() + timeout
+        applied = self.store.applied_batch(self.generation)
+        while time.monotonic() < deadline:
+            batches = committed_batches(self.checkpoint)
+            if batches and (applied is None or batches[-1] >= applied):
+                return
+            time.sleep(0.1)
+        raise AssertionError(f"the checkpoint did not commit batch {applied}")
+
     def timeline(self, user: int) -> list[int] | None:
         found = self.store.timeline(self.generation, user)
         return None if found is None else found.ids
