@@ -102,8 +102,11 @@ def test_processor_applies_the_rules_with_the_configured_cap_and_slack() -> None
         Op.ADD, (7, 8), (100, 101, 102, 103, 104), 0, 6, actor=7
     )
     follow = run(processor, BUCKET, [row(events.Followed(9, 7), 7)])
-    # cap 2 + slack 1
-    assert follow.mutations == [Mutation(Op.ADD, (9,), (102, 103, 104), 102, 7, actor=7)]
+    # cap 2 + slack 1; the follower's followees gain 7 (replies to 7 show: D29)
+    assert follow.mutations == [
+        Mutation(Op.FOLLOWED, (9,), (), 0, 7, authors=(7,), actor=7),
+        Mutation(Op.ADD, (9,), (102, 103, 104), 102, 7, actor=7),
+    ]
 
 
 def test_a_pulled_authors_followers_live_apart_until_it_is_pushed_again() -> None:
@@ -143,6 +146,7 @@ def test_the_authors_of_a_bucket_keep_states_of_their_own_and_share_one_bundle()
     assert AuthorState.decode(authors[(7,)][0]) == AuthorState({8}, [50, 100])
     assert AuthorState.decode(authors[(263,)][0]) == AuthorState({9}, [101])
     assert sorted(bundle.mutations, key=lambda m: m.seq) == [
+        Mutation(Op.FOLLOWED, (9,), (), 0, 2, authors=(263,), actor=263),
         Mutation(Op.ADD, (9,), (), 0, 2, actor=263),
         Mutation(Op.ADD, (9, 263), (101,), 0, 3, actor=263),
         Mutation(Op.ADD, (7, 8), (100,), 0, 4, actor=7),
@@ -206,11 +210,13 @@ def test_timeline_mutations_are_routed_by_owner_and_the_rest_comes_first() -> No
     first = by_route[FIRST]
     assert first.seq == 4 and first.mutations == [Mutation(Op.DELETE_BODY, (), (100,))]
     assert by_route[7].mutations == [
+        Mutation(Op.FOLLOWED, (8,), (), 0, 1, authors=(7,), actor=7),
         Mutation(Op.ADD, (8,), (), 0, 1, actor=7),
         Mutation(Op.ADD, (8,), (100,), 0, 3, actor=7),
         Mutation(Op.REMOVE, (8,), (100,), actor=7),
     ]
     assert by_route[3].mutations == [
+        Mutation(Op.FOLLOWED, (9,), (), 0, 2, authors=(7,), actor=7),
         Mutation(Op.ADD, (9,), (), 0, 2, actor=7),
         Mutation(Op.ADD, (7, 9), (100,), 0, 3, actor=7),
         Mutation(Op.REMOVE, (7, 9), (100,), actor=7),
