@@ -8,11 +8,11 @@ max_line_length = 100
 -- part defines helpers that each script uses some of.
 local packed = {
   "HEADER", "IDLE", "pk", "upk", "num", "count", "id_at", "new_header", "read_header", "pack_header",
-  "decode", "encode", "PAIR", "pair_at", "holds",
+  "decode", "encode", "PAIR", "pair_at", "holds", "above",
 }
 local prefixes = { "P", "T", "arg", "nargs" }
 local merged = {
-  "above", "above_in", "given_lists", "bulk_ids", "hidden", "screened", "view", "count_above",
+  "above_in", "given_lists", "bulk_ids", "hidden", "screened", "view", "count_above",
   "take",
 }
 local function both(a, b)

@@ -148,16 +148,6 @@ end
 -- The ids packed in `blob`, as numbers.
 local function ids_of(blob) return unpack_ids(blob, 1, #blob / 8) end
 
--- First index (1-based) of the ids `a` to `b` of packed timeline `s` above `x`
--- (b + 1 if none).
-local function above(s, a, b, x)
-  while a <= b do
-    local mid = math.floor((a + b) / 2)
-    if id_at(s, mid) <= x then a = mid + 1 else b = mid - 1 end
-  end
-  return a
-end
-
 -- Index (1-based) of the first of `ids` (ascending) at or above `id`.
 local function index_of(ids, id)
   local lo, hi = 1, #ids

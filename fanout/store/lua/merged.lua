@@ -18,15 +18,6 @@
 -- reader follows (the reader's followees, `tf:`), and no entry whose original
 -- answers one of its hidden users.
 
--- First index in s[a..b] whose id is above x (b + 1 if none).
-local function above(s, a, b, x)
-  while a <= b do
-    local mid = math.floor((a + b) / 2)
-    if id_at(s, mid) <= x then a = mid + 1 else b = mid - 1 end
-  end
-  return a
-end
-
 -- First index in the ascending table t whose value is above x (#t + 1 if none).
 local function above_in(t, x)
   local a, b = 1, #t

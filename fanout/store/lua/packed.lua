@@ -14,6 +14,16 @@ local function num(id) return string.format('%.0f', id) end
 local function count(s) return (#s - HEADER) / 8 end
 local function id_at(s, i) return upk(s, HEADER + (i - 1) * 8 + 1) end
 
+-- First index of the ids `a` to `b` (1-based) of packed timeline `s` whose id is
+-- above `x` (b + 1 if none).
+local function above(s, a, b, x)
+  while a <= b do
+    local mid = math.floor((a + b) / 2)
+    if id_at(s, mid) <= x then a = mid + 1 else b = mid - 1 end
+  end
+  return a
+end
+
 local function new_header() return {horizon = 0, fence = 0, top = 0, version = 0} end
 
 local function read_header(s)
