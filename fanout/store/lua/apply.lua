@@ -211,37 +211,38 @@ local function put_records(key, s)
   if #s > 0 then redis.call('SET', key, s) else redis.call('DEL', key) end
 end
 
--- Add records {u, e} to `key` (those it holds stay once); returns how many were new.
+-- Add distinct records {u, e} to `key` (those it holds stay once); returns how
+-- many were new.
+-- Each is placed by a binary search in the string as read, and the string is
+-- written once: a batch's replies into one timeline cost a search each, not a
+-- decode and sort of every record the timeline keeps.
 local function insert_records(key, recs)
   local s = redis.call('GET', key) or ''
-  if #recs == 1 then  -- the common case: one reply, one binary search
-    local u, e = recs[1][1], recs[1][2]
+  if #recs > 1 then
+    table.sort(recs, function(a, b) return a[1] < b[1] or (a[1] == b[1] and a[2] < b[2]) end)
+  end
+  local parts, from, n, last_at = {}, 1, 0, nil
+  for k = 1, #recs do
+    local u, e = recs[k][1], recs[k][2]
     local i = record_index(s, u, e)
+    local at = (i - 1) * REC + 1
+    local held = false
     if i <= #s / REC then
-      local mu, me = struct.unpack('>I8I8', s, (i - 1) * REC + 1)
-      if mu == u and me == e then return 0 end
+      local mu, me = struct.unpack('>I8I8', s, at)
+      held = mu == u and me == e
     end
-    local at = (i - 1) * REC
-    redis.call('SETRANGE', key, at, struct.pack('>I8I8', u, e) .. string.sub(s, at + 1))
-    return 1
-  end
-  local seen, all, n = {}, {}, 0
-  for pos = 1, #s, REC do
-    local u, e = struct.unpack('>I8I8', s, pos)
-    seen[e] = true
-    all[#all + 1] = {u, e}
-  end
-  for _, r in ipairs(recs) do
-    if not seen[r[2]] then
-      seen[r[2]] = true
-      all[#all + 1] = r
-      n = n + 1
+    if not held then
+      parts[#parts + 1] = string.sub(s, from, at - 1)
+      parts[#parts + 1] = struct.pack('>I8I8', u, e)
+      from, n, last_at = at, n + 1, at
     end
   end
   if n == 0 then return 0 end
-  table.sort(all, function(a, b) return a[1] < b[1] or (a[1] == b[1] and a[2] < b[2]) end)
-  local parts = {}
-  for k = 1, #all do parts[k] = struct.pack('>I8I8', all[k][1], all[k][2]) end
+  if n == 1 then  -- the common case: one reply, written from its place on
+    redis.call('SETRANGE', key, last_at - 1, parts[2] .. string.sub(s, last_at))
+    return 1
+  end
+  parts[#parts + 1] = string.sub(s, from)
   redis.call('SET', key, table.concat(parts))
   return n
 end
