@@ -166,9 +166,10 @@ class Unfollowed:
 
 @dataclass(frozen=True, slots=True)
 class TimelineReset:
-    """The newest entries of ``owner_id``'s home timeline as the database
-    computed them: ``tweet_ids`` ascending, and ``horizon``, the oldest of them
-    when older ones were left out (0 when these are all). The horizon is set
+    """The newest entries of ``owner_id``'s timeline as the database computed
+    them (owner -u: user u's mentions timeline, docs/decisions.md D30):
+    ``tweet_ids`` ascending, and ``horizon``, the oldest of them when older
+    ones were left out (0 when these are all). The horizon is set
     by the newest entries of the view (one per original); ``tweet_ids`` holds
     every entry at or above it, including those another entry of the same
     original hides (a post with a newer repost, an older repost). ``as_of``: every
@@ -194,7 +195,8 @@ class TimelineReset:
 
     @property
     def join_key(self) -> int:
-        return self.owner_id
+        # A mentions timeline (-u) goes with its user's key and shard.
+        return abs(self.owner_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -432,7 +434,7 @@ def encode(event: Event) -> Record:
         if event.answers:
             row["answers"] = [list(a) for a in event.answers]
         value = orjson.dumps(row)
-        return Record(TIMELINES, str(event.owner_id).encode("ascii"), value, event.owner_id)
+        return Record(TIMELINES, str(event.owner_id).encode("ascii"), value, event.join_key)
     raise TypeError(f"not an event: {event!r}")
 
 
@@ -496,6 +498,15 @@ def _int_field(raw: bytes | str | None, what: str) -> int:
     if not text.isdigit() or len(text) > 20:
         raise BadEvent(f"{what} is not a decimal id: {text[:40]!r}")
     return int(text)
+
+
+def _owner_field(raw: bytes | None) -> int:
+    """A timeline reset's key: its owner, -u for user u's mentions timeline."""
+    negative = raw is not None and raw[:1] == b"-"
+    owner = _int_field(raw[1:] if negative else raw, "timeline owner key")  # type: ignore[index]
+    if owner == 0:
+        raise BadEvent("timeline owner key is not a user id: 0")
+    return -owner if negative else owner
 
 
 def _id(obj: Mapping[str, Any], name: str) -> int:
@@ -690,7 +701,7 @@ def decode_record(
             if obj.get("kind") != kind or (event.member, event.tweet_id) != (member, tweet_id):
                 raise BadEvent("engagement key does not match its value")
     elif topic == TIMELINES:
-        owner_id = _int_field(key, "timeline owner key")
+        owner_id = _owner_field(key)
         if value is None:
             raise BadEvent("a timeline reset needs a value")
         obj = _load(value)

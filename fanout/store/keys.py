@@ -135,8 +135,9 @@ class Shards:
             raise ValueError(f"shard count must be 1-{SLOTS}, not {self.count}")
 
     def of(self, key_id: int) -> int:
-        """The shard of a user's or tweet's id."""
-        return ((key_id * _GOLDEN) & _MASK) * self.count >> 64
+        """The shard of a user's or tweet's id (-u, user u's mentions timeline,
+        is in u's shard)."""
+        return ((abs(key_id) * _GOLDEN) & _MASK) * self.count >> 64
 
     def tag(self, shard: int) -> str:
         return _slot_tags(self.count)[shard] if self.count > 1 else ""

@@ -181,6 +181,22 @@ def test_a_timeline_reset_round_trips_and_bad_ones_are_named() -> None:
             events.decode(events.TIMELINES, b"9", value, events.headers(42, 9))
 
 
+def test_a_mentions_timeline_reset_goes_with_its_users_key() -> None:
+    from fanout.store.keys import Shards
+
+    reset = events.TimelineReset(owner_id=-9, tweet_ids=(3, 5), horizon=0, as_of=41)
+    record = events.encode(reset)
+    # Its own compacted key, but u's partition and u's shard.
+    assert (record.key, record.join_key) == (b"-9", 9)
+    assert events.decode(record.topic, record.key, record.value, events.headers(42, 9)) == (
+        events.Envelope(42, reset)
+    )
+    assert all(Shards(n).of(-9) == Shards(n).of(9) for n in (1, 3, 16))
+    for key in (b"-", b"-0", b"--9", b"-x"):
+        with pytest.raises(events.BadEvent, match="owner key"):
+            events.decode(events.TIMELINES, key, record.value, events.headers(42, 9))
+
+
 def test_deleted_bodies_are_the_first_thing_a_batch_writes() -> None:
     from fanout.model.join import Mutation, Op
     from fanout.store.ops import OpCode, encode_ops, group_by_timeline, pack_ids
