@@ -5,6 +5,7 @@ workloads and their interleavings."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import random
 from collections import Counter
@@ -38,11 +39,14 @@ class Log:
                 self.minted.add(t)
                 return t
 
-    def post(self, author: int) -> tuple[int, events.Envelope]:
+    def post(self, author: int, mentions: tuple[int, ...] = ()) -> tuple[int, events.Envelope]:
+        """A post by ``author`` naming ``mentions`` (others than the author, ascending)."""
         t = self._tweet_id()
-        return t, events.Envelope(
-            next(self.seq), events.TweetPosted(t, author, f"u{author}", f"tweet {t}")
+        names = tuple(f"u{u}" for u in mentions)
+        event = events.TweetPosted(
+            t, author, f"u{author}", f"tweet {t}", mentions=mentions, mention_names=names
         )
+        return t, events.Envelope(next(self.seq), event)
 
     def delete(self, author: int, t: int) -> events.Envelope:
         return events.Envelope(next(self.seq), events.TweetDeleted(t, author))
@@ -75,10 +79,12 @@ class Log:
         original: int = 0,
         original_author: int = 0,
         answered: tuple[int, int] = (0, 0),
+        mentions: tuple[int, ...] = (),
     ) -> events.Envelope:
         """Entry ``t`` posted again (a reinstated author's, moderation.user_reinstate):
         a post, or a repost of ``original`` (by ``original_author``); ``answered``:
-        (the post it or its original answers, that post's author), or zeros."""
+        (the post it or its original answers, that post's author), or zeros;
+        ``mentions``: whom a post names."""
         text = "" if original else f"tweet {t}"
         parent, to = answered
         if original:
@@ -91,6 +97,8 @@ class Log:
             )
         else:
             event = events.TweetPosted(t, author, f"u{author}", text)
+        names = tuple(f"u{u}" for u in mentions)
+        event = dataclasses.replace(event, mentions=mentions, mention_names=names)
         return events.Envelope(next(self.seq), event)
 
     def share(
@@ -315,6 +323,8 @@ class World:
     #: Every reply: id -> (the post it answers, that post's author), kept
     #: when either is deleted.
     replied: dict[int, tuple[int, int]] = field(default_factory=dict)
+    #: The posts that name others: id -> those users (ascending; fixed at write).
+    mentioned: dict[int, tuple[int, ...]] = field(default_factory=dict)
 
     def hidden(self, user: int) -> set[int]:
         """Whom ``user``'s view hides: those it blocks, who block it, it mutes."""
@@ -363,6 +373,20 @@ class World:
             answers=self.answers,
         )
 
+    def mentions_views(self) -> dict[int, list[int]]:
+        """The mentions view of docs/design.md, by owner -u: for each user u,
+        the visible posts by others that name u or answer one of u's posts,
+        leaving out the authors u hides; newest first."""
+        out: dict[int, list[int]] = {-u: [] for u in self.users}
+        for t, (author, original) in self.rows.items():
+            if original or not self.visible(t):
+                continue
+            notified = {*self.mentioned.get(t, ()), self.replied.get(t, (0, 0))[1]}
+            for u in notified - {0, author}:
+                if author not in self.hidden(u):
+                    out[-u].append(t)
+        return {owner: sorted(ts, reverse=True) for owner, ts in out.items()}
+
     def counts(self) -> dict[int, Counts]:
         """Each tweet's (likes, reposts, replies) by active users, where not
         all 0 (the counts' view of docs/design.md: its live likes, reposts and
@@ -388,19 +412,25 @@ class World:
             original = self.rows[t][1]
             by = self.rows[original][0] if original else 0
             answered = self.replied.get(original or t, (0, 0))
-            out.append(self.log.repost(after[t], t, original, by, answered))
+            mentions = self.mentioned.get(t, ())
+            out.append(self.log.repost(after[t], t, original, by, answered, mentions))
         return out
 
     def register(self, *users: int) -> list[events.Envelope]:
         self.users |= set(users)
         return [self.log.follow(u, u) for u in users]
 
-    def post(self, author: int, n: int = 1) -> list[events.Envelope]:
+    def post(self, author: int, n: int = 1, mentions: Iterable[int] = ()) -> list[events.Envelope]:
+        """``n`` posts by ``author``, each naming ``mentions`` (conversations.tweet_create
+        keeps the active users named, the author left out of the record)."""
         assert author not in self.suspended, "a suspended user cannot post"
+        named = tuple(sorted(set(mentions) - {author} - self.suspended))
         out = []
         for _ in range(n):
-            t, env = self.log.post(author)
+            t, env = self.log.post(author, named)
             self.rows[t] = (author, 0)
+            if named:
+                self.mentioned[t] = named
             out.append(env)
         return out
 
@@ -673,7 +703,9 @@ def random_workload(
             if a not in world.suspended and live:
                 envs += world.reply(a, rnd.choice(sorted(live)))
         elif roll < 0.45 and a not in world.suspended:  # a suspended user cannot post
-            envs += world.post(a)
+            # With replies, a post often names others (their mentions views).
+            named = rnd.sample(range(1, users + 1), rnd.randint(1, 2)) if replies else []
+            envs += world.post(a, mentions=named if named and rnd.random() < 0.4 else ())
         elif roll < 0.6 and live:
             t = rnd.choice(sorted(live))
             envs += world.delete_post(t) if not world.rows[t][1] else world.unrepost(t)
