@@ -94,6 +94,9 @@ class Op(IntEnum):
     FILTER = 8  # the owner's hidden users are ``tweets`` (user ids): the store applies them
     FOLLOWED = 9  # the owners now follow ``authors[0]``: replies to it show (D29)
     UNFOLLOWED = 10  # the owners no longer follow ``authors[0]``: replies to it go aside
+    #: the post ``tweets[0]`` by ``authors[0]`` names or answers each owner -u: it goes
+    #: into u's mentions timeline unless u's filter hides the author (D30)
+    MENTION = 11
 
 
 #: A pulled author goes back to push below this share of the threshold (in
@@ -289,6 +292,11 @@ def join_events(
             )
         )
 
+    def mentioned(users: tuple[int, ...], post: int, seq: int) -> Mutation:
+        """The post into the mentions timelines of ``users``."""
+        owners = mentions_owners(users)
+        return Mutation(Op.MENTION, owners, (post,), 0, seq, authors=(author_id,), actor=author_id)
+
     def edge(op: Op, follower: int, seq: int) -> None:
         """The follower's follow of the author starts or ends (FOLLOWED, UNFOLLOWED)."""
         out.append(Mutation(op, (follower,), (), 0, seq, authors=(author_id,), actor=author_id))
@@ -408,8 +416,11 @@ def join_events(
                 originals[ev.tweet_id] = ev.repost_of
                 by[ev.tweet_id] = ev.repost_of_author
                 pair = ((ev.tweet_id, ev.repost_of, ev.repost_of_author),)
-            elif ev.mentions or ev.answers:
-                notified[ev.tweet_id] = tuple(sorted({*ev.mentions, ev.answers} - {0}))
+            else:
+                users = notified_users(ev.mentions, ev.answers)
+                if users:
+                    notified[ev.tweet_id] = users
+                    out.append(mentioned(users, ev.tweet_id, seq))
             if ev.answers:
                 answers[ev.tweet_id] = ev.answers
             out.append(
@@ -434,9 +445,11 @@ def join_events(
             original = originals.pop(ev.tweet_id, 0)
             author = by.pop(ev.tweet_id, 0)
             pair = ((ev.tweet_id, original, author),) if original else ()
-            notified.pop(ev.tweet_id, None)
+            told = notified.pop(ev.tweet_id, ())
             user = answers.pop(ev.tweet_id, 0)
             out.append(Mutation(Op.DELETE_BODY, (), (ev.tweet_id,)))
+            if told:  # out of the mentions timelines (their own op: see fanout.store.ops)
+                out.append(Mutation(Op.REMOVE, mentions_owners(told), (ev.tweet_id,)))
             out.append(
                 Mutation(
                     Op.REMOVE,
@@ -600,6 +613,18 @@ def distinct_timeline(
     return max(horizon, floor), list(kept)
 
 
+def notified_users(mentions: Iterable[int], answers: int) -> tuple[int, ...]:
+    """The users a post notifies (ascending): those it names (``mentions``,
+    its author left out) and the one it answers (``answers``, 0: none, nor its
+    own author); their mentions timelines hold it (docs/decisions.md D30)."""
+    return tuple(sorted({*mentions, answers} - {0}))
+
+
+def mentions_owners(users: Iterable[int]) -> tuple[int, ...]:
+    """The owners of ``users``' mentions timelines: -u for user u, ascending."""
+    return tuple(sorted(-u for u in users))
+
+
 def rebuilt_author_state(
     author_id: int,
     followers: Iterable[int],
@@ -633,9 +658,9 @@ def rebuilt_author_state(
     for t in tweets:
         if t in reposts:
             continue
-        users = {*(mentions or {}).get(t, ()), answered.get(t, 0)} - {0}
+        users = notified_users((mentions or {}).get(t, ()), answered.get(t, 0))
         if users:
-            notified[t] = tuple(sorted(users))
+            notified[t] = users
     return AuthorState(
         followers=audience,
         tweets=tweets,

@@ -88,6 +88,7 @@ class OpCode:
     FILTER = 11  # owner, seq, packed user ids (the owner's hidden users, ascending)
     FOLLOWED = 12  # owner, seq, user (replies to the user kept aside show)
     UNFOLLOWED = 13  # owner, seq, user (replies to the user that showed go aside)
+    MENTION = 14  # owner (-u), seq, ids, author (left out if u's filter hides the author)
 
 
 class TimelineOp(NamedTuple):
@@ -138,11 +139,15 @@ def group_by_timeline(
     store deletes before any timeline op, so a deleted tweet disappears from
     every timeline at once). The pulled authors' lists (``Op.LIST``, the last
     one of each author) come first: a follower's read finds a list before
-    its timeline says to read it.
+    its timeline says to read it. The mentions timelines' ops (owners -u)
+    come last, grouped apart: no other op touches those timelines.
     """
     deleted: list[int] = []
     lists: dict[int, TimelineOp] = {}
     timeline_mutations: list[Mutation] = []
+    #: The mentions timelines' (owners -u): no other op touches them, so they are
+    #: grouped apart and a batch's posts keep the vectorised path.
+    mentions: list[Mutation] = []
     plain_adds = True
     #: An entry's original, the original's author and the entry's actor are
     #: facts of the entry: merged ops take their pairs from here.
@@ -158,6 +163,8 @@ def group_by_timeline(
             lists[owner] = TimelineOp(
                 Op.LIST, owner, m.tweets, m.horizon, reposts=m.reposts, answers=m.answers
             )
+        elif m.owners and m.owners[0] < 0:
+            mentions.append(m)
         else:
             timeline_mutations.append(m)
             plain_adds = plain_adds and op is Op.ADD and not m.as_of and not m.authors
@@ -175,13 +182,15 @@ def group_by_timeline(
         grouped = _group_any(timeline_mutations, keep, originals)
     if answered:
         grouped = [_with_answers(op, answered) for op in grouped]
+    if mentions:
+        grouped += _group_any(mentions, keep, {})
     return out + grouped, deleted
 
 
 def _with_answers(op: TimelineOp, answered: dict[int, tuple[int, int]]) -> TimelineOp:
     """``op`` with the answers of its entries as its owner sees them (a reset
     carries its own; filters and follows have no entries)."""
-    if op.op is Op.RESET or not op.tweets or op.op is Op.FILTER:
+    if op.op is Op.RESET or not op.tweets or op.op is Op.FILTER or op.owner < 0:
         return op
     owner = op.owner
     found = []
@@ -588,6 +597,8 @@ def encode_ops(
             ]
         elif op.op is Op.FILTER:
             current += [OpCode.FILTER, op.owner, op.seq, blob]
+        elif op.op is Op.MENTION:
+            current += [OpCode.MENTION, op.owner, op.seq, blob, op.authors[0]]
         else:
             pulled = pack_ids(op.authors)
             current += [

@@ -358,10 +358,12 @@ class TimelineStore(TimelineReads, TimelineBulk, GenerationStore, RebuildChannel
         )
 
     def drop_idle(self, generation: int, user_ids: Sequence[int], *, batch: int = 1000) -> int:
-        """Drop the timelines of idle users (a tombstone each, which the job does
-        not write to), except those being regenerated; returns how many went."""
+        """Drop the timelines of idle users, home and mentions (-u), a tombstone
+        each, which the job does not write to, except those being regenerated;
+        returns how many went."""
         commands: list[Command] = []
-        for tag, owners in self.shards.group(user_ids).items():
+        both = [*user_ids, *(-u for u in user_ids)]
+        for tag, owners in self.shards.group(both).items():
             for start in range(0, len(owners), batch):
                 args = [generation, *owners[start : start + batch]]
                 commands.append(script_command(self._drop_idle, tag, args))

@@ -453,7 +453,14 @@ def test_the_lua_store_does_what_the_model_does(
     model = TimelineModel(cap=cap, slack=slack)
     rnd = random.Random(seed)
     _, envs = random_workload(
-        rnd, 6, steps=80, jitter=jitter, resets=0.2, pull_threshold=threshold, replies=replies
+        rnd,
+        6,
+        steps=80,
+        jitter=jitter,
+        resets=0.2,
+        pull_threshold=threshold,
+        replies=replies,
+        relations=replies,
     )
     states: dict[int, AuthorState] = {}
     applied: set[int] = set()
@@ -507,11 +514,13 @@ def test_the_lua_store_does_what_the_model_does(
         ):
             records = unpack_pairs(client.get(key) or b"")
             assert records == sorted((u, e) for e, u in held.items()), f"user {user} {key}"
-        packed = client.get(timeline_key(GEN, user, tag(user)))
-        pending = client.exists(keys.regeneration(GEN, user, tag(user)))
-        assert bool(pending) == (user in model.regenerating), f"user {user}"
+    for owner in [*range(1, 7), *range(-6, 0)]:  # home timelines, mentions timelines
+        expected = model.timelines.get(owner)
+        packed = client.get(timeline_key(GEN, owner, tag(owner)))
+        pending = client.exists(keys.regeneration(GEN, owner, tag(owner)))
+        assert bool(pending) == (owner in model.regenerating), f"owner {owner}"
         if expected is None:
-            assert packed == (IDLE if user in model.idle else None), f"user {user}"
+            assert packed == (IDLE if owner in model.idle else None), f"owner {owner}"
             continue
         assert isinstance(packed, bytes)
         header = read_header(packed)
@@ -520,12 +529,12 @@ def test_the_lua_store_does_what_the_model_does(
             expected.fence,
             expected.top,
             expected.version,
-        ), f"user {user}"
+        ), f"owner {owner}"
         assert timeline_ids(packed) == expected.ids
-        assert store.pulled_authors(user) == tuple(sorted(model.pulls.get(user, ())))
-        view, merged = model.view(user), store.timeline(GEN, user)
+        assert store.pulled_authors(owner) == tuple(sorted(model.pulls.get(owner, ())))
+        view, merged = model.view(owner), store.timeline(GEN, owner)
         assert view is not None and merged is not None
-        assert (merged.horizon, merged.ids, merged.version) == (*view, model.version(user))
+        assert (merged.horizon, merged.ids, merged.version) == (*view, model.version(owner))
     for author, expected in model.lists.items():
         packed = client.get(keys.author_list(GEN, author, tag(author)))
         assert isinstance(packed, bytes)

@@ -363,7 +363,8 @@ class World:
         return out
 
     def joined(self) -> View:
-        return oracle(
+        """Each user's home view, and at -u their mentions view (if not empty)."""
+        view = oracle(
             self.live,
             self.follows,
             self.users,
@@ -372,6 +373,10 @@ class World:
             quiet=self.quiet,
             answers=self.answers,
         )
+        for owner, ids in self.mentions_views().items():
+            if ids:  # (a mentions timeline is made by its first mention)
+                view[owner], view.raw[owner], view.answers[owner] = ids, ids, {}
+        return view
 
     def mentions_views(self) -> dict[int, list[int]]:
         """The mentions view of docs/design.md, by owner -u: for each user u,
@@ -560,7 +565,8 @@ class World:
 
 
 def exact(system: System, world: World) -> None:
-    """Every view is the join's newest ``cap``, and every count the tables'.
+    """Every view (home, and mentions at -u) is the join's newest ``cap``,
+    and every count the tables'.
 
     A reader who hides some of a pulled author's reposts (or follows it with
     reposts off) reads its list without them: the merged view may then hold
@@ -569,14 +575,18 @@ def exact(system: System, world: World) -> None:
     at or above the floor, and the timeline itself is never short."""
     joined = world.joined()
     cap = system.cap
-    for user in world.users:
+    for user in [*world.users, *(-u for u in world.users)]:  # home and mentions
         found = system.model.view(user)
+        if found is None and user < 0:  # never mentioned
+            assert not joined.get(user), f"mentions of {-user}"
+            continue
         assert found is not None, f"user {user}"
         floor, got = found
-        assert got == [t for t in joined[user] if t >= floor][:cap], f"user {user}"
-        if len(got) < cap and len(joined[user]) > len(got):
+        view = joined.get(user, [])
+        assert got == [t for t in view if t >= floor][:cap], f"user {user}"
+        if len(got) < cap and len(view) > len(got):
             tl = system.model.timelines[user]
-            screened = system.model.filters.get(user) or system.model.quiet.get(user)
+            screened = system.model.filters.get(abs(user)) or system.model.quiet.get(user)
             assert screened or tl.aside or system.model.pulls.get(user), f"user {user}: short"
             assert floor > 0, f"user {user}: short"
             assert len(tl.ids) + len(tl.aside) >= cap or tl.horizon == 0, f"user {user}: short"

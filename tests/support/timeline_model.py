@@ -150,6 +150,9 @@ class TimelineModel:
                 self._hide(op.owner, op.authors[0])
             elif op.op is Op.FILTER:
                 self._filter(op.owner, set(op.tweets), op.seq)
+            elif op.op is Op.MENTION:  # the owner is -u, whose filter hides authors
+                hides = op.authors[0] in self.filters.get(-op.owner, set())
+                self._add(op.owner, () if hides else op.tweets, 0, op.seq)
             elif op.op is Op.PULL:
                 self.pulls.setdefault(op.owner, set()).add(op.authors[0])
                 quiet = self.quiet.setdefault(op.owner, set())
@@ -245,10 +248,10 @@ class TimelineModel:
         if self.filters.get(owner, set()) == hidden:
             return
         self.filters[owner] = hidden
-        tl = self.timelines.get(owner)
-        if tl is None:  # none, or idle: a regeneration reads the database
-            return
-        self._empty(owner, tl, seq)
+        for o in (owner, -owner):  # the home and mentions timelines
+            tl = self.timelines.get(o)
+            if tl is not None:  # (none, or idle: a regeneration reads the database)
+                self._empty(o, tl, seq)
 
     def _empty(self, owner: int, tl: ModelTimeline, seq: int) -> None:
         """Emptied above every entry it held, fenced, and refilled."""
@@ -343,11 +346,12 @@ class TimelineModel:
         self._late(tl, had, top)
 
     def drop(self, owner: int) -> None:
-        """What the idle sweep does: a timeline becomes a tombstone, unless it is
-        being regenerated."""
-        if owner in self.timelines and owner not in self.regenerating:
-            del self.timelines[owner]
-            self.idle.add(owner)
+        """What the idle sweep does to a user's timelines (home and mentions):
+        each becomes a tombstone, unless it is being regenerated."""
+        for o in (owner, -owner):  # the home and mentions timelines
+            if o in self.timelines and o not in self.regenerating:
+                del self.timelines[o]
+                self.idle.add(o)
 
     def _dropped(self, owner: int) -> bool:
         """A tombstone no write goes to: True if the write is skipped."""

@@ -22,6 +22,8 @@
 --  11 owner seq hidden               the owner's hidden users (packed ids, ascending)
 --  12 owner seq user                 the owner follows the user: its replies aside show
 --  13 owner seq user                 the owner unfollows the user: its replies go aside
+--  14 owner seq ids author          the post names or answers user u, the owner -u: into
+--                                    u's mentions timeline unless u's filter hides the author
 -- `ids` are packed entry ids (ascending), `pairs` the reposts among them: 24-byte
 -- records (entry, original, by), '' when there are none; `by` is the user the
 -- owner's filter checks the entry against (0: none). `answers`: the entries whose
@@ -936,6 +938,15 @@ local function remove(owner, key, blob, seq)
   return gone + went
 end
 
+-- Post(s) `blob` by `author` into the mentions timeline of user u, the owner -u
+-- (docs/decisions.md D30): left out if u's filter hides the author, the
+-- timeline made all the same, as by any add.
+local function mention(owner, key, blob, seq, author)
+  local f = redis.call('GET', filters_key(string.sub(owner, 2)))
+  if f and holds(f, author) then blob = '' end
+  return add(owner, key, blob, 0, seq, '', '')
+end
+
 -- Whether the owner reads exactly these pulled authors' lists (packed ids).
 local function same_pulls(owner, blob)
   local have = redis.call('SMEMBERS', pulls(owner))
@@ -1118,9 +1129,13 @@ local function filter(owner, key, seq, hidden)
   local old = redis.call('GET', fkey) or ''
   if old == hidden then return end
   if #hidden > 0 then redis.call('SET', fkey, hidden) else redis.call('DEL', fkey) end
-  local s = redis.call('GET', key)
-  if not s or #s < HEADER then return end  -- idle: its regeneration reads the database
-  empty(owner, key, s, seq)
+  -- The owner's mentions timeline (-owner) hides the same users: emptied and refilled too.
+  for _, o in ipairs({owner, '-' .. owner}) do
+    local k = o == owner and key or P.timeline .. gen .. ':' .. T .. o
+    local s = redis.call('GET', k)
+    -- (none, or idle: its regeneration reads the database)
+    if s and #s >= HEADER then empty(o, k, s, seq) end
+  end
 end
 
 -- The owner now follows `user` (packed `u`): the replies to it kept aside
@@ -1233,6 +1248,10 @@ while i <= nargs() do
     removed = removed + pull(arg(i + 1), timelines .. arg(i + 1), arg(i + 3), arg(i + 4),
                              arg(i + 5), tonumber(arg(i + 2)))
     i = i + 7
+  elseif op == '14' then                  -- a mention: owner (-u), seq, ids, author
+    added = added + mention(arg(i + 1), timelines .. arg(i + 1), arg(i + 3),
+                            tonumber(arg(i + 2)), tonumber(arg(i + 4)))
+    i = i + 5
   elseif op == '11' then                  -- the owner's hidden users: owner, seq, ids
     filter(arg(i + 1), timelines .. arg(i + 1), tonumber(arg(i + 2)), arg(i + 3))
     i = i + 4
