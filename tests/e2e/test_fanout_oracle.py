@@ -26,10 +26,12 @@ def test_random_workload_matches_the_sql_join(stack: Stack) -> None:
     replies (to tweets, replies and reposts; some of them, or their
     parents, deleted later), blocks, mutes, their undoing and follows'
     reposts turned off and on;
+    posts naming other users (their mentions timelines);
     the most followed authors are pulled at read time, some crossing the
     threshold both ways; a fifth of the users go idle half-way (their
     timelines dropped: no fan-out), and half of those come back while the
-    writes go on. Every timeline and every tweet's counts equal the SQL."""
+    writes go on. Every home and mentions timeline and every tweet's counts
+    equal the SQL."""
     work = Workload(
         stack,
         random.Random(2026),
@@ -69,6 +71,7 @@ def test_random_workload_matches_the_sql_join(stack: Stack) -> None:
     assert stats["timelines"] == len(active) and stats["entries"] > 1500
     assert stats["with_horizon"] > 0 and stats["at_the_cap"] > 0  # the cap was reached
     assert stats["counted"] > 100 and stats["answered"] > 20
+    assert stats["mentions"] > 20 and stats["mentions_entries"] > 100
     store, ids = stack.store, dict(stack.sql("SELECT username, id FROM feed_user"))
     generation = store.active_generation()
     assert generation is not None

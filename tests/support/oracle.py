@@ -17,6 +17,7 @@ import requests
 from fanout.config import DEFAULT_ACTIVE_DAYS
 from fanout.model import events
 from fanout.store import keys
+from fanout.store.ops import IDLE
 from spark.source.datasource import read_range
 from spark.source.kafka_io import EndOffsetReader
 from spark.source.offsets import ranges
@@ -60,6 +61,24 @@ ORACLE_SQL = """
             SELECT 1 FROM hidden h WHERE h.owner_id = au.owner_id
               AND h.user_id IN (e.actor_id, e.original_author_id, e.original_reply_to_id)))
     GROUP BY au.owner_id, e.original_id
+"""
+#: The mentions view, as docs/design.md writes it: each user's visible posts by
+#: others that name them or answer one of their posts, leaving out the
+#: authors they hide. Rows (owner, entry).
+MENTIONS_SQL = """
+    WITH hidden AS (
+      SELECT blocker_id AS owner_id, blocked_id AS user_id FROM feed_block
+      UNION SELECT blocked_id, blocker_id FROM feed_block
+      UNION SELECT muter_id, muted_id FROM feed_mute
+    )
+    SELECT m.user_id AS owner_id, t.id AS entry_id
+    FROM (SELECT tweet_id, user_id FROM feed_mention
+          UNION SELECT id, reply_to_id FROM feed_tweet WHERE reply_to_id IS NOT NULL) m
+    JOIN feed_tweet t ON t.id = m.tweet_id
+    JOIN feed_user a ON a.id = t.author_id AND a.is_active
+    WHERE t.author_id <> m.user_id
+      AND NOT EXISTS (SELECT 1 FROM hidden h
+                      WHERE h.owner_id = m.user_id AND h.user_id = t.author_id)
 """
 #: Every tweet's counts (docs/design.md): its likes, reposts and direct
 #: replies by active users.
@@ -195,6 +214,8 @@ class Workload:
                 text = " ".join(
                     self.rnd.choice(["hello", "world", "é", "🐦", "starling"]) for _ in range(5)
                 )
+                if self.replies and self.rnd.random() < 0.3:  # names someone: their mentions
+                    text += f" @{self.rnd.choice(active)[0]}"
                 self.live[self.call("POST", "/tweets", a, {"text": text})["id"]] = a
                 kind = "tweet"
             elif roll < 0.55 and self.live:
@@ -375,7 +396,38 @@ def check_against_oracle(stack: Stack, usernames: list[str]) -> dict[str, int]:
             _, text, original = bodies[tweet_id]
             cached = json.loads(body)
             assert cached.get("text", "") == text and cached.get("repost_of") == original
+    stats.update(check_mentions(stack, ids))
     stats.update(check_counts(stack))
+    return stats
+
+
+def check_mentions(stack: Stack, ids: dict[str, int]) -> dict[str, int]:
+    """Every mentions timeline in Redis (owner -u) is exactly the mentions
+    view's newest ``STARLING_TIMELINE_SIZE``, but those left idle (a
+    tombstone: their reads go to the database until regenerated)."""
+    view: dict[int, list[int]] = {}
+    for owner, tweet_id in stack.sql(MENTIONS_SQL):
+        view.setdefault(owner, []).append(tweet_id)
+    store = stack.store
+    generation = store.active_generation()
+    assert generation is not None
+    cap = stack.timeline_size
+    stats = {"mentions": 0, "mentions_entries": 0, "mentions_idle": 0}
+    for name, uid in ids.items():
+        full = sorted(view.get(uid, []), reverse=True)
+        key = keys.timeline(generation, -uid, store.shards.tag_of(uid))
+        if store.redis.get(key) == IDLE:
+            stats["mentions_idle"] += 1
+            continue
+        found = store.timeline(generation, -uid)
+        if found is None:
+            assert not full, f"{name}: no mentions timeline"
+            continue
+        # Exact: no lists, no replies aside (a removal or a filter change that
+        # left it short was refilled before the job caught up).
+        assert found.ids == full[:cap], f"{name}: mentions differ from the view"
+        stats["mentions"] += 1
+        stats["mentions_entries"] += len(found.ids)
     return stats
 
 
