@@ -360,10 +360,9 @@ class TimelineStore(TimelineReads, TimelineBulk, GenerationStore, RebuildChannel
     def drop_idle(self, generation: int, user_ids: Sequence[int], *, batch: int = 1000) -> int:
         """Drop the timelines of idle users, home and mentions (-u), a tombstone
         each, which the job does not write to, except those being regenerated;
-        returns how many went."""
+        returns how many home timelines went."""
         commands: list[Command] = []
-        both = [*user_ids, *(-u for u in user_ids)]
-        for tag, owners in self.shards.group(both).items():
+        for tag, owners in self.shards.group(user_ids).items():
             for start in range(0, len(owners), batch):
                 args = [generation, *owners[start : start + batch]]
                 commands.append(script_command(self._drop_idle, tag, args))

@@ -226,6 +226,34 @@ def test_a_reset_waits_for_the_watermark_and_skips_deleted_tweets(
     assert not redis_client.exists(keys.resets(GEN))
 
 
+def test_a_mentions_timeline_is_refilled_screened_and_dropped_with_its_user(
+    store: TimelineStore, redis_client: redis.Redis
+) -> None:
+    """-5 is user 5's mentions timeline: a refill lands there (not at 5), a
+    mention by a user 5 hides is left out, and the idle sweep of 5 takes both."""
+    bodies = {t: b"{}" for t in (1, 2, 3, 4)}
+    store.apply(GEN, bodies, [Mutation(Op.ADD, (5,), (4,), 0, 1)])
+    store.apply(GEN, {}, [Mutation(Op.RESET, (-5,), (1, 2), 0, 2, 1)])
+    store.release_resets(GEN, 2)
+    assert store.timeline(GEN, -5).ids == [2, 1]  # type: ignore[union-attr]
+    assert store.timeline(GEN, 5).ids == [4]  # type: ignore[union-attr]
+    store.apply(GEN, {}, [Mutation(Op.FILTER, (5,), (8,), 0, 3)])  # 5 hides 8: emptied
+    assert sorted(store.take_refills(10)) == [-5, 5]
+    store.apply(GEN, {}, [Mutation(Op.RESET, (-5,), (1, 2), 0, 4, 3)])
+    store.release_resets(GEN, 4)
+    store.apply(
+        GEN,
+        {},
+        [
+            Mutation(Op.MENTION, (-5,), (3,), 0, 5, authors=(8,), actor=8),
+            Mutation(Op.MENTION, (-5,), (4,), 0, 5, authors=(9,), actor=9),
+        ],
+    )
+    assert store.timeline(GEN, -5).ids == [4, 2, 1]  # type: ignore[union-attr]
+    assert store.drop_idle(GEN, [5]) == 1  # counted once: users
+    assert redis_client.get(timeline_key(GEN, -5)) == redis_client.get(timeline_key(GEN, 5)) == IDLE
+
+
 def test_a_reset_older_than_the_fence_is_dropped(
     store: TimelineStore, redis_client: redis.Redis
 ) -> None:

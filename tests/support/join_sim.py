@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from fanout.model import events
 from fanout.model.author_state import AuthorState
 from fanout.model.engagements import Counts, Engagements, count_events
-from fanout.model.join import Mutation, join_events, winners
+from fanout.model.join import Mutation, join_events, notified_users, winners
 from tests.support.timeline_model import TimelineModel, View, oracle
 
 
@@ -603,6 +603,19 @@ class Seen:
     hidden: dict[int, set[int]]  # user -> whom its view hides
     quiet: set[tuple[int, int]]  # follows with reposts off
     answers: dict[int, int] = field(default_factory=dict)  # entry -> the user it answers
+    notified: dict[int, tuple[int, ...]] = field(default_factory=dict)  # post -> users
+
+    def mentions(self, user: int) -> list[int]:
+        """``user``'s mentions view as the read saw it, newest first."""
+        hides = self.hidden.get(user, set())
+        return sorted(
+            (
+                t
+                for t, users in self.notified.items()
+                if user in users and self.live[t] not in hides
+            ),
+            reverse=True,
+        )
 
     def joined(self, users: Iterable[int]) -> View:
         return oracle(
@@ -635,6 +648,7 @@ def tables_seen(
     hidden: dict[int, set[int]] = {}
     quiet: set[tuple[int, int]] = set()
     answers: dict[int, int] = {}
+    notified: dict[int, tuple[int, ...]] = {}
     for env in envs:
         ev = env.event
         locked = isinstance(ev, events.Unfollowed) and ev.follower_id == owner
@@ -646,6 +660,8 @@ def tables_seen(
                 originals[ev.tweet_id] = ev.repost_of
             if ev.answers:
                 answers[ev.tweet_id] = ev.answers
+            if not ev.repost_of and notified_users(ev.mentions, ev.answers):
+                notified[ev.tweet_id] = notified_users(ev.mentions, ev.answers)
         elif isinstance(ev, events.TweetDeleted):
             live.pop(ev.tweet_id, None)
             originals.pop(ev.tweet_id, None)
@@ -668,6 +684,7 @@ def tables_seen(
         hidden,
         quiet,
         {t: u for t, u in answers.items() if t in live},
+        {t: users for t, users in notified.items() if t in live},
     )
 
 
@@ -732,6 +749,10 @@ def random_workload(
             owner = rnd.randint(1, users)
             as_of = max(0, envs[-1].seq - rnd.randint(0, 4))
             seen = tables_seen(rnd, envs, owner, as_of)
+            if replies and rnd.random() < 0.3:  # a refill of the owner's mentions timeline
+                mentions = seen.mentions(owner)
+                envs.append(world.log.reset(-owner, mentions, rnd.randint(2, 12), as_of))
+                continue
             follows = seen.follows
             audience = Counter(followee for _, followee in follows)
             pulled = {b for a, b in follows if a == owner and 0 < pull_threshold <= audience[b]}

@@ -250,8 +250,13 @@ class TimelineModel:
         self.filters[owner] = hidden
         for o in (owner, -owner):  # the home and mentions timelines
             tl = self.timelines.get(o)
-            if tl is not None:  # (none, or idle: a regeneration reads the database)
+            if tl is not None:
                 self._empty(o, tl, seq)
+            elif o not in self.idle or o in self.regenerating:
+                # None (nothing to hide), or a placeholder: made, fenced (a refill
+                # read before is stale). Idle: a regeneration reads the database.
+                self.idle.discard(o)
+                self.timelines[o] = ModelTimeline(fence=seq)
 
     def _empty(self, owner: int, tl: ModelTimeline, seq: int) -> None:
         """Emptied above every entry it held, fenced, and refilled."""

@@ -1043,7 +1043,8 @@ local function release(watermark, gone)
   local deleted = {}
   for _, id in ipairs(ids_of(gone)) do deleted[id] = true end
   for _, member in ipairs(due) do
-    local owner, hr, seq, as_of = upk(member, 1), upk(member, 9), upk(member, 17), upk(member, 25)
+    local owner = struct.unpack('>i8', member, 1)
+    local hr, seq, as_of = upk(member, 9), upk(member, 17), upk(member, 25)
     local ids_at = 57 + upk(member, 33) * 8
     local pairs_at = ids_at + upk(member, 41) * 8
     local answers_at = pairs_at + upk(member, 49) * ARG_PAIR
@@ -1133,8 +1134,17 @@ local function filter(owner, key, seq, hidden)
   for _, o in ipairs({owner, '-' .. owner}) do
     local k = o == owner and key or P.timeline .. gen .. ':' .. T .. o
     local s = redis.call('GET', k)
-    -- (none, or idle: its regeneration reads the database)
-    if s and #s >= HEADER then empty(o, k, s, seq) end
+    if s and #s >= HEADER then
+      empty(o, k, s, seq)
+    elseif not s or pending(o) then
+      -- None (it held nothing to hide), or a placeholder: made, fenced, so that
+      -- a refill read before the change is stale. (Idle: its regeneration reads
+      -- the database.)
+      local h = new_header()
+      h.fence = seq
+      redis.call('SET', k, encode(h, {}))
+      created = created + 1
+    end
   end
 end
 
@@ -1227,7 +1237,8 @@ while i <= nargs() do
     i = i + 5
   elseif op == '5' then                   -- reset: owner, horizon, seq, as_of, pulled, ids,
                                           -- pairs, answers
-    local member = pk(tonumber(arg(i + 1))) .. pk(tonumber(arg(i + 2)))
+    -- (the owner signed: -u is a mentions timeline)
+    local member = struct.pack('>i8', tonumber(arg(i + 1))) .. pk(tonumber(arg(i + 2)))
                    .. pk(tonumber(arg(i + 3))) .. pk(tonumber(arg(i + 4)))
                    .. pk(#arg(i + 5) / 8) .. pk(#arg(i + 6) / 8) .. pk(#arg(i + 7) / ARG_PAIR)
                    .. arg(i + 5) .. arg(i + 6) .. arg(i + 7) .. arg(i + 8)

@@ -1,19 +1,27 @@
--- Drop idle users' timelines (fanout.store.timelines.TimelineStore.drop_idle): each one
--- becomes a tombstone (IDLE; its pairs and replies go, its followees stay), which no write
--- goes to, unless its regeneration is pending (the user is back). Arguments (after the
--- prefixes): generation, user ids.
--- Returns how many timelines were dropped.
+-- Drop idle users' timelines (fanout.store.timelines.TimelineStore.drop_idle), home and
+-- mentions (owner -u): each one becomes a tombstone (IDLE; its pairs and replies go, its
+-- followees stay), which no write goes to, unless its regeneration is pending (the user is
+-- back). Arguments (after the prefixes): generation, user ids.
+-- Returns how many home timelines were dropped.
 
 local gen = arg(1)
 local dropped = 0
-for i = 2, nargs() do
-  local key = P.timeline .. gen .. ':' .. T .. arg(i)
-  if redis.call('STRLEN', key) >= HEADER
-     and redis.call('EXISTS', P.regeneration .. gen .. ':' .. T .. arg(i)) == 0 then
-    redis.call('SET', key, IDLE)
-    local user = gen .. ':' .. T .. arg(i)
-    redis.call('DEL', P.reposts .. user, P.aside .. user, P.shown .. user)
-    dropped = dropped + 1
+
+-- Whether `owner`'s timeline became a tombstone.
+local function drop(owner)
+  local key = P.timeline .. gen .. ':' .. T .. owner
+  if redis.call('STRLEN', key) < HEADER
+     or redis.call('EXISTS', P.regeneration .. gen .. ':' .. T .. owner) == 1 then
+    return false
   end
+  redis.call('SET', key, IDLE)
+  local user = gen .. ':' .. T .. owner
+  redis.call('DEL', P.reposts .. user, P.aside .. user, P.shown .. user)
+  return true
+end
+
+for i = 2, nargs() do
+  if drop(arg(i)) then dropped = dropped + 1 end
+  drop('-' .. arg(i))
 end
 return dropped
