@@ -25,9 +25,9 @@ def timeline_reader() -> TimelineReader:
 def _reader(config: StarlingConfig, max_wait: float) -> TimelineReader:
     return TimelineReader(
         store=store_for(config),
-        fallback=selectors.home_timeline_fallback,
+        fallback=selectors.timeline_fallback,
         regenerate=services.timeline_reset,
-        continuation=selectors.home_timeline_page,
+        continuation=selectors.timeline_page,
         high_water=outbox.high_water_seq,
         seen=services.user_seen,
         max_wait=max_wait,
