@@ -1,8 +1,10 @@
-"""The wiring of the home-timeline read: which store, fallback and
-regeneration :class:`feed.timeline.TimelineReader` runs with.
+"""The wiring of the timeline reads: which store, fallback and
+regeneration :class:`feed.timeline.TimelineReader` runs with (each for a
+home timeline, owner u, or a mentions timeline, owner -u).
 
 The WSGI fast path (:mod:`feed.fastpath`), which answers
-``GET /api/v1/timeline``, takes its reader from here.
+``GET /api/v1/timeline`` and ``GET /api/v1/mentions``, takes its reader from
+here.
 """
 
 from __future__ import annotations
