@@ -1,9 +1,10 @@
-"""The WSGI fast path for ``GET /api/v1/timeline`` (and the door for ``/metrics``).
+"""The WSGI fast path for ``GET /api/v1/timeline`` and ``GET /api/v1/mentions``
+(and the door for ``/metrics``).
 
-The hottest endpoint skips Django's middleware and URL resolving: this
-wrapper answers that one path with :func:`feed.timeline.handle` (the code
-the Django view runs too) and hands every other request to Django. What the
-skipped middleware would have done for this path is done here: the ``Host``
+The hottest endpoints skip Django's middleware and URL resolving: this
+wrapper answers those paths with :func:`feed.timeline.handle` and hands
+every other request to Django. What the
+skipped middleware would have done for them is done here: the ``Host``
 header is checked against ``ALLOWED_HOSTS`` and the security headers are
 ``SecurityMiddleware``'s own (computed once); a plain-HTTP request that
 ``SECURE_SSL_REDIRECT`` would redirect is handed to Django, which does.
@@ -34,6 +35,10 @@ from feed.middleware import HEADER
 log = logging.getLogger(__name__)
 
 PATH = "/api/v1/timeline"
+#: The signed-in user's mentions: read as the home timeline is (feed.timeline).
+MENTIONS_PATH = "/api/v1/mentions"
+#: The paths answered here, and whether each is the mentions'.
+PATHS = {PATH: False, MENTIONS_PATH: True}
 StartResponse = Callable[..., Any]
 WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 
@@ -79,7 +84,8 @@ class TimelineFastPath:
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         if environ.get("PATH_INFO") == metrics.PATH:
             return self._metrics(environ, start_response)
-        if environ.get("PATH_INFO") != PATH:
+        path = environ.get("PATH_INFO", "")
+        if path not in PATHS:
             return self.app(environ, start_response)
         from feed.readpath import timeline_reader
 
@@ -88,7 +94,7 @@ class TimelineFastPath:
             return self.app(environ, start_response)  # Django's redirect to HTTPS
         started = time.perf_counter()
         with request_scope(environ.get("HTTP_X_REQUEST_ID")) as rid:
-            response = self._answer(environ, timeline_reader)
+            response = self._answer(environ, timeline_reader, mentions=PATHS[path])
         headers = [
             ("Content-Type", "application/json"),
             ("Content-Length", str(len(response.body))),
@@ -98,7 +104,7 @@ class TimelineFastPath:
         ]
         start_response(f"{response.status} {HTTPStatus(response.status).phrase}", headers)
         method = environ.get("REQUEST_METHOD", "GET")
-        metrics.observe_request(PATH, method, response.status, time.perf_counter() - started)
+        metrics.observe_request(path, method, response.status, time.perf_counter() - started)
         return [b"" if method == "HEAD" else response.body]
 
     def _metrics(self, environ: dict[str, Any], start_response: StartResponse) -> list[bytes]:
@@ -109,7 +115,9 @@ class TimelineFastPath:
         start_response(f"{status} {HTTPStatus(status).phrase}", headers)
         return [body]
 
-    def _answer(self, environ: dict[str, Any], reader: Callable[[], Any]) -> timeline.Response:
+    def _answer(
+        self, environ: dict[str, Any], reader: Callable[[], Any], *, mentions: bool
+    ) -> timeline.Response:
         host = environ.get("HTTP_HOST") or environ.get("SERVER_NAME", "")
         if host not in self._good_hosts and not self._host_ok(host):
             return timeline.error(400, "bad_request", f"invalid Host header: {host[:100]!r}")
@@ -119,6 +127,7 @@ class TimelineFastPath:
                 environ.get("HTTP_AUTHORIZATION", ""),
                 environ.get("QUERY_STRING", ""),
                 reader(),
+                mentions=mentions,
             )
         except Exception:
             log.exception("timeline read failed")

@@ -95,7 +95,7 @@ class Tweet(models.Model):
         blank=True,
         on_delete=models.PROTECT,
         related_name="+",
-        db_index=False,  # nothing looks replies up by the user they answer
+        db_index=False,  # the partial index below serves "the replies to u"
     )
     #: ``reply_to``'s name as written: their username when the reply was
     #: written, which its tweet object shows for good (a rename of theirs
@@ -117,6 +117,12 @@ class Tweet(models.Model):
                 fields=["in_reply_to", "id"],
                 name="tweet_in_reply_to_id_idx",
                 condition=Q(in_reply_to__isnull=False),
+            ),
+            # The replies to a user's posts by id (their mentions, feed.selectors).
+            models.Index(
+                fields=["reply_to", "id"],
+                name="tweet_reply_to_id_idx",
+                condition=Q(reply_to__isnull=False),
             ),
         ]
         constraints = [
@@ -163,7 +169,7 @@ class Mention(models.Model):
     it was written with."""
 
     #: The mentions go with their tweet (they have no changelog of their own).
-    #: Indexed by the unique pair; nothing looks mentions up by user.
+    #: Indexed by the unique pair, and by (user, tweet): a user's mentions by id.
     tweet = models.ForeignKey(
         Tweet, on_delete=models.CASCADE, related_name="mentions", db_index=False
     )
@@ -177,6 +183,7 @@ class Mention(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["tweet", "user"], name="mention_once"),
         ]
+        indexes = [models.Index(fields=["user", "tweet"], name="mention_user_tweet_idx")]
 
     def __str__(self) -> str:
         return f"{self.tweet_id} mentions {self.user_id}"

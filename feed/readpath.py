@@ -1,8 +1,10 @@
-"""The wiring of the home-timeline read: which store, fallback and
-regeneration :class:`feed.timeline.TimelineReader` runs with.
+"""The wiring of the timeline reads: which store, fallback and
+regeneration :class:`feed.timeline.TimelineReader` runs with (each for a
+home timeline, owner u, or a mentions timeline, owner -u).
 
 The WSGI fast path (:mod:`feed.fastpath`), which answers
-``GET /api/v1/timeline``, takes its reader from here.
+``GET /api/v1/timeline`` and ``GET /api/v1/mentions``, takes its reader from
+here.
 """
 
 from __future__ import annotations
@@ -25,9 +27,9 @@ def timeline_reader() -> TimelineReader:
 def _reader(config: StarlingConfig, max_wait: float) -> TimelineReader:
     return TimelineReader(
         store=store_for(config),
-        fallback=selectors.home_timeline_fallback,
+        fallback=selectors.timeline_fallback,
         regenerate=services.timeline_reset,
-        continuation=selectors.home_timeline_page,
+        continuation=selectors.timeline_page,
         high_water=outbox.high_water_seq,
         seen=services.user_seen,
         max_wait=max_wait,

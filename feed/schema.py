@@ -1,8 +1,9 @@
 """OpenAPI schema adjustments (drf-spectacular hooks).
 
-``GET /api/v1/timeline`` is answered in front of Django (feed.fastpath), so
-no view describes it: :func:`add_home_timeline` writes its operation from the
-parameters the parser enforces (feed.timeline.PARAMS).
+``GET /api/v1/timeline`` and ``GET /api/v1/mentions`` are answered in front
+of Django (feed.fastpath), so no view describes them: :func:`add_timelines`
+writes their operations from the parameters the parser enforces
+(feed.timeline.PARAMS).
 
 Responses every operation can give, whatever the view: 401 (a malformed or
 bad ``Authorization`` header is refused even on public reads), and for
@@ -50,8 +51,25 @@ def _param(p: timeline.Param) -> dict[str, Any]:
     return {"in": "query", "name": p.name, "schema": schema, "description": p.help}
 
 
-def add_home_timeline(result: dict[str, Any], **_: Any) -> dict[str, Any]:
-    """The home timeline's operation, which no Django view declares."""
+#: The timelines' operations: path, operation id, what it reads.
+TIMELINES = (
+    (
+        "/api/v1/timeline",
+        "v1_timeline_retrieve",
+        "The signed-in user's home timeline, newest first",
+    ),
+    (
+        "/api/v1/mentions",
+        "v1_mentions_retrieve",
+        "The signed-in user's mentions, newest first: the posts by others that mention "
+        "them or answer one of their posts, but those of users they block, are blocked "
+        "by or mute; read as the home timeline is (the same paging, min_seq and headers)",
+    ),
+)
+
+
+def add_timelines(result: dict[str, Any], **_: Any) -> dict[str, Any]:
+    """The timelines' operations, which no Django view declares."""
     result["components"]["schemas"]["Timeline"] = {
         "type": "object",
         "properties": {
@@ -60,27 +78,30 @@ def add_home_timeline(result: dict[str, Any], **_: Any) -> dict[str, Any]:
         },
         "required": ["tweets", "next_max_id"],
     }
-    result["paths"]["/api/v1/timeline"] = {
-        "get": {
-            "operationId": "v1_timeline_retrieve",
-            "description": "The signed-in user's home timeline, newest first; one Redis "
-            "round trip and no SQL for a warm timeline. Headers: X-Starling-Source "
-            "(redis|fallback), X-Starling-Watermark, X-Starling-Fanout-Lag, "
-            "X-Starling-Watermark-Age, X-Starling-Stale.",
-            "parameters": [_param(p) for p in timeline.PARAMS],
-            "tags": ["v1"],
-            "security": [{"bearerAuth": []}],
-            "responses": {
-                "200": {
-                    "content": {
-                        "application/json": {"schema": {"$ref": "#/components/schemas/Timeline"}}
+    for path, operation, what in TIMELINES:
+        result["paths"][path] = {
+            "get": {
+                "operationId": operation,
+                "description": f"{what}; one Redis round trip and no SQL for a warm "
+                "timeline. Headers: X-Starling-Source (redis|redis+database|database|"
+                "fallback), X-Starling-Watermark, X-Starling-Fanout-Lag, "
+                "X-Starling-Watermark-Age, X-Starling-Stale, X-Starling-Timeline-Version.",
+                "parameters": [_param(p) for p in timeline.PARAMS],
+                "tags": ["v1"],
+                "security": [{"bearerAuth": []}],
+                "responses": {
+                    "200": {
+                        "content": {
+                            "application/json": {
+                                "schema": {"$ref": "#/components/schemas/Timeline"}
+                            }
+                        },
+                        "description": "A page of the timeline.",
                     },
-                    "description": "A page of the timeline.",
+                    "400": {"content": ERROR, "description": "A query parameter out of bounds."},
                 },
-                "400": {"content": ERROR, "description": "A query parameter out of bounds."},
-            },
+            }
         }
-    }
     return result
 
 

@@ -1,5 +1,6 @@
 """Read queries against the database (profiles, user tweets and likes, follow
-lists, the home timeline's view) and the one shape of a tweet clients see."""
+lists, the home timeline's and the mentions' views) and the one shape of a
+tweet clients see."""
 
 from __future__ import annotations
 
@@ -295,21 +296,27 @@ def following(reader: User | None, user: User) -> dict[str, bool] | None:
     return None if found is None else {"reposts": bool(found)}
 
 
-def _audience_sql(excluded: int) -> str:
-    """The CTEs of one user's home timeline: ``me`` (the user), ``hid`` (the
-    users the view hides from them: blocked, blocking them, muted) and
-    ``aud``, the actors whose entries it shows with ``reposts``, whether their
-    reposts show: the user and their followees (active ones, not hidden),
-    leaving out ``excluded`` followees. Parameters: the user, the excluded."""
-    # Only placeholders are spliced in: the ids are parameters.
-    leave_out = f"AND followee_id NOT IN ({', '.join(['%s'] * excluded)})" if excluded else ""
-    return f"""
+def _hidden_sql() -> str:
+    """The CTEs ``me`` (one user) and ``hid`` (the users the views hide from
+    them: those they block, who block them, whom they mute; docs/design.md,
+    ``hidden``). Parameter: the user."""
+    return """
         me AS (SELECT CAST(%s AS bigint) AS id),
         hid AS (
             SELECT blocked_id AS user_id FROM feed_block WHERE blocker_id = (SELECT id FROM me)
             UNION SELECT blocker_id FROM feed_block WHERE blocked_id = (SELECT id FROM me)
             UNION SELECT muted_id FROM feed_mute WHERE muter_id = (SELECT id FROM me)
-        ),
+        )"""
+
+
+def _audience_sql(excluded: int) -> str:
+    """The CTEs of one user's home timeline: :func:`_hidden_sql`'s, and
+    ``aud``, the actors whose entries it shows with ``reposts``, whether their
+    reposts show: the user and their followees (active ones, not hidden),
+    leaving out ``excluded`` followees. Parameters: the user, the excluded."""
+    # Only placeholders are spliced in: the ids are parameters.
+    leave_out = f"AND followee_id NOT IN ({', '.join(['%s'] * excluded)})" if excluded else ""
+    return f"""{_hidden_sql()},
         aud AS (
             SELECT a.author_id, a.reposts FROM (
                 SELECT id AS author_id, TRUE AS reposts FROM me
@@ -455,13 +462,63 @@ def home_timeline_entries(
         return [(int(e), int(o), int(u or 0)) for e, o, u in cursor.fetchall()]
 
 
-def home_timeline_page(user_id: int, query: TimelineQuery) -> dict[str, Any]:
-    """A home-timeline page from the database: ``{"tweets", "next_max_id"}``,
-    ``next_max_id`` null on the last page. Bounded: ``count + 1`` rows."""
+def _mentions_side(rows: str, entry: str, named: str) -> str:
+    """One side of the mentions view for one user: the newest posts ``t`` of
+    ``rows`` whose user ``named`` is the user (an index on (``named``,
+    ``entry``) serves it), by active others the user does not hide, at most
+    a limit below a bound. Parameters: max_id, since_id, limit."""
+    return f"""
+        SELECT id FROM (
+            SELECT t.id FROM {rows} JOIN feed_user a ON a.id = t.author_id AND a.is_active
+            WHERE {named} = (SELECT id FROM me) AND {entry} <= %s AND {entry} > %s
+              AND t.author_id <> (SELECT id FROM me)
+              AND t.author_id NOT IN (SELECT user_id FROM hid)
+            ORDER BY {entry} DESC LIMIT %s
+        ) AS side"""  # noqa: S608 (constants and placeholders only)
+
+
+#: One user's mentions by the database, newest first (docs/design.md, the
+#: mentions view): the live posts by active others that mention the user
+#: (``feed_mention``) or answer one of the user's posts (``reply_to``, fixed
+#: when the reply was written: it stays when the post it answers is
+#: deleted), leaving out the authors the user hides. Each side's newest come
+#: through its index, (user, tweet) and (reply_to, id); the newest of their
+#: union are the view's (a reply that names the one it answers is on both
+#: sides, and once in the union). Reposts are in neither (they have no text
+#: and answer nothing). Parameters: the user, then max_id, since_id and
+#: limit for each side, then the limit.
+_MENTIONED = _mentions_side(
+    "feed_mention m JOIN feed_tweet t ON t.id = m.tweet_id", "m.tweet_id", "m.user_id"
+)
+_ANSWERED = _mentions_side("feed_tweet t", "t.id", "t.reply_to_id")
+_MENTIONS_SQL = f"""
+    WITH {_hidden_sql()}
+    SELECT id FROM ({_MENTIONED} UNION {_ANSWERED}) AS mentions
+    ORDER BY id DESC LIMIT %s
+"""  # noqa: S608 (constants and placeholders only)
+
+
+def mentions_timeline_ids(
+    user_id: int, *, limit: int, max_id: int | None = None, since_id: int | None = None
+) -> list[int]:
+    """The mentions view for one user as the database computes it: the newest
+    ``limit`` post ids (``max_id`` inclusive, ``since_id`` exclusive), newest
+    first. What a refill of the user's mentions timeline (owner -u,
+    docs/decisions.md D30) carries and deep pages show."""
+    bounds = [ids.MAX_ID if max_id is None else max_id, since_id or 0, limit]
+    with connection.cursor() as cursor:
+        cursor.execute(_MENTIONS_SQL, [user_id, *bounds, *bounds, limit])
+        return [row[0] for row in cursor.fetchall()]
+
+
+def timeline_page(owner_id: int, query: TimelineQuery) -> dict[str, Any]:
+    """A page of a timeline from the database: user u's home timeline (owner
+    u) or mentions (owner -u, docs/decisions.md D30), ``{"tweets",
+    "next_max_id"}``, ``next_max_id`` null on the last page. Bounded:
+    ``count + 1`` rows."""
     count = query.count
-    found = home_timeline_ids(
-        user_id, limit=count + 1, max_id=query.max_id, since_id=query.since_id
-    )
+    view = home_timeline_ids if owner_id > 0 else mentions_timeline_ids
+    found = view(abs(owner_id), limit=count + 1, max_id=query.max_id, since_id=query.since_id)
     page = found[:count]
     return {
         "tweets": tweet_objects(page),
@@ -469,16 +526,21 @@ def home_timeline_page(user_id: int, query: TimelineQuery) -> dict[str, Any]:
     }
 
 
-def home_timeline_fallback(user_id: int, issued_at: float, query: TimelineQuery) -> bytes | None:
-    """A home-timeline page computed by the database, for a timeline missing
-    from Redis (the page JSON). None if the user is gone, deactivated or
-    revoked the token (the Redis read checks revocation; this one must)."""
-    user = User.objects.filter(pk=user_id, is_active=True).only("id", "tokens_valid_after").first()
+def timeline_fallback(owner_id: int, issued_at: float, query: TimelineQuery) -> bytes | None:
+    """A page of a timeline missing from Redis computed by the database
+    (:func:`timeline_page`), the page JSON. None if the user is gone,
+    deactivated or revoked the token (the Redis read checks revocation; this
+    one must)."""
+    user = (
+        User.objects.filter(pk=abs(owner_id), is_active=True)
+        .only("id", "tokens_valid_after")
+        .first()
+    )
     if user is None:
         return None
     if user.tokens_valid_after and issued_at < int(user.tokens_valid_after.timestamp()):
         return None
-    return orjson.dumps(home_timeline_page(user_id, query))
+    return orjson.dumps(timeline_page(owner_id, query))
 
 
 def blocks(blocker: int, blocked: int) -> bool:

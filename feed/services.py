@@ -505,8 +505,9 @@ def lock_users(*user_ids: int) -> dict[int, bool]:
 
 @transaction.atomic
 def timeline_reset(user_id: int) -> int:
-    """Have the fanout job refill one home timeline from the database; return
-    the seq to wait for.
+    """Have the fanout job refill one timeline from the database: user u's
+    home timeline (``user_id`` u) or their mentions (-u, docs/decisions.md
+    D30); return the seq to wait for.
 
     The database computes the timeline's newest ``STARLING_TIMELINE_SIZE +
     STARLING_TIMELINE_SLACK`` entries (the join for this user) and the outbox carries
@@ -526,25 +527,39 @@ def timeline_reset(user_id: int) -> int:
     as_of = outbox.settled_high()  # the read below sees every write up to there
     if as_of is None:
         raise ServiceUnavailable("writes in flight hold the database; try again")
-    if user_id not in lock_users(user_id):
-        raise NotFound(f"no user with id {user_id}")
-    from fanout.store.timelines import store_for
-
+    if abs(user_id) not in lock_users(abs(user_id)):
+        raise NotFound(f"no user with id {abs(user_id)}")
     config = settings.STARLING
     keep = config.timeline_size + config.timeline_slack
+    if user_id < 0:
+        return outbox.append(_mentions_reset(-user_id, keep, as_of))
+    return outbox.append(_home_reset(user_id, keep, as_of))
+
+
+def _horizon(found: list[int], keep: int) -> int:
+    """The horizon of a refill whose view's newest ids are ``found`` (more
+    than ``keep`` if there are): the oldest of the newest ``keep``, or 0 when
+    they are all."""
+    return found[keep - 1] if len(found) > keep else 0
+
+
+def _home_reset(user_id: int, keep: int, as_of: int) -> events.TimelineReset:
+    """The refill of user's home timeline (:func:`timeline_reset`)."""
+    from fanout.store.timelines import store_for
+
     # The pulled authors' tweets are not in the timeline (its reads merge their
     # lists): left out here, named in the reset, which applies only if the
     # timeline still reads exactly those lists then.
-    pulled = store_for(config).pulled_authors(user_id)
+    pulled = store_for(settings.STARLING).pulled_authors(user_id)
     # The horizon is set by the newest ``keep`` entries of the view (one per
     # original); the reset carries every raw entry at or above it, those
     # another entry of their original hides too, and the originals of the
     # reposts among them: the timeline's pairs (fanout/store, "reposts").
     # The replies the view leaves out for now count: the timeline keeps them aside (D29).
     found = selectors.home_timeline_ids(user_id, limit=keep + 1, excluded=pulled, aside=True)
-    horizon = found[keep - 1] if len(found) > keep else 0
+    horizon = _horizon(found, keep)
     raw = selectors.home_timeline_entries(user_id, low=horizon, excluded=pulled)
-    reset = events.TimelineReset(
+    return events.TimelineReset(
         user_id,
         tuple(sorted({entry for entry, _, _ in raw})),
         horizon,
@@ -554,7 +569,14 @@ def timeline_reset(user_id: int) -> int:
         tuple(sorted((entry, original, 0) for entry, original, _ in raw if entry != original)),
         tuple(sorted((entry, user) for entry, _, user in raw if user)),
     )
-    return outbox.append(reset)
+
+
+def _mentions_reset(user_id: int, keep: int, as_of: int) -> events.TimelineReset:
+    """The refill of user's mentions timeline (owner -user_id): the newest
+    ``keep`` posts of the mentions view, each an entry of its own (no
+    reposts, no replies aside, nothing pulled)."""
+    found = selectors.mentions_timeline_ids(user_id, limit=keep + 1)
+    return events.TimelineReset(-user_id, tuple(sorted(found[:keep])), _horizon(found, keep), as_of)
 
 
 def user_seen(user_id: int) -> None:

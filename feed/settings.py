@@ -212,7 +212,7 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
-        "feed.schema.add_home_timeline",
+        "feed.schema.add_timelines",
         "feed.schema.add_common_responses",
     ],
 }

@@ -86,7 +86,9 @@ def refill_timelines() -> int:
     """Refill the timelines the fanout job found short (removals left fewer
     than STARLING_TIMELINE_SIZE entries above their horizon) or whose regeneration's
     reset came stale: one reset each, computed by the database
-    (services.timeline_reset). Run by beat every STARLING_REFILL_SECONDS."""
+    (services.timeline_reset), of a home timeline (u) or a mentions timeline
+    (-u); one of a user who is no more is dropped. Run by beat every
+    STARLING_REFILL_SECONDS."""
     from fanout.store.timelines import store_for
     from feed.errors import NotFound
     from feed.services import timeline_reset

@@ -1,11 +1,13 @@
-"""The home-timeline read: one Redis round trip, no SQL.
+"""The timeline reads: one Redis round trip, no SQL.
 
 :func:`handle` is the whole endpoint, outside Django's request machinery: it
 takes the request's method, ``Authorization`` header and query string and
 returns status, headers and body (errors in the API's one envelope). Its one
 caller is the WSGI fast path of :mod:`feed.fastpath` (no Django middleware, no
-URL resolving); Django has no view for the URL (the OpenAPI schema declares it
-in feed.schema).
+URL resolving), for ``GET /api/v1/timeline`` (the user's home timeline) and
+``GET /api/v1/mentions`` (their mentions: the timeline whose owner is -u,
+docs/decisions.md D30, read the same way); Django has no view for the URLs
+(the OpenAPI schema declares them in feed.schema).
 
 A warm read is one call of the timeline store's read script (active
 generation, token revocation, the page of ids by cursor, the bodies, the
@@ -68,8 +70,8 @@ class InvalidParameter(ValueError):
 
 @dataclass(frozen=True)
 class Param:
-    """A query parameter of ``GET /api/v1/timeline``: the parser and the OpenAPI
-    schema (feed.apis) are both made from these."""
+    """A query parameter of ``GET /api/v1/timeline`` and ``/mentions``: the
+    parser and the OpenAPI schema (feed.schema) are both made from these."""
 
     name: str
     low: int
@@ -145,13 +147,14 @@ def _revoked() -> Response:
     )
 
 
-#: Fallback(user_id, issued_at, query) -> the page body (JSON bytes), from the
+#: The owner of a timeline is user u for u's home timeline, -u for u's mentions.
+#: Fallback(owner, issued_at, query) -> the page body (JSON bytes), from the
 #: database; None when the user or the token is no longer valid there.
 Fallback = Callable[[int, float, TimelineQuery], bytes | None]
-#: Continuation(user_id, query) -> a page ({"tweets", "next_max_id"}) from the
+#: Continuation(owner, query) -> a page ({"tweets", "next_max_id"}) from the
 #: database, for the part of a warm timeline that Redis does not keep.
 Continuation = Callable[[int, TimelineQuery], dict[str, Any]]
-#: Regenerate(user_id) -> the outbox seq after which the timeline is complete.
+#: Regenerate(owner) -> the outbox seq after which the timeline is complete.
 Regenerate = Callable[[int], int]
 #: HighWater() -> the newest seq in the outbox (what a min_seq can at most wait for).
 HighWater = Callable[[], int]
@@ -178,8 +181,14 @@ class TimelineReader:
     def __post_init__(self) -> None:
         self._waiters = threading.BoundedSemaphore(self.max_waiters)
 
-    def read(self, user_id: int, issued_at: float, query: TimelineQuery) -> Response:
-        page = self._page(user_id, issued_at, query)
+    def read(
+        self, user_id: int, issued_at: float, query: TimelineQuery, *, owner: int | None = None
+    ) -> Response:
+        """A page of the timeline of ``owner`` (by default the user's home
+        timeline; -user_id: their mentions) for the user whose token was
+        issued at ``issued_at``."""
+        owner = user_id if owner is None else owner
+        page = self._page(owner, user_id, issued_at, query)
         if page.status == "revoked":
             return _revoked()
         if page.first:
@@ -188,37 +197,38 @@ class TimelineReader:
             except Exception:  # the read goes on; tomorrow's first read records it
                 log.warning("could not record the activity of %d", user_id, exc_info=True)
         if page.status not in ("ok", "beyond"):
-            return self._cold(user_id, issued_at, query, page)
+            return self._cold(owner, issued_at, query, page)
         stale = False
         if query.min_seq is not None and page.watermark_seq < query.min_seq:
-            page, stale = self._wait(user_id, issued_at, query, page)
+            page, stale = self._wait(owner, user_id, issued_at, query, page)
         headers = self._watermark_headers(page)
         headers[HEADER_VERSION] = f"{page.generation}.{page.version}"
         if stale:
             headers[HEADER_STALE] = "true"
         if page.status == "beyond":  # below what Redis keeps: the database goes on
             headers[HEADER_SOURCE] = "database"
-            return Response(200, orjson.dumps(self.continuation(user_id, query)), headers)
+            return Response(200, orjson.dumps(self.continuation(owner, query)), headers)
         if page.partial:  # Redis ran out before the page was full
             headers[HEADER_SOURCE] = "redis+database"
-            return Response(200, self._fill(user_id, query, page.body), headers)
+            return Response(200, self._fill(owner, query, page.body), headers)
         headers[HEADER_SOURCE] = "redis"
         return Response(200, page.body, headers)
 
-    def _page(self, user_id: int, issued_at: float, query: TimelineQuery) -> Page:
+    def _page(self, owner: int, user_id: int, issued_at: float, query: TimelineQuery) -> Page:
         try:
             return self.store.read_page(
-                user_id,
+                owner,
                 count=query.count,
                 max_id=query.max_id,
                 since_id=query.since_id,
                 issued_at=issued_at,
+                reader=user_id,
             )
         except redis.RedisError:
             return Page("unavailable")
 
     def _wait(
-        self, user_id: int, issued_at: float, query: TimelineQuery, page: Page
+        self, owner: int, user_id: int, issued_at: float, query: TimelineQuery, page: Page
     ) -> tuple[Page, bool]:
         """Wait (bounded) until the timelines reflect ``query.min_seq``; the page
         read then, and whether it is still stale. A ``min_seq`` beyond the
@@ -231,7 +241,7 @@ class TimelineReader:
             return page, False
         if self._reached(page.generation, target) is None:
             return page, True
-        again = self._page(user_id, issued_at, query)
+        again = self._page(owner, user_id, issued_at, query)
         if again.status not in ("ok", "beyond"):
             return page, True
         return again, again.watermark_seq < target
@@ -254,14 +264,14 @@ class TimelineReader:
             self._waiters.release()
         return watermark
 
-    def _fill(self, user_id: int, query: TimelineQuery, body: bytes) -> bytes:
+    def _fill(self, owner: int, query: TimelineQuery, body: bytes) -> bytes:
         """The Redis page completed from the database, below its last entry."""
         first = orjson.loads(body)
         cursor = first["next_max_id"]
         if cursor is None:
             return body
         rest = self.continuation(
-            user_id,
+            owner,
             TimelineQuery(
                 count=query.count - len(first["tweets"]), max_id=cursor, since_id=query.since_id
             ),
@@ -270,7 +280,7 @@ class TimelineReader:
             {"tweets": first["tweets"] + rest["tweets"], "next_max_id": rest["next_max_id"]}
         )
 
-    def _cold(self, user_id: int, issued_at: float, query: TimelineQuery, page: Page) -> Response:
+    def _cold(self, owner: int, issued_at: float, query: TimelineQuery, page: Page) -> Response:
         """No timeline in Redis (or no Redis): answer from the database, and
         have the join rebuild the timeline when it is just this one missing.
         The database's page holds every write; its counts are the fanout
@@ -283,7 +293,7 @@ class TimelineReader:
                 reached = self._reached(page.generation, target)
                 stale = reached is None
                 page = replace(page, watermark_seq=reached or page.watermark_seq)
-        body = self.fallback(user_id, issued_at, query)
+        body = self.fallback(owner, issued_at, query)
         if body is None:
             return _revoked()
         headers = self._watermark_headers(page)
@@ -292,23 +302,23 @@ class TimelineReader:
             headers[HEADER_STALE] = "true"
         if page.status == "cold" and page.generation is not None:
             try:
-                self._request_regeneration(page.generation, user_id)
+                self._request_regeneration(page.generation, owner)
             except Exception:  # the page is good; the next cold read asks again
-                log.warning("could not request the regeneration of %d", user_id, exc_info=True)
+                log.warning("could not request the regeneration of %d", owner, exc_info=True)
         return Response(200, body, headers)
 
-    def _request_regeneration(self, generation: int, user_id: int) -> None:
+    def _request_regeneration(self, generation: int, owner: int) -> None:
         # Claimed as "pending forever" first, so reads stay cold until the
         # regeneration's events are written and then applied by the job.
         store = self.store
-        if not store.claim_regeneration(generation, user_id, window=REGENERATION_WINDOW):
+        if not store.claim_regeneration(generation, owner, window=REGENERATION_WINDOW):
             return
         try:
-            seq = self.regenerate(user_id)
+            seq = self.regenerate(owner)
         except BaseException:
-            store.release_regeneration(generation, user_id)
+            store.release_regeneration(generation, owner)
             raise
-        store.regenerating_until(generation, user_id, seq, window=REGENERATION_WINDOW)
+        store.regenerating_until(generation, owner, seq, window=REGENERATION_WINDOW)
 
     def _watermark_headers(self, page: Page) -> dict[str, str]:
         if page.generation is None:
@@ -323,8 +333,16 @@ class TimelineReader:
         }
 
 
-def handle(method: str, authorization: str, query_string: str, reader: TimelineReader) -> Response:
-    """``GET /api/v1/timeline`` from its raw inputs."""
+def handle(
+    method: str,
+    authorization: str,
+    query_string: str,
+    reader: TimelineReader,
+    *,
+    mentions: bool = False,
+) -> Response:
+    """``GET /api/v1/timeline`` (``GET /api/v1/mentions`` with ``mentions``)
+    from its raw inputs: the signed-in user's own timeline."""
     if method not in ("GET", "HEAD"):
         return error(
             405, "method_not_allowed", f'Method "{method}" not allowed.', {"Allow": "GET, HEAD"}
@@ -343,4 +361,4 @@ def handle(method: str, authorization: str, query_string: str, reader: TimelineR
         query = parse_query(query_string)
     except InvalidParameter as exc:
         return error(400, "invalid", str(exc), fields={exc.name: [exc.message]})
-    return reader.read(user_id, issued_at, query)
+    return reader.read(user_id, issued_at, query, owner=-user_id if mentions else user_id)

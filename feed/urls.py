@@ -4,7 +4,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from feed import apis, apis_accounts, apis_conversations, apis_relations
 
-# GET /api/v1/timeline and /metrics are not here: the WSGI front
+# GET /api/v1/timeline, /api/v1/mentions and /metrics are not here: the WSGI front
 # (feed.fastpath, in feed.wsgi) answers them before Django.
 api_v1 = [
     path("auth/register", apis_accounts.RegisterApi.as_view(), name="register"),

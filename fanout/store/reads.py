@@ -1,4 +1,4 @@
-"""The timeline store's reads: a home-timeline page, a user's visible ids.
+"""The timeline store's reads: a timeline's page, a user's visible ids.
 
 Part of :class:`fanout.store.timelines.TimelineStore`. On one shard a read is one
 script call (``fanout/store/lua/read_page.lua``), through a connection of its own
@@ -35,7 +35,7 @@ class Timeline:
 
 @dataclass(frozen=True)
 class Page:
-    """A home-timeline page as the read script returns it."""
+    """A timeline's page as the read script returns it."""
 
     status: str  # ok | beyond | cold | nogen | revoked
     generation: int | None = None
@@ -65,14 +65,18 @@ class TimelineReads:
 
     def read_page(
         self,
-        user_id: int,
+        owner: int,
         *,
         count: int,
         max_id: int | None = None,
         since_id: int | None = None,
         issued_at: float = 0.0,
+        reader: int | None = None,
     ) -> Page:
-        """A page of a home timeline.
+        """A page of a timeline: user u's home timeline (``owner`` u) or
+        mentions (-u, docs/decisions.md D30), read by ``reader`` (u; by
+        default the owner), whose token revocation the read checks and whose
+        first read of the day it reports.
 
         One script call (one round trip) on one shard. With more shards the
         pulled authors' lists and the bodies are in other shards: the script
@@ -84,10 +88,12 @@ class TimelineReads:
         cluster of N primaries the bodies' and the lists' fetches take up to
         one round trip per node each (1 + 2N and 2 + 3N).
         """
-        fixed = [user_id, count, max_id or 0, since_id or 0, self.cap, int(issued_at), *_today()]
+        user = owner if reader is None else reader
+        bounds = [count, max_id or 0, since_id or 0, self.cap]
+        fixed = [owner, user, *bounds, int(issued_at), *_today()]
         if self._read_page_hot is not None:
             return _page(self._read_page_hot(*fixed, "-"))
-        tag = self.shards.tag_of(user_id)
+        tag = self.shards.tag_of(owner)  # the reader's too (-u is in u's shard)
         try:
             raw = self._with_lists(
                 lambda given: self._read_page_script(args=fixed + given, tag=tag)
@@ -199,7 +205,9 @@ class TimelineReads:
         if self._read_page_hot is None:
             raise ValueError("read_page_command needs one shard on a single Redis")
         self.redis.script_load(self._read_page_script.source.text)
-        args = self._read_page_script.arguments([user_id, count, 0, 0, self.cap, 0, *_today(), "-"])
+        args = self._read_page_script.arguments(
+            [user_id, user_id, count, 0, 0, self.cap, 0, *_today(), "-"]
+        )
         return ["EVALSHA", self._read_page_script.sha, "0", *map(str, args)]
 
     def timeline(self, generation: int, user_id: int) -> Timeline | None:

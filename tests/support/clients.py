@@ -1,9 +1,10 @@
-"""Test clients that reach the home timeline the way production does.
+"""Test clients that reach the timelines the way production does.
 
-``GET /api/v1/timeline`` (and ``/metrics``) are answered by the WSGI fast
-path in front of Django (:mod:`feed.fastpath`), not by a Django view. Django's
-test client calls Django's handler directly, so :class:`StarlingClient` hands
-those two paths to the fast path and everything else to Django, as
+``GET /api/v1/timeline``, ``/mentions`` (and ``/metrics``) are answered by the
+WSGI fast path in front of Django (:mod:`feed.fastpath`), not by a Django
+view. Django's test client calls Django's handler directly, so
+:class:`StarlingClient` hands those paths to the fast path and everything
+else to Django, as
 ``feed.wsgi.application`` does.
 """
 
@@ -20,7 +21,7 @@ from rest_framework.test import APIClient, ForceAuthClientHandler
 from feed import fastpath, metrics
 from feed.auth import issue_token
 
-_FAST_PATHS = {fastpath.PATH, metrics.PATH}
+_FAST_PATHS = {*fastpath.PATHS, metrics.PATH}
 
 
 class _FastPathHandler(ForceAuthClientHandler):

@@ -255,7 +255,7 @@ def test_every_tweet_object_has_one_shape_with_the_original_s_counts(
     assert liked == [plain]
     bobs = client_for().get("/api/v1/users/bob/tweets").json()["tweets"]
     assert bobs == [got]
-    page = selectors.home_timeline_page(bob.pk, _query(count=10))
+    page = selectors.timeline_page(bob.pk, _query(count=10))
     assert page["tweets"] == [got]
 
 

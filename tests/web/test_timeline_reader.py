@@ -32,14 +32,25 @@ class FakeStore:
     partial: bool = False
     page_reads: int = 0
     watermark_reads: int = 0
+    #: (owner, reader) of each page read.
+    readers: list[tuple[int, int | None]] = field(default_factory=list)
 
     def watermark(self) -> int:
         return max(w for t, w in self.watermark_at.items() if t <= self.clock[0])
 
-    def read_page(self, user_id: int, **_: Any) -> Page:
+    def read_page(self, owner: int, *, reader: int | None = None, **_: Any) -> Page:
         self.page_reads += 1
+        self.readers.append((owner, reader))
         return Page(
-            self.status, 1, self.watermark(), 0.0, 0.0, PAGE, version=7, partial=self.partial
+            self.status,
+            1,
+            self.watermark(),
+            0.0,
+            0.0,
+            PAGE,
+            version=7,
+            partial=self.partial,
+            first=True,
         )
 
     def contiguous_watermark(self, generation: int) -> int:
@@ -56,6 +67,9 @@ class FakeStore:
 
     def release_regeneration(self, generation: int, user_id: int) -> None:
         self.claims.discard(user_id)
+
+    def regenerating_until(self, generation: int, user_id: int, seq: int, *, window: int) -> None:
+        pass
 
 
 @dataclass
@@ -176,3 +190,22 @@ def test_a_cold_read_with_a_min_seq_waits_for_the_watermark_its_counts_come_from
     response = late.reader(max_wait=2.0, poll=0.1).read(1, 0.0, TimelineQuery(min_seq=90))
     assert response.headers[HEADER_STALE] == "true" and 2.0 <= late.clock[0] < 2.2
     assert response.body == b"{}"  # the database's page all the same
+
+
+def test_a_mentions_read_reads_minus_u_with_the_user_s_token_and_activity() -> None:
+    """User 7's mentions (owner -7): the page, the fallback and the
+    regeneration are -7's; the token and the activity are 7's."""
+    h = harness({0.0: 50})
+    h.store.status = "cold"
+    calls: list[tuple[str, int]] = []
+    reader = h.reader(seen=lambda u: calls.append(("seen", u)))
+    reader.fallback = lambda owner, *_: calls.append(("fallback", owner)) or b"{}"
+    reader.regenerate = lambda owner: calls.append(("regenerate", owner)) or 0
+    response = reader.read(7, 0.0, TimelineQuery(count=5), owner=-7)
+    assert response.headers[HEADER_SOURCE] == "fallback"
+    assert h.store.readers == [(-7, 7)]
+    assert calls == [("seen", 7), ("fallback", -7), ("regenerate", -7)]
+    assert h.store.claims == {-7}
+    h.store.status = "beyond"
+    reader.read(7, 0.0, TimelineQuery(count=5, max_id=9), owner=-7)
+    assert h.continued == [TimelineQuery(count=5, max_id=9)] and h.store.readers[-1] == (-7, 7)

@@ -2,13 +2,17 @@
 the deep-page SQL (:func:`feed.selectors.home_timeline_ids`), the ORM oracle
 and the refills' contents, against a plain-Python computation of the view on
 random tweets, reposts, follows (some with reposts off), blocks, mutes and
-suspensions. Runs on PostgreSQL (the
+suspensions; and the mentions view (docs/design.md's SQL and
+:func:`feed.selectors.mentions_timeline_ids`) on the same tweets, with
+mentions and replies whose parent is deleted. Runs on PostgreSQL (the
 LATERAL query) and, with ``STARLING_TEST_DATABASE=sqlite``, on SQLite."""
 
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import pytest
 from django.db import connection
@@ -16,7 +20,7 @@ from django.db import connection
 from fanout.config import StarlingConfig
 from fanout.model import events, ids
 from feed import selectors, services
-from feed.models import Block, Follow, Mute, OutboxEvent, Tweet, User
+from feed.models import Block, Follow, Mention, Mute, OutboxEvent, Tweet, User
 from tests.support.factories import UserFactory
 from tests.support.oracle import ORACLE_SQL
 
@@ -36,6 +40,8 @@ class World:
     no_reposts: set[tuple[int, int]] = field(default_factory=set)
     #: Posts that answer another: post -> the answered post's author.
     replies: dict[int, int] = field(default_factory=dict)
+    #: Posts that mention users: post -> the users it names.
+    mentions: dict[int, set[int]] = field(default_factory=dict)
 
     def answers(self, entry: int) -> int:
         """The user the entry's original answers, if not the original's author."""
@@ -77,6 +83,24 @@ class World:
                 continue  # a reply to someone the owner does not follow
             out.append((entry, original or entry))
         return sorted(out)
+
+    def mentions_view(self, owner: int) -> list[int]:
+        """Owner's mentions: the posts by active others that mention the owner
+        or answer one of the owner's posts (deleted or not), but those whose
+        author the owner hides; newest first."""
+        hidden = self.hidden(owner)
+        return sorted(
+            (
+                post
+                for post, (author, original) in self.tweets.items()
+                if not original
+                and author != owner
+                and self.active[author]
+                and author not in hidden
+                and (owner in self.mentions.get(post, ()) or self.replies.get(post) == owner)
+            ),
+            reverse=True,
+        )
 
     def view(
         self, owner: int, excluded: frozenset[int] = frozenset(), *, aside: bool = False
@@ -146,7 +170,38 @@ def make_world(
     suspended = set(rng.sample(people, 1))
     User.objects.filter(pk__in=suspended).update(is_active=False)
     active = {u: u not in suspended for u in people}
-    return World(people, active, follows, tweets, blocks, mutes, no_reposts, answered)
+    world = World(people, active, follows, tweets, blocks, mutes, no_reposts, answered)
+    _mention_and_delete(world, random.Random(seed + 1000))  # the draws above stay as they were
+    return world
+
+
+def _mention_and_delete(world: World, rng: random.Random) -> None:
+    """Some posts mention users (their author, at times), and some answered
+    posts that nobody reposted are deleted (their replies stay, answering
+    the same user)."""
+    rows = []
+    for post, (_, original) in world.tweets.items():
+        if not original and rng.random() < 0.35:
+            named = set(rng.sample(world.users, rng.randint(1, 2)))
+            world.mentions[post] = named
+            rows += [Mention(tweet_id=post, user_id=u, name=f"n{u}") for u in named]
+    Mention.objects.bulk_create(rows)
+    reposted = {o for _, o in world.tweets.values() if o}
+    answered = sorted(
+        {
+            p
+            for p in Tweet.objects.filter(in_reply_to__isnull=False).values_list(
+                "in_reply_to", flat=True
+            )
+        }
+        - reposted
+    )
+    gone = rng.sample(answered, min(3, len(answered)))
+    Tweet.objects.filter(id__in=gone).delete()
+    for post in gone:
+        del world.tweets[post]
+        world.replies.pop(post, None)
+        world.mentions.pop(post, None)
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -243,3 +298,58 @@ def test_a_refill_carries_every_raw_entry_above_the_horizon_of_the_newest_winner
         # The winners at or above the horizon are exactly the newest keep of the view.
         winners = {max(e for e, o2 in raw if o2 == o) for _, o in raw}
         assert sorted(winners, reverse=True) == view[:keep]
+
+
+def _design_sql(heading: str) -> str:
+    """The first SQL block of docs/design.md after ``heading``'s text."""
+    text = (Path(__file__).parents[2] / "docs" / "design.md").read_text()
+    found = re.search(re.escape(heading) + r".*?```sql\n(.*?)```", text, re.S)
+    assert found, heading
+    return found.group(1)
+
+
+def mentions_sql() -> str:
+    """docs/design.md's SQL of the mentions view, with its ``hidden`` from
+    Home's query (which it names)."""
+    hidden = re.search(r"(hidden AS \(.*?)\), audience AS", _design_sql("## The view"), re.S)
+    assert hidden
+    mentions = _design_sql("each user's *mentions*")
+    return f"WITH {hidden.group(1)})\n{mentions}"
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_design_s_mentions_sql_is_the_mentions_view(seed: int) -> None:
+    world = make_world(40 + seed)
+    with connection.cursor() as cursor:
+        cursor.execute(mentions_sql())
+        rows = cursor.fetchall()
+    got: dict[int, list[int]] = {u: [] for u in world.users}
+    for owner, entry in rows:
+        got[owner].append(int(entry))
+    expected = {u: world.mentions_view(u) for u in world.users}
+    assert got == expected
+    assert sum(map(len, expected.values())) > 20
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_mentions_query_pages_through_the_mentions_view(seed: int) -> None:
+    world = make_world(50 + seed)
+    rng = random.Random(seed)
+    for owner in world.users:
+        view = world.mentions_view(owner)
+        assert selectors.mentions_timeline_ids(owner, limit=1000) == view
+        for limit in (1, 3, 7):
+            paged: list[int] = []
+            cursor = None
+            while True:
+                page = selectors.mentions_timeline_ids(owner, limit=limit, max_id=cursor)
+                paged += page
+                if len(page) < limit:
+                    break
+                cursor = page[-1] - 1
+            assert paged == view, (owner, limit)
+        for _ in range(5):
+            high = rng.choice(view) if view else ids.MAX_ID
+            low = rng.choice(view) if view else 0
+            got = selectors.mentions_timeline_ids(owner, limit=4, max_id=high, since_id=low)
+            assert got == [e for e in view if low < e <= high][:4]

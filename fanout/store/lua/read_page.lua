@@ -1,11 +1,13 @@
--- One home-timeline page in one call (fanout.store.timelines.TimelineStore.read_page):
+-- One timeline page in one call (fanout.store.timelines.TimelineStore.read_page):
 -- active generation, token revocation, cursors, the pulled authors' lists
 -- (fanout/store/lua/merged.lua), the entries as tweet objects with their counts
 -- (fanout/store/lua/entries.lua), the watermark.
--- Arguments (after the prefixes): user_id, count, max_id (0: none), since_id (0: none),
--- cap, token issued-at (Unix seconds), today (days since the epoch), seen TTL (seconds),
--- then the lists: '-' (one shard: the script reads the lists and the bodies itself),
--- or as given_lists reads them (shards: the caller fetches the bodies).
+-- Arguments (after the prefixes): owner (the timeline: user u's home timeline u, or
+-- u's mentions -u, which reads no pulled author), user_id (the reader, whose token
+-- and activity are checked and recorded: u), count, max_id (0: none), since_id
+-- (0: none), cap, token issued-at (Unix seconds), today (days since the epoch), seen
+-- TTL (seconds), then the lists: '-' (one shard: the script reads the lists and the
+-- bodies itself), or as given_lists reads them (shards: the caller fetches the bodies).
 -- Returns {status, generation, watermark, applied_at, event_time, page, version,
 -- partial, first, next_max_id}; the page is its JSON, or (given lists) its ids packed
 -- and next_max_id beside them:
@@ -24,28 +26,28 @@
 -- first = '1' on the user's first read of the day (Redis says so with one write a
 -- day, not one per read): the caller records the activity in the database.
 
-local uid, count_wanted = arg(1), tonumber(arg(2))
-local max_id, since_id, cap = tonumber(arg(3)), tonumber(arg(4)), tonumber(arg(5))
-local given = given_lists(9)
+local owner, uid, count_wanted = arg(1), arg(2), tonumber(arg(3))
+local max_id, since_id, cap = tonumber(arg(4)), tonumber(arg(5)), tonumber(arg(6))
+local given = given_lists(10)
 local valid_after = redis.call('GET', P.tokens .. T .. uid)
-if valid_after and tonumber(arg(6)) < tonumber(valid_after) then return {'revoked'} end
+if valid_after and tonumber(arg(7)) < tonumber(valid_after) then return {'revoked'} end
 local gen = redis.call('GET', P.active .. T)
 if not gen then return {'nogen'} end
-local s = redis.call('GET', P.timeline .. gen .. ':' .. T .. uid)
+local s = redis.call('GET', P.timeline .. gen .. ':' .. T .. owner)
 local sources, floor, version
 if s and #s >= HEADER then
-  sources, floor, version = view(gen, uid, s, given, cap)
+  sources, floor, version = view(gen, owner, s, given, cap)
   if not sources then return {'lists', gen, unpack(floor)} end  -- nothing written yet
 end
 local first = '0'
-if redis.call('GET', P.seen .. T .. uid) ~= arg(7) then
-  redis.call('SET', P.seen .. T .. uid, arg(7), 'EX', arg(8))
+if redis.call('GET', P.seen .. T .. uid) ~= arg(8) then
+  redis.call('SET', P.seen .. T .. uid, arg(8), 'EX', arg(9))
   first = '1'
 end
 local wm = redis.call('HMGET', P.watermark .. gen .. T, 'contiguous', 'applied_at', 'event_time')
 local head = {gen, wm[1] or '0', wm[2] or '0', wm[3] or '0'}
 -- A timeline being regenerated stays cold until the job has applied its reset.
-local regen = redis.call('GET', P.regeneration .. gen .. ':' .. T .. uid)
+local regen = redis.call('GET', P.regeneration .. gen .. ':' .. T .. owner)
 if not sources or (regen and tonumber(head[2]) < tonumber(regen)) then
   return {'cold', head[1], head[2], head[3], head[4], '', '0', '0', first}
 end
