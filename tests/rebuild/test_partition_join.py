@@ -298,6 +298,9 @@ def test_replies_carry_whom_they_answer_and_posts_whom_they_notify() -> None:
     assert state == replayed
     assert state.answers == {1000: bob, 1002: cy, 1003: bob}
     assert state.notified == {1000: (bob, cy), 1002: (cy,), 1004: (dee,)}
+    # Whom they notify, per user: their mentions timelines' rows.
+    notified = {(r["a"], r["b"]): r["kept"] for r in rows if r["kind"] == Row.MENTIONS}
+    assert notified == {(bob, ann): [1000], (cy, ann): [1000, 1002], (dee, ann): [1004]}
     assert (row["kept"], row["answers"]) == ([1003, 1004, 1005], [bob, 0, 0])
     assert (row["posts"], row["posts_answers"]) == ([1001, 1002, 1004], [0, cy, 0])
 
