@@ -288,10 +288,10 @@ class PartitionJoin:
         answered = batch.column("e")
         if answered.null_count < batch.num_rows:
             self.answers.add(batch, pc.and_(tweets, answered.is_valid()), key="b", other="e")
-            mentioning = pc.and_(tweets, batch.column("ids").is_valid())
-            if pc.any(mentioning).as_py():
-                for row in batch.filter(mentioning).select(["b", "ids"]).to_pylist():
-                    self.mentions[row["b"]] = row["ids"]
+        mentioning = pc.and_(tweets, batch.column("ids").is_valid())
+        if pc.any(mentioning).as_py():  # a chunk of posts may name users and answer none
+            for row in batch.filter(mentioning).select(["b", "ids"]).to_pylist():
+                self.mentions[row["b"]] = row["ids"]
         # A follow of oneself is the self edge, whatever its flags (fanout.model.join).
         own = pc.equal(batch.column("a"), batch.column("b")).fill_null(False)
         muted = pc.equal(kind, MUTED).fill_null(False)
