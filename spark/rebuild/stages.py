@@ -1,4 +1,4 @@
-"""Rebuild every home timeline from the changelogs, verify, switch atomically.
+"""Rebuild every home and mentions timeline from the changelogs, verify, switch atomically.
 
     manage.py rebuild_timelines [--dry-run] [--sample 200] [--wait 600] [--json]
 
@@ -35,7 +35,9 @@ on the running fanout job's session when there is one
    reposts whose original's author the owner's filter hides and the entries
    whose original answers a user it hides, and the replies to users the
    owner does not follow kept aside, counted by the cap with the view
-   (docs/decisions.md D29; :mod:`spark.rebuild.tasks`);
+   (docs/decisions.md D29; :mod:`spark.rebuild.tasks`); and each user u's
+   mentions timeline (owner ``-u``, D30): the newest ``STARLING_TIMELINE_SIZE``
+   (+ slack) posts that notify u, by authors u does not hide;
 4. **write** them into a new generation (``tl:{g}:*``), which no reader
    sees yet, with the replies kept aside and shown beside each, the owners'
    filters, followees and pulled authors, and the pulled authors' lists
