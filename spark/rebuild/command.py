@@ -279,6 +279,7 @@ def print_summary(s: Summary, out: Any) -> None:
             f"({'active' if s.switched else 'handed over, not yet active'})",
             f"  entries                 {s.entries:,} ({s.short:,} timelines short: "
             "refills queued)",
+            f"  mentions timelines      {s.mentions:,} ({s.mention_entries:,} entries)",
             f"  verified                {s.verified_counts:,} lengths, "
             f"{s.sample_checked} sampled against the database",
         ]

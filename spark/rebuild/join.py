@@ -20,7 +20,8 @@ from spark.rebuild.tasks import FILTER_ROW, KeptIds
 #: that go to the write tasks as a broadcast: 5.25 million ids, each with its
 #: original, its original's author and the user it answers (32 bytes), 170 MB
 #: in the driver and in each Python worker. Above it, Spark joins them to the
-#: edges.
+#: edges. (The mentions timelines' posts are not in it: they travel in rows
+#: of their own, grouped by owner with the edges.)
 BROADCAST_KEPT_IDS = 5_250_000
 
 
@@ -34,10 +35,12 @@ _KEPT_COLUMNS = (
 )  # fmt: skip
 
 
-def states_and_edges(read: DataFrame) -> tuple[DataFrame, DataFrame, DataFrame]:
+def states_and_edges(read: DataFrame) -> tuple[DataFrame, DataFrame, DataFrame, DataFrame]:
     """The authors' states (rows of ``rebuild_tasks.STATE``), the timelines'
-    edges (owner, author, quiet: followed with reposts off) and the owners'
-    filters (owner, hidden) among the read's rows (``rebuild_read.READ``)."""
+    edges (owner, author, quiet: followed with reposts off), the owners'
+    filters (owner, hidden) and the posts that notify each user (owner: the
+    user, author, mentions: that author's posts) among the read's rows
+    (``rebuild_read.READ``)."""
     states = read.where(F.col("kind") == int(Row.STATE)).select(
         F.col("a").alias("join_key"), "blob", *_KEPT_COLUMNS
     )
@@ -49,7 +52,10 @@ def states_and_edges(read: DataFrame) -> tuple[DataFrame, DataFrame, DataFrame]:
     filters = read.where(F.col("kind") == int(Row.FILTER)).select(
         F.col("a").alias("owner"), "hidden"
     )
-    return states, edges, filters
+    mentions = read.where(F.col("kind") == int(Row.MENTIONS)).select(
+        F.col("a").alias("owner"), F.col("b").alias("author"), F.col("kept").alias("mentions")
+    )
+    return states, edges, filters, mentions
 
 
 def engagement_states(read: DataFrame) -> DataFrame:
@@ -77,12 +83,14 @@ def timeline_inputs(
     spark: SparkSession,
     edges: DataFrame,
     filters: DataFrame,
+    mentions: DataFrame,
     states: DataFrame,
     kept_ids: int,
     broadcast_ids: int,
 ) -> TimelineInputs:
     """Every owner's ``edges`` with the kept tweets of the authors they follow,
-    and its filter (``filters``); ``kept_ids``: how many kept ids ``states``
+    its filter (``filters``) and the posts that notify it (``mentions``, its
+    mentions timeline's); ``kept_ids``: how many kept ids ``states``
     holds in all, broadcast to the write tasks if at most ``broadcast_ids``
     (:data:`BROADCAST_KEPT_IDS`).
 
@@ -96,17 +104,25 @@ def timeline_inputs(
     filter travels as one more row of its own (author
     :data:`~spark.rebuild.tasks.FILTER_ROW`, no entries) through the same
     shuffle: the write task screens the owner's timeline with it and writes
-    it beside it, and a dry run's comparison screens with it too. Each
-    owner's rows end up together (hashed to one partition, sorted there) and
-    are merged per owner in Python, on NumPy views of the kept ids
-    (``rebuild_tasks.owner_inputs``): an aggregation here would box every id
-    in the JVM and spill."""
+    it beside it, and a dry run's comparison screens with it too. The posts
+    that notify the owner travel the same way, one row per author (its id in
+    ``author``, the posts in ``mentions``, no entries; null on the other
+    rows): the write task makes the owner's mentions timeline of them,
+    screened with the same filter. Each owner's rows end up together (hashed
+    to one partition, sorted there) and are merged per owner in Python, on
+    NumPy views of the kept ids (``rebuild_tasks.owner_inputs``): an
+    aggregation here would box every id in the JVM and spill."""
     no_filter = F.lit(None).cast(_IDS).alias("hidden")
-    filter_rows = filters.select(
+    no_mentions = F.lit(None).cast(_IDS).alias("mentions")
+    # The rows of no followed author: the owners' filters and mentions.
+    entryless = filters.select(
         "owner",
         F.lit(FILTER_ROW).cast("long").alias("author"),
         F.lit(False).alias("quiet"),
         "hidden",
+        no_mentions,
+    ).unionByName(
+        mentions.select("owner", "author", F.lit(False).alias("quiet"), no_filter, "mentions")
     )
     if kept_ids <= broadcast_ids:
         # The authors' kept ids go to every write task, which joins them to the
@@ -115,7 +131,8 @@ def timeline_inputs(
         # follower (measured: the write 11-12 -> 8 s at 100,000 users and
         # 2,000,000 follows).
         table = states.select("join_key", *_KEPT_COLUMNS).toArrow()
-        owned = edges.select("owner", "author", "quiet", no_filter).unionByName(filter_rows)
+        owned = edges.select("owner", "author", "quiet", no_filter, no_mentions)
+        owned = owned.unionByName(entryless)
         return TimelineInputs(
             owned.repartition("owner").sortWithinPartitions("owner"),
             spark.sparkContext.broadcast(KeptIds.of(table)),
@@ -141,9 +158,10 @@ def timeline_inputs(
         pull.alias("pull"),
         "quiet",
         no_filter,
+        no_mentions,
     )
     empty = F.array().cast(_IDS)
-    filtered = filter_rows.select(
+    entryless = entryless.select(
         "owner",
         "author",
         empty.alias("kept"),
@@ -154,6 +172,7 @@ def timeline_inputs(
         F.lit(False).alias("pull"),
         "quiet",
         "hidden",
+        "mentions",
     )
-    rows = joined.unionByName(filtered)
+    rows = joined.unionByName(entryless)
     return TimelineInputs(rows.repartition("owner").sortWithinPartitions("owner"))

@@ -17,8 +17,10 @@ is no follower, one with reposts off a *quiet* follower; each entry keeps
 whom its original answers, each post whom it notifies) and the edges the
 timelines are made from (a quiet follower's marked), the owners' filters
 (their hidden users: the ``filters`` changelog is partitioned by owner too),
-plus a handful of rows the driver reads for its figures: counts, relay
-marks, bad records. Rows for every live tweet and follow would cost the JVM
+the posts each author's state says notify each user (their mentions
+timelines': one row per author and user notified, so at most one per
+notification), plus a handful of rows the driver reads for its figures:
+counts, relay marks, bad records. Rows for every live tweet and follow would cost the JVM
 more than their join does here.
 
 The join is only right if the records are where the relay puts them, and
@@ -104,6 +106,10 @@ class Row(enum.IntEnum):
     #: An owner's filter: ``a`` the owner, ``hidden`` the users whose reposts
     #: its timeline leaves out (ascending; an empty filter has no row).
     FILTER = 7
+    #: The posts of one author that notify one user (their mentions timeline,
+    #: owner ``-a``, holds them): ``a`` the user, ``b`` the author, ``kept``
+    #: the author's newest :func:`notified_runs` of them, ascending.
+    MENTIONS = 8
 
 
 #: The read's rows (``starling-changelog-newest``), by :class:`Row`.
@@ -125,6 +131,21 @@ def largest_partition(ends: Offsets) -> tuple[str, int, int, float]:
         default=("", 0, 0),
     )
     return topic, part, n, n * READ_BYTES_PER_RECORD / 2**30
+
+
+def notified_runs(notified: Mapping[int, Iterable[int]], keep: int) -> dict[int, list[int]]:
+    """{user: the newest ``keep + 1`` of one author's posts that notify them,
+    ascending} from the author's state's ``notified`` (post -> users: the
+    join's rule, :func:`fanout.model.join.rebuilt_author_state`). A mentions
+    timeline keeps the newest ``keep`` of its posts by authors its owner does
+    not hide: the owner hides all of an author's posts or none, so each
+    author's newest ``keep`` of them are enough, and one more says that
+    older ones were cut (which sets its horizon)."""
+    runs: dict[int, list[int]] = {}
+    for post in sorted(notified):
+        for user in notified[post]:
+            runs.setdefault(user, []).append(post)
+    return {user: posts[-(keep + 1) :] for user, posts in runs.items()}
 
 
 def newest_per_key(
@@ -267,10 +288,10 @@ class PartitionJoin:
         answered = batch.column("e")
         if answered.null_count < batch.num_rows:
             self.answers.add(batch, pc.and_(tweets, answered.is_valid()), key="b", other="e")
-            mentioning = pc.and_(tweets, batch.column("ids").is_valid())
-            if pc.any(mentioning).as_py():
-                for row in batch.filter(mentioning).select(["b", "ids"]).to_pylist():
-                    self.mentions[row["b"]] = row["ids"]
+        mentioning = pc.and_(tweets, batch.column("ids").is_valid())
+        if pc.any(mentioning).as_py():  # a chunk of posts may name users and answer none
+            for row in batch.filter(mentioning).select(["b", "ids"]).to_pylist():
+                self.mentions[row["b"]] = row["ids"]
         # A follow of oneself is the self edge, whatever its flags (fanout.model.join).
         own = pc.equal(batch.column("a"), batch.column("b")).fill_null(False)
         muted = pc.equal(kind, MUTED).fill_null(False)
@@ -436,13 +457,15 @@ class PartitionJoin:
         ``quiet``: the followers with reposts off; ``originals`` and
         ``original_authors``: each repost's original and its author;
         ``answers``: the user each entry's original answers (replies and
-        their reposts); the posts' mentions are :attr:`mentions`."""
+        their reposts); the posts' mentions are :attr:`mentions`. Then the
+        posts that notify each user, per author (rows of ``MENTIONS``)."""
         keep = self.cap + self.slack
         names = (
             "a", "blob", "kept", "origins", "by", "answers", "horizon", "posts", "posts_answers",
             "posts_horizon",
         )  # fmt: skip
         out: dict[str, list[Any]] = {k: [] for k in (*names, "pulled")}
+        notified: dict[str, list[Any]] = {"a": [], "b": [], "kept": []}
         for author in sorted(tweets.keys() | followers.keys()):
             entries = tweets[author].tolist() if author in tweets else []
             reposted = [e for e in entries if e in originals] if originals else []
@@ -485,8 +508,19 @@ class PartitionJoin:
             if len(out["a"]) == OUT_CHUNK:
                 yield _batch({"kind": np.full(OUT_CHUNK, Row.STATE, np.int8), **out})
                 out = {k: [] for k in out}
+            if state.notified:
+                self.tally["notified"] += sum(len(u) for u in state.notified.values())
+                for user, run in notified_runs(state.notified, keep).items():
+                    notified["a"].append(user)
+                    notified["b"].append(author)
+                    notified["kept"].append(run)
+                if len(notified["a"]) >= OUT_CHUNK:
+                    yield _of_kind(Row.MENTIONS, notified)
+                    notified = {k: [] for k in notified}
         if out["a"]:
             yield _batch({"kind": np.full(len(out["a"]), Row.STATE, np.int8), **out})
+        if notified["a"]:
+            yield _of_kind(Row.MENTIONS, notified)
 
 
 def _named(row: Mapping[str, Any]) -> dict[str, Any]:
@@ -513,6 +547,12 @@ def _batch(columns: Mapping[str, Any]) -> pa.RecordBatch:
         ],
         schema=_SCHEMA,
     )
+
+
+def _of_kind(kind: Row, columns: Mapping[str, Any]) -> pa.RecordBatch:
+    """A batch of :data:`READ` rows of one ``kind`` from some of its columns."""
+    n = len(next(iter(columns.values())))
+    return _batch({"kind": np.full(n, kind, np.int8), **columns})
 
 
 def _rows(rows: list[dict[str, Any]]) -> pa.RecordBatch:

@@ -196,6 +196,9 @@ class Summary:
     #: Timelines written short (their filters left entries out), queued for a refill.
     short: int = 0
     entries: int = 0
+    #: Mentions timelines written (owner -u beside user u's; an idle user's stays dropped).
+    mentions: int = 0
+    mention_entries: int = 0
     snapshot_seq: int = 0
     snapshot_contiguous: int = 0
     verified_counts: int = 0

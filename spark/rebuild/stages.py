@@ -1,4 +1,4 @@
-"""Rebuild every home timeline from the changelogs, verify, switch atomically.
+"""Rebuild every home and mentions timeline from the changelogs, verify, switch atomically.
 
     manage.py rebuild_timelines [--dry-run] [--sample 200] [--wait 600] [--json]
 
@@ -35,7 +35,9 @@ on the running fanout job's session when there is one
    reposts whose original's author the owner's filter hides and the entries
    whose original answers a user it hides, and the replies to users the
    owner does not follow kept aside, counted by the cap with the view
-   (docs/decisions.md D29; :mod:`spark.rebuild.tasks`);
+   (docs/decisions.md D29; :mod:`spark.rebuild.tasks`); and each user u's
+   mentions timeline (owner ``-u``, D30): the newest ``STARLING_TIMELINE_SIZE``
+   (+ slack) posts that notify u, by authors u does not hide;
 4. **write** them into a new generation (``tl:{g}:*``), which no reader
    sees yet, with the replies kept aside and shown beside each, the owners'
    filters, followees and pulled authors, and the pulled authors' lists
@@ -239,7 +241,8 @@ class Rebuild:
             f"{'' if self.summary.dry_run else ' (their bodies put in the tweet cache)'}, "
             f"{self.summary.follows:,} live follows ({counts[MUTED]:,} muting, "
             f"{counts[QUIET]:,} with reposts off), {self.summary.filters:,} filters, "
-            f"{counts['gone']:,} deleted, "
+            f"{counts['gone']:,} deleted, {counts['notified']:,} notifications (mentions "
+            "and replies), "
             f"{self.summary.bad_records:,} bad (dead-lettered); "
             f"{self.summary.authors:,} authors joined, {counts['edges']:,} edges; "
             f"snapshot seq {self.summary.snapshot_seq} (complete up to "
@@ -266,10 +269,10 @@ class Rebuild:
     def join(self, decoded: DataFrame) -> tuple[DataFrame, TimelineInputs]:
         """(author states, the timelines' input)."""
         self.progress.stage("joining tweets and follows")
-        states, edges, filters = states_and_edges(decoded)
+        states, edges, filters, mentions = states_and_edges(decoded)
         self.engaged = engagement_states(decoded)
         inputs = timeline_inputs(
-            self.spark, edges, filters, states, self.kept_ids, self.broadcast_ids
+            self.spark, edges, filters, mentions, states, self.kept_ids, self.broadcast_ids
         )
         self.progress.done(
             f"{self.summary.authors:,} authors with state, {self.kept_ids:,} kept tweet ids "
@@ -291,9 +294,13 @@ class Rebuild:
             .mapInArrow(lambda it: write_lists_partition(it, config, generation), COUNT)
             .agg(F.sum("n"))
         )[0]
-        self.summary.timelines = sum(n >= 0 for n in lengths.values())
-        self.summary.dropped = len(lengths) - self.summary.timelines
-        self.summary.entries = sum(n for n in lengths.values() if n >= 0)
+        homes = [n for o, n in lengths.items() if o > 0]
+        mentions = [n for o, n in lengths.items() if o < 0]
+        self.summary.timelines = sum(n >= 0 for n in homes)
+        self.summary.dropped = len(homes) - self.summary.timelines
+        self.summary.entries = sum(n for n in homes if n >= 0)
+        self.summary.mentions = sum(n >= 0 for n in mentions)
+        self.summary.mention_entries = sum(n for n in mentions if n >= 0)
         path = self.state_root / f"gen-{generation}" / "state"
         # Recorded first, so that deleting the generation deletes a half-written state too.
         self.store.set_generation_meta(generation, state_path=str(path))
@@ -307,15 +314,17 @@ class Rebuild:
         handed.write.mode("overwrite").parquet(str(path))
         self.progress.done(
             f"{self.summary.timelines:,} timelines ({self.summary.dropped:,} idle users' kept "
-            f"dropped, {self.summary.short:,} short: refills queued), "
-            f"{self.summary.entries:,} entries, {lists or 0:,} pulled authors' lists, "
-            f"author state in {path}"
+            f"dropped, with their mentions, {self.summary.short:,} short: refills queued), "
+            f"{self.summary.entries:,} entries, {self.summary.mentions:,} mentions timelines "
+            f"({self.summary.mention_entries:,} entries), {lists or 0:,} pulled authors' "
+            f"lists, author state in {path}"
         )
         return lengths
 
     def verify(self, generation: int, lengths: dict[int, int]) -> list[int]:
-        """Every timeline's length in Redis against the computed one; returns the
-        sample of users to compare with the database (:meth:`Conclusion.check_sample`)."""
+        """Every timeline's length in Redis against the computed one, mentions
+        timelines too; returns the sample of users whose home timelines are
+        compared with the database (:meth:`Conclusion.check_sample`)."""
         self.progress.stage("verifying")
         owners = sorted(lengths)
         stored = self.store.timeline_lengths(generation, owners)  # -1: dropped, as computed
@@ -327,8 +336,12 @@ class Rebuild:
             )
         self.summary.verified_counts = len(owners)
         rnd = random.Random(generation)  # noqa: S311 - a sample, not a secret
-        kept = [o for o in owners if lengths[o] >= 0]
-        self.progress.done(f"lengths: {len(owners):,} timelines as computed")
+        kept = [o for o in owners if o > 0 and lengths[o] >= 0]
+        mentions = sum(o < 0 for o in owners)
+        self.progress.done(
+            f"lengths: {len(owners) - mentions:,} timelines and {mentions:,} mentions "
+            "timelines as computed"
+        )
         return rnd.sample(kept, min(max(self.sample, 0), len(kept)))
 
     def diff(self, states: DataFrame, inputs: TimelineInputs) -> None:

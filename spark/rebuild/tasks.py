@@ -18,7 +18,10 @@ keeps the newest ``cap + slack`` of view and aside together at or above the
 highest of the authors' horizons, its horizon the oldest of them when older
 ones were cut. A timeline whose view and aside together hold fewer than
 ``cap`` entries above a horizon (its filter left some out) is *short*: the
-write queues a refill, as the job does. A pulled author's list keeps beside
+write queues a refill, as the job does. Beside each timeline its owner's
+*mentions timeline* (owner ``-u``, docs/decisions.md D30): the newest
+``cap + slack`` posts that notify the owner by authors its filter does not
+hide (:meth:`OwnerInput.mentions_timeline`). A pulled author's list keeps beside
 it the users its entries' originals answer (``ac:``). What readers see
 merges the pulled authors' lists in, screened as
 ``fanout/store/lua/merged.lua`` screens them (a list's reply to a user the
@@ -60,17 +63,20 @@ STATE = (
 #: edge included), with the author's kept entries (of a quiet edge, ``quiet``,
 #: to a pushed author: its newest posts), their originals, their originals'
 #: authors, the users their originals answer (0: none) and their horizon, and
-#: whether the author is pulled; and one row per owner with a filter
-#: (``author`` 0, no entries, ``hidden`` its hidden users; null on the other
-#: rows); each owner's rows consecutive (:func:`owner_inputs`).
+#: whether the author is pulled; one row per owner with a filter (``author``
+#: 0, no entries, ``hidden`` its hidden users; null on the other rows); and
+#: one row per author of posts that notify the owner (``mentions`` those
+#: posts, no entries; null on the other rows: :data:`spark.rebuild.read.Row`
+#: ``MENTIONS``); each owner's rows consecutive (:func:`owner_inputs`).
 EDGES = (
     "owner long, author long, kept array<long>, origins array<long>, by array<long>, "
-    "answers array<long>, horizon long, pull boolean, quiet boolean, hidden array<long>"
+    "answers array<long>, horizon long, pull boolean, quiet boolean, hidden array<long>, "
+    "mentions array<long>"
 )
 #: The ``author`` of an owner's filter's row among the edges (no user's id).
 FILTER_ROW = 0
-#: write_timelines_partition: each timeline written, its length, and whether
-#: it is short (queued for a refill).
+#: write_timelines_partition: each timeline written (a mentions timeline's
+#: owner ``-u``), its length, and whether it is short (queued for a refill).
 WRITTEN = "owner long, entries int, short boolean"
 #: diff_partition: how a rebuilt timeline differs from the live one.
 DIFF = "owner long, live_missing boolean, missing int, extra int"
@@ -120,8 +126,9 @@ def write_lists_partition(
 
 #: The edges a write task joins with the broadcast :class:`KeptIds`: one row
 #: per owner and author they follow (``quiet``: with reposts off), and the
-#: owners' filters' rows (see :data:`EDGES`), each owner's rows consecutive.
-OWNED = "owner long, author long, quiet boolean, hidden array<long>"
+#: owners' filters' and mentions' rows (see :data:`EDGES`), each owner's rows
+#: consecutive.
+OWNED = "owner long, author long, quiet boolean, hidden array<long>, mentions array<long>"
 
 
 def _flat(column: pa.ChunkedArray) -> pa.Array:
@@ -198,14 +205,16 @@ class KeptIds:
     def join(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         """Rows of :data:`OWNED` in, rows of :data:`EDGES` out, in the same order
         (an author without state has no tweets, horizon 0, and is not pulled;
-        a quiet edge to a pushed author gets its posts run). The ids are
-        gathered in NumPy: a popular author's tweets are copied to each
-        follower's row in C."""
+        a quiet edge to a pushed author gets its posts run; a row of mentions
+        gets no entries). The ids are gathered in NumPy: a popular author's
+        tweets are copied to each follower's row in C."""
         owners = batch.column("owner").to_numpy()
         authors = batch.column("author").to_numpy()
         quiet = batch.column("quiet").fill_null(False).to_numpy(zero_copy_only=False)
         at = np.searchsorted(self.authors, authors)
-        found = at < len(self.authors)
+        found = (at < len(self.authors)) & batch.column("mentions").is_null().to_numpy(
+            zero_copy_only=False
+        )
         found[found] = self.authors[at[found]] == authors[found]
         at = at[found]
         pull = np.zeros(len(authors), dtype=bool)
@@ -232,6 +241,7 @@ class KeptIds:
             pa.array(pull),
             pa.array(quiet),
             batch.column("hidden"),
+            batch.column("mentions"),
         ]
         return pa.RecordBatch.from_arrays(columns, names=arrow.names(EDGES))
 
@@ -350,8 +360,13 @@ class OwnerInput:
     #: followees, ``tf:``), ascending.
     followees: np.ndarray = field(default_factory=lambda: _NO_IDS)
     #: Whether the owner follows anyone (itself included) or tweeted: it has a
-    #: timeline (an owner with a filter only has none).
+    #: timeline, and a mentions timeline (an owner with a filter or mentions
+    #: only has neither).
     followed: bool = True
+    #: The posts that notify the owner (its mentions timeline's), in any
+    #: order, and each one's author.
+    mentions: list[np.ndarray] = field(default_factory=list)
+    mentioners: list[np.ndarray] = field(default_factory=list)
 
     def merge(self, other: OwnerInput) -> None:
         """Add ``other``, more rows of the same owner."""
@@ -374,6 +389,8 @@ class OwnerInput:
         if len(other.followees):
             self.followees = np.union1d(self.followees, other.followees)
         self.followed = self.followed or other.followed
+        self.mentions += other.mentions
+        self.mentioners += other.mentioners
 
     def screened(self, seen: bool = False) -> np.ndarray:
         """The entries the timeline leaves out (with ``seen``: that readers do
@@ -453,6 +470,23 @@ class OwnerInput:
             _records(aside_users, aside, horizon),
             _records(shown_users, shown, horizon),
         )
+
+    def mentions_timeline(self, cap: int, slack: int) -> Made:
+        """The owner's mentions timeline (owner ``-owner``, docs/decisions.md
+        D30): the newest ``cap + slack`` of the posts that notify the owner
+        whose authors its filter does not hold, its horizon the oldest of
+        them when older ones were cut (the rule of a timeline of posts,
+        :func:`fanout.model.join.rebuilt_timeline`, with no floor: each
+        author's newest ``cap + slack + 1`` posts that notify the owner are
+        there, :func:`spark.rebuild.read.notified_runs`). Reposts are never
+        entries; screened before it is cut, it is never short."""
+        posts = _joined(self.mentions)
+        if len(self.hidden) and len(posts):
+            posts = posts[~np.isin(_joined(self.mentioners), self.hidden)]
+        horizon, ids = distinct_timeline(
+            newest_distinct(posts, 0, cap + slack + 1), cap=cap, slack=slack
+        )
+        return Made(horizon, ids, [])
 
 
 def _joined(parts: list[np.ndarray]) -> np.ndarray:
@@ -547,6 +581,8 @@ def _batch_inputs(batch: pa.RecordBatch) -> Iterator[OwnerInput]:
     quiet = batch.column("quiet").fill_null(False).to_numpy(zero_copy_only=False)
     hidden = batch.column("hidden")
     filtered = hidden.is_valid().to_numpy(zero_copy_only=False)
+    mentions = batch.column("mentions")
+    notified = mentions.is_valid().to_numpy(zero_copy_only=False)
     kept = _lists(batch.column("kept"))
     values = kept.values.to_numpy()
     offsets = kept.offsets.to_numpy()
@@ -600,14 +636,21 @@ def _batch_inputs(batch: pa.RecordBatch) -> Iterator[OwnerInput]:
             got.quiet_pulls = authors[a:b][quiet_pulled].tolist()
             repost = np.repeat(quiet_pulled, lengths) & (seen != seen_origins)
             got.quiet_reposts = [seen[repost]]
-        rows_filtered = filtered[a:b]
-        follows = ~rows_filtered & ~own_rows  # the rows of the owner's followees
+        rows_filtered, rows_mentions = filtered[a:b], notified[a:b]
+        edges = ~rows_filtered & ~rows_mentions
+        follows = edges & ~own_rows  # the rows of the owner's followees
         if follows.any():
             got.followees = np.unique(authors[a:b][follows])
         if rows_filtered.any():
             users = hidden[a + int(np.argmax(rows_filtered))].values.to_numpy(zero_copy_only=False)
             got.hidden = np.unique(users)
-            got.followed = not rows_filtered.all()
+        if rows_mentions.any():
+            runs = mentions.slice(a, b - a).filter(pa.array(rows_mentions))
+            got.mentions = [pc.list_flatten(runs).to_numpy()]
+            got.mentioners = [
+                np.repeat(authors[a:b][rows_mentions], pc.list_value_length(runs).to_numpy())
+            ]
+        got.followed = bool(edges.any())
         yield got
 
 
@@ -640,10 +683,14 @@ def write_timelines_partition(
     """Write this partition's timelines (from rows of :data:`EDGES`, or of
     :data:`OWNED` with ``kept``) into ``generation``, with the replies each
     keeps aside and shows, their owners' filters, followees and pulls (quiet
-    ones marked); return their lengths (-1 for the users idle in the active
-    generation: their timelines stay dropped) and whether each is short:
-    those are queued for a refill from the database, as the fanout job
-    queues the timelines its screened merges leave short."""
+    ones marked), and beside each its owner's mentions timeline (owner
+    ``-u``: :meth:`OwnerInput.mentions_timeline`, no pairs, no replies
+    aside); return their lengths (-1 for the users idle in the active
+    generation: their timelines, and their mentions timelines, stay
+    dropped) and whether each is short: those are queued for a refill from
+    the database, as the fanout job queues the timelines its screened
+    merges leave short (a mentions timeline is screened before it is cut:
+    never short)."""
     store = store_for(config, timeout=120)
     live = store.active_generation()
     cap, slack = config.timeline_size, config.timeline_slack
@@ -656,20 +703,23 @@ def write_timelines_partition(
         owners = [i.owner for i in made]
         rows = [(i.owner, i.timeline(cap, slack)) for i in made]
         idle = store.dropped(live, owners) if live is not None and live != generation else set()
+        idle |= {-o for o in idle}  # an idle user's mentions timeline stays dropped too
+        homes = [(o, t) for o, t in rows if o not in idle]
+        rows += [(-i.owner, i.mentions_timeline(cap, slack)) for i in made]
         written = [(o, t) for o, t in rows if o not in idle]
         store.write_timelines(
             generation, ((o, pack_timeline(t.horizon, t.ids)) for o, t in written)
         )
-        store.write_timeline_reposts(generation, ((o, pack_pairs(t.pairs)) for o, t in written))
-        store.write_replies(generation, ((o, t.aside, t.shown) for o, t in written))
+        store.write_timeline_reposts(generation, ((o, pack_pairs(t.pairs)) for o, t in homes))
+        store.write_replies(generation, ((o, t.aside, t.shown) for o, t in homes))
         store.write_dropped(generation, idle)
         store.write_pulls(generation, ((i.owner, i.pulls, i.quiet_pulls) for i in made if i.pulls))
-        short = [o for o, t in written if t.short(cap)]
+        short = [o for o, t in homes if t.short(cap)]
         if short:
             store.request_refill(*short)
         yield arrow.batch(
             {
-                "owner": owners,
+                "owner": [o for o, _ in rows],
                 "entries": [-1 if o in idle else len(t.ids) for o, t in rows],
                 "short": [o not in idle and t.short(cap) for o, t in rows],
             },

@@ -298,8 +298,34 @@ def test_replies_carry_whom_they_answer_and_posts_whom_they_notify() -> None:
     assert state == replayed
     assert state.answers == {1000: bob, 1002: cy, 1003: bob}
     assert state.notified == {1000: (bob, cy), 1002: (cy,), 1004: (dee,)}
+    # Whom they notify, per user: their mentions timelines' rows.
+    notified = {(r["a"], r["b"]): r["kept"] for r in rows if r["kind"] == Row.MENTIONS}
+    assert notified == {(bob, ann): [1000], (cy, ann): [1000, 1002], (dee, ann): [1004]}
     assert (row["kept"], row["answers"]) == ([1003, 1004, 1005], [bob, 0, 0])
     assert (row["posts"], row["posts_answers"]) == ([1001, 1002, 1004], [0, cy, 0])
+
+
+def test_posts_naming_users_notify_them_without_a_reply_among_them() -> None:
+    """A chunk of posts that name users and answer none: its author's state
+    notifies them, and each user's row holds the author's newest cap + slack
+    + 1 of the posts naming it (one more than its mentions timeline keeps:
+    it says older ones were cut)."""
+    ann, bob, cy = in_partition(0, 3)
+    join = PartitionJoin(0, PARTITIONS, cap=2, slack=1, pull_threshold=0)
+    tweets = [
+        events.TweetPosted(1000 + i, ann, "ann", "hi", mentions=(bob,), mention_names=("bob",))
+        for i in range(6)
+    ]
+    tweets += [events.TweetPosted(1010, ann, "ann", "hi", mentions=(bob, cy), mention_names=())]
+    join.add(decoded("p.tweets", [*tweets, events.TweetPosted(1011, ann, "ann", "hi")]))
+    rows = rows_of(join)
+    (row,) = [r for r in rows if r["kind"] == Row.STATE and r["a"] == ann]
+    assert AuthorState.decode(row["blob"]).notified == {
+        **{t.tweet_id: (bob,) for t in tweets[:6]}, 1010: (bob, cy),
+    }  # fmt: skip
+    notified = {(r["a"], r["b"]): r["kept"] for r in rows if r["kind"] == Row.MENTIONS}
+    assert notified == {(bob, ann): [1003, 1004, 1005, 1010], (cy, ann): [1010]}
+    assert [r["a"] for r in rows if r["kind"] == Row.TALLY and r["name"] == "notified"] == [8]
 
 
 def test_a_pulled_authors_quiet_followers_read_its_list() -> None:

@@ -168,13 +168,14 @@ def test_kept_ids_broadcast_or_joined_in_spark_write_the_same_timelines(
         assert (inputs.kept is not None) == (broadcast_ids > 0)
         generation = store.new_generation(state="building")
         lengths = rebuild.write(generation, states, inputs)
-        timelines = store.timelines(generation, sorted(lengths))
+        timelines = store.timelines(generation, [u for u in sorted(lengths) if u > 0])
         pulls = {u: redis_client.smembers(keys.pulls(generation, u)) for u in lengths}
         lists = redis_client.get(keys.author_list(generation, 1))
         written[broadcast_ids] = (lengths, [t.ids if t else None for t in timelines], pulls, lists)
     assert written[10**6] == written[0]
     lengths, timelines, pulls, lists = written[0]
-    assert sorted(lengths) == [1, 2, 3, 4, 5, 6] and lengths[3] == 3 + 1  # cap + slack
+    assert sorted(lengths) == [-6, -5, -4, -3, -2, -1, 1, 2, 3, 4, 5, 6]  # and their mentions
+    assert lengths[3] == 3 + 1  # cap + slack
     assert timelines[1] == [122, 121, 120]  # 2's view: 3's, its own and the pulled 1's newest
     assert pulls[2] == {b"1"} and pulls[6] == set() and lists is not None
 
@@ -212,7 +213,7 @@ def test_mutes_quiet_follows_and_filters_written_alike_either_way_and_read_as_co
         states, inputs = rebuild.join(decoded)
         generation = store.new_generation(state="building")
         lengths = rebuild.write(generation, states, inputs)
-        users = sorted(lengths)
+        users = [u for u in sorted(lengths) if u > 0]
         views = store.timelines(generation, users)
         written[broadcast_ids] = (
             lengths,
@@ -244,7 +245,7 @@ def test_mutes_quiet_follows_and_filters_written_alike_either_way_and_read_as_co
     # The dry run's comparison with the generation just written, as live.
     store.switch(generation, store.active_generation())
     rebuild.diff(states, inputs)
-    assert rebuild.summary.timelines == len(lengths)
+    assert rebuild.summary.timelines == len([u for u in lengths if u > 0])
     assert rebuild.summary.differing == 0 and rebuild.summary.live_missing == 0
     decoded.unpersist()
 
@@ -288,7 +289,7 @@ def test_replies_written_alike_either_way_and_read_as_computed(
         states, inputs = rebuild.join(decoded)
         generation = store.new_generation(state="building")
         lengths = rebuild.write(generation, states, inputs)
-        users = sorted(lengths)
+        users = [u for u in sorted(lengths) if u > 0]
         views = store.timelines(generation, users)
 
         def got(key: Callable[[int, int], str]) -> dict[int, bytes]:
@@ -328,3 +329,87 @@ def test_replies_written_alike_either_way_and_read_as_computed(
     rebuild.diff(states, inputs)
     assert rebuild.summary.differing == 0 and rebuild.summary.live_missing == 0
     decoded.unpersist()
+
+
+def test_mentions_timelines_written_alike_either_way_and_verified(
+    spark, kafka_bootstrap: str, redis_url: str, redis_client, tmp_path: Path
+) -> None:
+    """docs/decisions.md D30: beside each user u's timeline its mentions
+    timeline, owner -u, in u's keys: the newest cap + slack posts by others
+    that name u or answer one of u's posts, leaving out the authors u's
+    filter holds, its horizon the oldest kept when older ones were cut;
+    posts only (no pairs, no replies aside, no filter or followees of its
+    own); an idle user's dropped with its timeline. The same whether the
+    write tasks join the kept ids themselves or Spark does, and verified by
+    its length as the timelines are."""
+    config: StarlingConfig = make_config(
+        kafka_bootstrap, redis_url, partitions=2, timeline_size=3, timeline_slack=1,
+        pull_threshold=3,
+    )  # fmt: skip
+    writer = ChangelogWriter(config)
+    network = [events.Followed(u, u) for u in range(1, 8)]
+    network += [events.Followed(2, 3), events.Followed(4, 5), events.FiltersSet(2, (5,))]
+
+    def post(t: int, author: int, *named: int) -> events.TweetPosted:
+        names = tuple(f"u{u}" for u in named)
+        return events.TweetPosted(
+            t, author, f"u{author}", "hi", mentions=named, mention_names=names
+        )
+
+    tweets = [post(100 + i, 3, 2) for i in range(5)]  # 3 names 2 five times
+    tweets += [post(105, 3)]
+    tweets += [post(110, 5, 2, 4), post(111, 2, 4), post(140, 1, 6)]  # 2 hides 5
+    tweets += [
+        events.TweetPosted(
+            120, 4, "u4", "re", in_reply_to=105, reply_to=3, reply_to_name="u3", mentions=(7,),
+            mention_names=("u7",),
+        ),
+        events.TweetPosted(130, 6, "u6", "", 110, 5),  # a repost: no one's mention
+    ]  # fmt: skip
+    writer.send(network + tweets + [events.TweetDeleted(105, 3)])  # 120 still answers 3
+    store = store_for(config)
+    live = store.new_generation(state="building")
+    store.write_dropped(live, [6])  # 6 is idle
+    store.switch(live, store.active_generation())
+    users = range(1, 8)
+    written = {}
+    for broadcast_ids in (10**6, 0):
+        rebuild = quiet_rebuild(spark, config, store, tmp_path, broadcast_ids=broadcast_ids)
+        decoded = rebuild.read(rebuild.snapshot())
+        states, inputs = rebuild.join(decoded)
+        generation = store.new_generation(state="building")
+        lengths = rebuild.write(generation, states, inputs)
+        rebuild.verify(generation, lengths)
+        decoded.unpersist()
+        mine = {  # every key of -u but its timeline's
+            key(generation, -u)
+            for u in users
+            for key in (
+                keys.timeline_reposts, keys.aside, keys.shown_replies, keys.followees,
+                keys.filters, keys.pulls,
+            )
+        }  # fmt: skip
+        written[broadcast_ids] = (
+            lengths,
+            {-u: redis_client.get(keys.timeline(generation, -u)) for u in users},
+            [t.ids if t else None for t in store.timelines(generation, [-u for u in users])],
+            sum(redis_client.exists(k) for k in mine),
+            (rebuild.summary.mentions, rebuild.summary.mention_entries),
+        )
+    assert written[10**6] == written[0]
+    lengths, timelines, reads, others, counted = written[0]
+    assert {u: n for u, n in lengths.items() if u < 0} == {
+        -1: 0, -2: 4, -3: 1, -4: 2, -5: 0, -6: -1, -7: 1,
+    }  # fmt: skip
+    assert lengths[6] == -1 and store.dropped(generation, [6, -6]) == {6, -6}
+    # 3's five posts naming 2, the newest four kept: their horizon the oldest
+    # of them; 5's post naming 2 left out (2 hides 5), not 4's.
+    assert {u: unpack_timeline(p) for u, p in timelines.items() if u != -6} == {
+        -1: (0, []), -2: (101, [101, 102, 103, 104]), -3: (0, [120]), -4: (0, [110, 111]),
+        -5: (0, []), -7: (0, [120]),
+    }  # fmt: skip
+    assert reads[1] == [104, 103, 102] and reads[3] == [111, 110]  # read as a timeline: the cap
+    assert others == 0 and counted == (6, 8)
+    # A mentions timeline of another length than computed fails the rebuild.
+    with pytest.raises(RebuildFailed, match="do not have the computed length"):
+        rebuild.verify(generation, {**lengths, -2: 3})

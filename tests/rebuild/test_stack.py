@@ -13,12 +13,55 @@ import time
 import pytest
 import requests
 
+from fanout.store import keys
+from fanout.store.ops import unpack_timeline
 from tests.support.oracle import Workload, check_against_oracle, come_back, go_idle
 from tests.support.rebuilds import all_users, corrupt, finish, rebuild, user_id
 from tests.support.stack import Stack
 
 # The fanout job runs the rebuilds on its session; a standalone one starts its own.
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
+
+
+#: The mentions view of docs/design.md: (owner, post) newest first per owner.
+MENTIONS_SQL = """
+    WITH hidden AS (
+      SELECT blocker_id AS owner_id, blocked_id AS user_id FROM feed_block
+      UNION SELECT blocked_id, blocker_id FROM feed_block
+      UNION SELECT muter_id, muted_id FROM feed_mute
+    )
+    SELECT m.user_id AS owner_id, t.id AS entry_id
+    FROM (SELECT tweet_id, user_id FROM feed_mention
+          UNION SELECT id, reply_to_id FROM feed_tweet WHERE reply_to_id IS NOT NULL) m
+    JOIN feed_tweet t ON t.id = m.tweet_id
+    JOIN feed_user a ON a.id = t.author_id AND a.is_active
+    WHERE t.author_id <> m.user_id
+      AND NOT EXISTS (SELECT 1 FROM hidden h
+                      WHERE h.owner_id = m.user_id AND h.user_id = t.author_id)
+    ORDER BY m.user_id, t.id DESC
+"""
+
+
+def check_mentions(stack: Stack, generation: int, users: list[int]) -> int:
+    """Every user's mentions timeline in Redis (owner -u, docs/decisions.md
+    D30) is the newest cap + slack of the database's mentions view, its
+    horizon the oldest kept when older ones were cut; returns how many
+    entries they hold."""
+    view: dict[int, list[int]] = {u: [] for u in users}
+    for owner, post in stack.sql(MENTIONS_SQL):
+        if owner in view:
+            view[owner].append(post)
+    keep = stack.timeline_size + int(stack.env["STARLING_TIMELINE_SLACK"])
+    entries = 0
+    for user, posts in view.items():
+        kept = posts[:keep]
+        key = keys.timeline(generation, -user, stack.store.shards.tag_of(-user))
+        raw = stack.store.redis.get(key)
+        assert isinstance(raw, bytes), f"user {user} has no mentions timeline"
+        found = unpack_timeline(raw)
+        assert found == ((kept[-1] if len(posts) > keep else 0), sorted(kept)), f"user {user}"
+        entries += len(kept)
+    return entries
 
 
 class Reader(threading.Thread):
@@ -90,7 +133,8 @@ def test_rebuild_repairs_corrupted_timelines_while_reads_and_writes_go_on(stack:
     stats = check_against_oracle(stack, active)
     assert stats["timelines"] == len(active)
     idle_ids = [user_id(stack, name) for name in idle]
-    assert stack.store.dropped(new_generation, idle_ids) == set(idle_ids)
+    with_mentions = [*idle_ids, *(-i for i in idle_ids)]  # and their mentions timelines
+    assert stack.store.dropped(new_generation, with_mentions) == set(with_mentions)
     come_back(stack, {name: work.users[name] for name in idle})
     fixed = tuple(sorted(own, reverse=True))
     # The bogus entry is a real tweet, which the writes during the rebuild may
@@ -139,6 +183,8 @@ def test_after_flushall_one_rebuild_brings_every_timeline_back(stack: Stack) -> 
     few.call("POST", f"/tweets/{tweet}/repost", dee)
     few.call("POST", f"/users/{dee}/follow", cy)
     few.call("PATCH", f"/users/{dee}/follow", cy, {"reposts": False})
+    # Mentions: ann names dee and cy, who mutes her (cy's is empty).
+    named = few.call("POST", "/tweets", ann, {"text": f"hi @{dee} and @{cy}"})["id"]
     stack.wait_for_seq(max(work.max_seq, few.max_seq))
     stack.store.redis.flushall()
     time.sleep(3)
@@ -153,6 +199,12 @@ def test_after_flushall_one_rebuild_brings_every_timeline_back(stack: Stack) -> 
     assert stats["answered"] > 0  # counts with replies, from the rebuild alone
     found = stack.store.timeline(generation, user_id(stack, cy))
     assert found is not None and found.ids == [own], found
+    # Every mentions timeline, from the rebuild alone (no write since its snapshot).
+    assert check_mentions(stack, generation, users) > 0
+    found = stack.store.timeline(generation, -user_id(stack, dee))
+    assert found is not None and found.ids == [named], found
+    found = stack.store.timeline(generation, -user_id(stack, cy))
+    assert found is not None and found.ids == [], found
     print(f"\nrebuild after flushall: {stats}; {work.counts}")
     # The job carries on in the new generation.
     work.run(20)

@@ -82,14 +82,28 @@ def rebuild(envs: list[events.Envelope], pull_threshold: int = THRESHOLD) -> Reb
         for r in rows
         if r["kind"] == Row.FILTER
     ]
+    owned += [
+        {"owner": r["a"], "author": r["b"], "quiet": False, "mentions": r["kept"]}
+        for r in rows
+        if r["kind"] == Row.MENTIONS
+    ]
     owned.sort(key=lambda r: r["owner"])
     batch = pa.RecordBatch.from_pylist(owned, schema=arrow.schema(OWNED))
     inputs = {i.owner: i for i in owner_inputs([KeptIds.of(table).join(batch)])}
     return Rebuilt(rows, states, inputs)
 
 
+def newest_of_view(view: list[int]) -> tuple[int, list[int]]:
+    """(horizon, ids ascending) of a timeline of a view's newest ``CAP +
+    SLACK`` (``view`` newest first): its horizon the oldest kept when older
+    ones were cut, else 0."""
+    kept = view[: CAP + SLACK]
+    return (kept[-1] if len(view) > len(kept) else 0), sorted(kept)
+
+
 def check(world: World, system: System, rebuilt: Rebuilt, seen: Counter[str]) -> None:
     joined = world.joined()
+    mentions = world.mentions_views()
     live = world.live  # entry -> actor
     answered = world.answers
     model = system.model
@@ -182,6 +196,17 @@ def check(world: World, system: System, rebuilt: Rebuilt, seen: Counter[str]) ->
         seen["answers hidden"] += sum(
             a in followees and answered.get(t) in hidden for t, a in live.items()
         )
+        # Its mentions timeline (owner -user): the newest of the database's
+        # mentions view, exactly, with its horizon; posts only, no pairs.
+        made = got.mentions_timeline(CAP, SLACK)
+        assert (made.horizon, made.ids) == newest_of_view(mentions[-user]), f"user {user}"
+        assert made.pairs == made.aside == made.shown == [] and not made.short(CAP)
+        seen["mentions"] += len(made.ids)
+        seen["mentions cut"] += made.horizon > 0
+        seen["mentions hidden"] += sum(a in hidden for run in got.mentioners for a in run.tolist())
+        seen["mentions orphaned"] += sum(
+            world.replied.get(t, (0,))[0] not in world.rows for t in made.ids
+        )
         seen["quiet pulls"] += len(got.quiet_pulls)
         seen["screened"] += len(got.screened(seen=True))
         seen["screened pushed"] += len(got.screened())
@@ -212,11 +237,13 @@ def workload(
     deleted entry, a suspension or a reinstatement: the database's writes
     (World) and their changelog records. Popular users (low numbers) are
     followed most, and pulled. With ``replies``, that share of steps answers
-    a visible entry, and half the follows and unfollows are of users whom
-    the follower's followees answer."""
+    a visible entry, posts name others now and then, and half the follows
+    and unfollows are of users whom the follower's followees answer."""
     world = World(Log(rnd=rnd))
     envs = world.register(*range(1, users + 1))
     weights = [1 / u for u in range(1, users + 1)]
+    # Whom posts name is drawn apart: the workload's other steps stay as they were.
+    naming = random.Random(hash(rnd.getstate()))
     for _ in range(steps):
         a = rnd.randint(1, users)
         b = rnd.choices(range(1, users + 1), weights)[0]
@@ -230,7 +257,9 @@ def workload(
         elif replies and rnd.random() < replies and live:
             envs += world.reply(a, rnd.choice(live))
         elif roll < 0.3:
-            envs += world.post(a)
+            # With replies, a post often names others (their mentions views).
+            named = naming.sample(range(1, users + 1), naming.randint(1, 2)) if replies else []
+            envs += world.post(a, mentions=named if named and naming.random() < 0.4 else ())
         elif roll < 0.5 and live:
             envs += world.repost(a, rnd.choice(live))
         elif roll < 0.7:
@@ -286,6 +315,39 @@ def test_a_filter_leaves_a_timeline_short_and_a_quiet_follow_keeps_the_posts() -
     dee_posts = sorted(t for t, (a, o) in world.rows.items() if a == dee and not o)
     ids = rebuilt.inputs[eve].timeline(CAP, SLACK).ids
     assert [t for t in ids if world.rows[t][0] == dee] == dee_posts[-(CAP + SLACK) :]
+
+
+def test_a_mentions_timeline_is_the_newest_of_the_view_its_horizon_exact() -> None:
+    """ann is named by bob's 7 posts (one more than cap + slack) and cy's 3,
+    newer ones, and blocks cy: bob's newest 6 are ann's mentions, their
+    horizon the oldest of them (the read keeps each author's newest
+    cap + slack + 1 for a user: one more says older ones were cut). dee's
+    reply to bob's deleted post stays; dee's repost of a post naming bob,
+    and ann's naming herself, are no entries."""
+    ann, bob, cy, dee = 1, 2, 3, 4
+    world = World(Log())
+    envs = world.register(ann, bob, cy, dee)
+    (parent,) = world.post(bob)
+    envs += [parent, *world.reply(dee, parent.event.tweet_id)]
+    envs += world.delete_post(parent.event.tweet_id)
+    envs += world.post(bob, 7, mentions=(ann, dee))
+    envs += world.post(cy, 3, mentions=(ann, bob))
+    envs += world.repost(dee, envs[-1].event.tweet_id)
+    envs += world.post(ann, mentions=(ann, dee))
+    envs += world.block(ann, cy)
+    system = System(CAP, SLACK, pull_threshold=0)
+    system.run([envs])
+    rebuilt = rebuild(envs, pull_threshold=0)
+    check(world, system, rebuilt, Counter())
+    by_bob = sorted(t for t, (a, o) in world.rows.items() if a == bob and not o)
+    by_cy = sorted(t for t, (a, o) in world.rows.items() if a == cy and not o)
+    horizon, ids, *_ = rebuilt.inputs[ann].mentions_timeline(CAP, SLACK)
+    assert (horizon, ids) == (by_bob[1], by_bob[1:])
+    horizon, ids, *_ = rebuilt.inputs[dee].mentions_timeline(CAP, SLACK)
+    assert (horizon, ids) == (by_bob[2], [*by_bob[2:], max(world.rows)])
+    (reply,) = world.replied
+    horizon, ids, *_ = rebuilt.inputs[bob].mentions_timeline(CAP, SLACK)
+    assert (horizon, ids) == (0, [reply, *by_cy])
 
 
 SEEDS = range(10)
@@ -345,6 +407,7 @@ def test_the_replies_workloads_cover_aside_shown_and_the_lists_replies() -> None
         check(world, system, rebuild(envs), seen)
     wanted = (
         "aside", "shown", "list answers", "replies seen", "list replies unseen",
-        "answers hidden", "filtered",
+        "answers hidden", "filtered", "mentions", "mentions cut", "mentions hidden",
+        "mentions orphaned",
     )  # fmt: skip
     assert min(seen[k] for k in wanted) > 0, seen
