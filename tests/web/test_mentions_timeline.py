@@ -159,10 +159,6 @@ def write_mentions_timeline(
     return seq
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="apply.lua packs a queued reset's owner unsigned: -u lands at tl:<g>:2**64 (write side)",
-)
 def test_a_reset_of_minus_u_writes_the_mentions_timeline(starling: StarlingConfig) -> None:
     ann, bob = users("ann", "bob")
     start = high()
