@@ -128,6 +128,8 @@ class Workload:
     mutes: set[tuple[str, str]] = field(default_factory=set)  # (muter, muted)
     quiet: set[tuple[str, str]] = field(default_factory=set)  # follows with reposts off
     replies: float = 0.0
+    #: Whom posts name, drawn apart: the rest of a seed's workload stays what it was.
+    naming: random.Random = field(default_factory=lambda: random.Random(11))
 
     def blocked(self, a: str, b: str) -> bool:
         return (a, b) in self.blocks or (b, a) in self.blocks
@@ -214,8 +216,8 @@ class Workload:
                 text = " ".join(
                     self.rnd.choice(["hello", "world", "é", "🐦", "starling"]) for _ in range(5)
                 )
-                if self.replies and self.rnd.random() < 0.3:  # names someone: their mentions
-                    text += f" @{self.rnd.choice(active)[0]}"
+                if self.replies and self.naming.random() < 0.3:  # names someone: their mentions
+                    text += f" @{self.naming.choice(active)[0]}"
                 self.live[self.call("POST", "/tweets", a, {"text": text})["id"]] = a
                 kind = "tweet"
             elif roll < 0.55 and self.live:
