@@ -14,10 +14,12 @@ from collections.abc import Iterator
 import pytest
 import requests
 from selenium import webdriver
+from selenium.common.exceptions import TimeoutException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.select import Select
+from selenium.webdriver.support.wait import WebDriverWait
 
 from tests.support.oracle import PASSWORD, Workload, check_against_oracle
 from tests.support.stack import Stack
@@ -55,7 +57,17 @@ def _sign_in(browser: WebDriver, base: str, username: str) -> None:
 
 
 def _messages(browser: WebDriver) -> str:
-    return " ".join(m.text for m in browser.find_elements(By.CSS_SELECTOR, "ul.messagelist li"))
+    """The admin's messages once the page a click submitted shows some (a
+    click returns before the form's answer has loaded: on a busy machine,
+    the old page would still be there)."""
+
+    def shown(b: WebDriver) -> str:
+        return " ".join(m.text for m in b.find_elements(By.CSS_SELECTOR, "ul.messagelist li"))
+
+    try:
+        return WebDriverWait(browser, 60, poll_frequency=0.2).until(shown)
+    except TimeoutException:
+        return ""
 
 
 def test_a_moderator_suspends_a_user_and_deletes_a_tweet_in_the_admin(
