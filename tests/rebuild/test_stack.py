@@ -15,31 +15,18 @@ import requests
 
 from fanout.store import keys
 from fanout.store.ops import unpack_timeline
-from tests.support.oracle import Workload, check_against_oracle, come_back, go_idle
+from tests.support.oracle import (
+    MENTIONS_SQL,
+    Workload,
+    check_against_oracle,
+    come_back,
+    go_idle,
+)
 from tests.support.rebuilds import all_users, corrupt, finish, rebuild, user_id
 from tests.support.stack import Stack
 
 # The fanout job runs the rebuilds on its session; a standalone one starts its own.
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
-
-
-#: The mentions view of docs/design.md: (owner, post) newest first per owner.
-MENTIONS_SQL = """
-    WITH hidden AS (
-      SELECT blocker_id AS owner_id, blocked_id AS user_id FROM feed_block
-      UNION SELECT blocked_id, blocker_id FROM feed_block
-      UNION SELECT muter_id, muted_id FROM feed_mute
-    )
-    SELECT m.user_id AS owner_id, t.id AS entry_id
-    FROM (SELECT tweet_id, user_id FROM feed_mention
-          UNION SELECT id, reply_to_id FROM feed_tweet WHERE reply_to_id IS NOT NULL) m
-    JOIN feed_tweet t ON t.id = m.tweet_id
-    JOIN feed_user a ON a.id = t.author_id AND a.is_active
-    WHERE t.author_id <> m.user_id
-      AND NOT EXISTS (SELECT 1 FROM hidden h
-                      WHERE h.owner_id = m.user_id AND h.user_id = t.author_id)
-    ORDER BY m.user_id, t.id DESC
-"""
 
 
 def check_mentions(stack: Stack, generation: int, users: list[int]) -> int:

@@ -64,7 +64,7 @@ ORACLE_SQL = """
 """
 #: The mentions view, as docs/design.md writes it: each user's visible posts by
 #: others that name them or answer one of their posts, leaving out the
-#: authors they hide. Rows (owner, entry).
+#: authors they hide. Rows (owner, entry), newest first per owner.
 MENTIONS_SQL = """
     WITH hidden AS (
       SELECT blocker_id AS owner_id, blocked_id AS user_id FROM feed_block
@@ -79,6 +79,7 @@ MENTIONS_SQL = """
     WHERE t.author_id <> m.user_id
       AND NOT EXISTS (SELECT 1 FROM hidden h
                       WHERE h.owner_id = m.user_id AND h.user_id = t.author_id)
+    ORDER BY m.user_id, t.id DESC
 """
 #: Every tweet's counts (docs/design.md): its likes, reposts and direct
 #: replies by active users.

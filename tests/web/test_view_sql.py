@@ -9,8 +9,10 @@ LATERAL query) and, with ``STARLING_TEST_DATABASE=sqlite``, on SQLite."""
 
 from __future__ import annotations
 
+import functools
 import random
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -204,6 +206,26 @@ def _mention_and_delete(world: World, rng: random.Random) -> None:
         world.mentions.pop(post, None)
 
 
+def pages_follow(read: Callable[..., list[int]], view: list[int], rng: random.Random) -> None:
+    """``read(limit=, max_id=, since_id=)`` pages through ``view`` (newest
+    first): by max_id (the API's next_max_id) every entry once, in order; and
+    under any bounds the rule is the whole view's, not the page's."""
+    for limit in (1, 3, 7):
+        paged: list[int] = []
+        cursor = None
+        while True:
+            page = read(limit=limit, max_id=cursor)
+            paged += page
+            if len(page) < limit:
+                break
+            cursor = page[-1] - 1
+        assert paged == view, limit
+    for _ in range(5):
+        high = rng.choice(view) if view else ids.MAX_ID
+        low = rng.choice(view) if view else 0
+        assert read(limit=4, max_id=high, since_id=low) == [e for e in view if low < e <= high][:4]
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_deep_pages_follow_the_view_over_the_whole_timeline(seed: int) -> None:
     world = make_world(seed)
@@ -215,24 +237,7 @@ def test_deep_pages_follow_the_view_over_the_whole_timeline(seed: int) -> None:
         hidden += len(world.entries(owner)) - len(view)
         filtered += len(unfiltered.entries(owner)) - len(world.entries(owner))
         assert selectors.home_timeline_ids(owner, limit=1000) == view
-        # Paging by max_id (the API's next_max_id): every entry once, in order.
-        for limit in (1, 3, 7):
-            paged: list[int] = []
-            cursor = None
-            while True:
-                page = selectors.home_timeline_ids(owner, limit=limit, max_id=cursor)
-                paged += page
-                if len(page) < limit:
-                    break
-                cursor = page[-1] - 1
-            assert paged == view, (owner, limit)
-        # Any bounds: the rule is the whole view's, not the page's.
-        for _ in range(5):
-            high = rng.choice(view) if view else ids.MAX_ID
-            low = rng.choice(view) if view else 0
-            expected = [e for e in view if low < e <= high][:4]
-            got = selectors.home_timeline_ids(owner, limit=4, max_id=high, since_id=low)
-            assert got == expected
+        pages_follow(functools.partial(selectors.home_timeline_ids, owner), view, rng)
         # Followees left out (pulled authors): the rule among the others.
         followees = sorted(g for f, g in world.follows if f == owner)
         if followees:
@@ -338,18 +343,4 @@ def test_the_mentions_query_pages_through_the_mentions_view(seed: int) -> None:
     for owner in world.users:
         view = world.mentions_view(owner)
         assert selectors.mentions_timeline_ids(owner, limit=1000) == view
-        for limit in (1, 3, 7):
-            paged: list[int] = []
-            cursor = None
-            while True:
-                page = selectors.mentions_timeline_ids(owner, limit=limit, max_id=cursor)
-                paged += page
-                if len(page) < limit:
-                    break
-                cursor = page[-1] - 1
-            assert paged == view, (owner, limit)
-        for _ in range(5):
-            high = rng.choice(view) if view else ids.MAX_ID
-            low = rng.choice(view) if view else 0
-            got = selectors.mentions_timeline_ids(owner, limit=4, max_id=high, since_id=low)
-            assert got == [e for e in view if low < e <= high][:4]
+        pages_follow(functools.partial(selectors.mentions_timeline_ids, owner), view, rng)
