@@ -259,8 +259,9 @@ class TimelineModel:
                 self.timelines[o] = ModelTimeline(fence=seq)
 
     def _empty(self, owner: int, tl: ModelTimeline, seq: int) -> None:
-        """Emptied above every entry it held, fenced, and refilled."""
-        tl.top = max(tl.top, tl.ids[-1] if tl.ids else 0)
+        """Emptied above every entry it held (its replies aside too), fenced,
+        and refilled."""
+        tl.top = max(tl.top, tl.ids[-1] if tl.ids else 0, max(tl.aside, default=0))
         tl.horizon = max(tl.horizon, tl.top + 1)
         tl.version += 1
         tl.fence = max(tl.fence, seq)

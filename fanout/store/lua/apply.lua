@@ -878,13 +878,14 @@ local function remove_raw(owner, key, pkey, s, p, blob, seq, went)
 end
 
 -- A timeline (packed `s`) that keeps nothing of what it held: emptied above a
--- horizon over every entry it held (the next entries merged in are the
+-- horizon over every entry it held, aside too (the next entries merged in are the
 -- view's), fenced (a refill read before this is stale) and refilled; until
 -- then it is short, and reads go on into the database. Returns how many
 -- entries went.
 local function empty(owner, key, s, seq)
   local h, ids = decode(s)
-  h.top = math.max(h.top, ids[#ids] or 0)
+  local a = aside_entries(owner)  -- above them too: they go with the view
+  h.top = math.max(h.top, ids[#ids] or 0, a[#a] or 0)
   h.horizon = math.max(h.horizon, h.top + 1)
   h.version = h.version + 1
   fence(h, seq)
