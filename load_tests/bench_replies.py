@@ -10,7 +10,9 @@ entries each. All in one run, each figure the median of ``--runs``:
 1. delivery, µs per timeline: a post appended to every timeline (the
    baseline), a reply to a user the owners follow (it shows, and is recorded
    as shown), and a reply to a user they do not follow (it goes aside);
-   target: a reply within 1.1x of a post;
+   target: a reply within 1.1x of a post; then the same once each timeline
+   holds ``--aside`` replies aside (300: a feed whose followees answer
+   strangers), which a reply's delivery must not read through;
 2. a follow of user u by each owner, whose timeline holds m replies to u
    aside (m = 0, 1, 10, 100), and the unfollow that puts them back: µs per
    operation. The operation reads and writes the owner's keys only (its
@@ -30,6 +32,7 @@ from collections.abc import Callable, Iterator
 import redis
 
 from fanout.model.join import Mutation, Op
+from fanout.store import keys
 from fanout.store.timelines import TimelineStore
 from feed.devstack import embedded
 from load_tests.fanout_rig import ROOT
@@ -37,6 +40,8 @@ from load_tests.harness import Report, ratio
 
 #: Users the owners' timelines hear from: ``AUTHOR`` posts, ``U`` is answered.
 AUTHOR, U, FOLLOWED = 1_000_000, 2_000_000, 3_000_000
+#: Users the owners do not follow, whom their followees answer (50 of them).
+STRANGERS = 4_000_000
 
 
 class Ids:
@@ -68,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--owners", type=int, default=2000)
     parser.add_argument("--cap", type=int, default=800)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--aside", type=int, default=300, help="replies aside in phase 1b")
     args = parser.parse_args(argv)
     port = embedded.free_port()
     workdir = ROOT / "var" / "bench" / f"replies-{port}"
@@ -110,6 +116,17 @@ def main(argv: list[str] | None = None) -> int:
         for name, value in us.items():
             report.add(f"  {name}", round(value, 2), f"{ratio(value, us['post']):.2f} x a post")
         worst = max(ratio(us[name], us["post"]) for name in us)
+        # The same with the timelines holding replies aside: those of a feed
+        # whose followees answer strangers (a timeline keeps up to its length).
+        for k in range(args.aside):
+            deliver(STRANGERS + k % 50)()
+        held = store.redis.strlen(keys.aside(generation, owners[0])) // 16
+        us = {name: timed(fn, args.runs) / len(owners) * 1e6 for name, fn in deliveries.items()}
+        report.add(f"  with {held} replies aside, µs", "")
+        for name, value in us.items():
+            report.add(f"    {name}", round(value, 2), f"{ratio(value, us['post']):.2f} x a post")
+        worst = max(worst, *(ratio(us[name], us["post"]) for name in us))
+        store.redis.delete(*store.redis.keys("ta:*"))
 
         report.add("2. a follow and an unfollow of u, µs per operation", "")
         costs = {}

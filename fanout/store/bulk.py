@@ -14,7 +14,15 @@ from typing import Any
 
 from fanout.model.engagements import Counts, counts_json
 from fanout.store import keys
-from fanout.store.ops import HEADER, IDLE, entries_in, pack_ids, pack_pairs, pack_view
+from fanout.store.ops import (
+    HEADER,
+    IDLE,
+    by_entry,
+    entries_in,
+    pack_ids,
+    pack_pairs,
+    pack_view,
+)
 from fanout.store.redis_conn import Client, Command, command, run
 
 
@@ -152,16 +160,16 @@ class TimelineBulk:
     ) -> int:
         """Set the replies beside owners' timelines in a generation being built:
         (owner, aside, shown), each a list of (user answered, entry) records
-        (``ta:`` and ``tc:``, docs/decisions.md D29), packed sorted, leaving out
-        empty ones (no key); returns how many keys were written."""
+        (``ta:`` and ``tc:``, docs/decisions.md D29), packed in entry order,
+        leaving out empty ones (no key); returns how many keys were written."""
         tag = self.shards.tag_of
 
         def items() -> Iterable[tuple[str, bytes]]:
             for o, aside, shown in replies:
                 if aside:
-                    yield keys.aside(generation, o, tag(o)), pack_pairs(sorted(aside))
+                    yield keys.aside(generation, o, tag(o)), pack_pairs(by_entry(aside))
                 if shown:
-                    yield keys.shown_replies(generation, o, tag(o)), pack_pairs(sorted(shown))
+                    yield keys.shown_replies(generation, o, tag(o)), pack_pairs(by_entry(shown))
 
         return self._set_many(items())
 

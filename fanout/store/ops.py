@@ -455,6 +455,12 @@ def pack_pairs(records: Sequence[tuple[int, ...]]) -> bytes:
     return struct.pack(f">{len(flat)}Q", *flat)
 
 
+def by_entry(records: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """(user answered, entry) records in entry order: how a timeline's replies
+    aside and shown (``ta:``, ``tc:``, docs/decisions.md D29) are kept."""
+    return sorted(records, key=lambda r: r[1])
+
+
 def unpack_pairs(packed: bytes) -> list[tuple[int, int]]:
     """A timeline's pairs string: (original, entry) records."""
     flat = struct.unpack(f">{len(packed) // 8}Q", packed)

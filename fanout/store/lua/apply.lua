@@ -166,20 +166,24 @@ local function ceiling(h, ids) return math.max(h.top, ids[#ids] or 0) end
 -- --- Replies (docs/decisions.md D29) ----------------------------------------
 -- Beside a timeline, the replies its owner's followees wrote to users it does
 -- not follow (aside: not in the view) and those to users it follows (shown),
--- as 16-byte records (user answered, entry), sorted. The cap counts the aside:
--- a timeline keeps its newest `keep` of winners and aside together.
+-- as 16-byte records (user answered, entry) in entry order: a new reply, the
+-- newest, is appended (no copy of the records through the script: a `GET` of
+-- a few kilobytes costs a script more than the rest of a delivery). The cap
+-- counts the aside: a timeline keeps its newest `keep` of winners and aside
+-- together.
 local REC = 16
 
 -- How many replies the owner's timeline keeps aside.
 local function asides(owner) return redis.call('STRLEN', aside_key(owner)) / REC end
 
+-- The records packed in `s`, decoded in bulk: user, entry, user, entry, ...
+local function records_of(s) return unpack_ids(s, 1, #s / 8) end
+
 -- The entries kept aside, ascending.
 local function aside_entries(owner)
-  local a = redis.call('GET', aside_key(owner))
+  local flat = records_of(redis.call('GET', aside_key(owner)) or '')
   local out = {}
-  if not a then return out end
-  for pos = 9, #a, REC do out[#out + 1] = upk(a, pos) end
-  table.sort(out)
+  for k = 2, #flat, 2 do out[k / 2] = flat[k] end
   return out
 end
 
@@ -197,13 +201,13 @@ local function cut(ids, a)
   return x
 end
 
--- Index (1-based) of the first record of `s` at or above (u, e); #s / REC + 1 if none.
-local function record_index(s, u, e)
+-- Index (1-based) of the first record of `s` whose entry is at or above `e`;
+-- #s / REC + 1 if none.
+local function record_index(s, e)
   local lo, hi = 1, #s / REC
   while lo <= hi do
     local mid = math.floor((lo + hi) / 2)
-    local mu, me = struct.unpack('>I8I8', s, (mid - 1) * REC + 1)
-    if mu < u or (mu == u and me < e) then lo = mid + 1 else hi = mid - 1 end
+    if upk(s, (mid - 1) * REC + 9) < e then lo = mid + 1 else hi = mid - 1 end
   end
   return lo
 end
@@ -214,36 +218,32 @@ local function put_records(key, s)
 end
 
 -- Add distinct records {u, e} to `key` (those it holds stay once); returns how
--- many were new.
--- Each is placed by a binary search in the string as read, and the string is
--- written once: a batch's replies into one timeline cost a search each, not a
--- decode and sort of every record the timeline keeps.
+-- many were new. Newer than every record kept (a delivery's reply), they are
+-- appended; older ones (a follow's run, a late reply, a batch run again) are
+-- placed by binary search in the string as read, written once.
 local function insert_records(key, recs)
-  local s = redis.call('GET', key) or ''
-  if #recs > 1 then
-    table.sort(recs, function(a, b) return a[1] < b[1] or (a[1] == b[1] and a[2] < b[2]) end)
+  if #recs > 1 then table.sort(recs, function(a, b) return a[2] < b[2] end) end
+  local len = redis.call('STRLEN', key)
+  local last = len > 0 and upk(redis.call('GETRANGE', key, len - 8, len - 1)) or 0
+  local parts = {}
+  if recs[1][2] > last then
+    for k, r in ipairs(recs) do parts[k] = struct.pack('>I8I8', r[1], r[2]) end
+    redis.call('APPEND', key, table.concat(parts))
+    return #recs
   end
-  local parts, from, n, last_at = {}, 1, 0, nil
+  local s = redis.call('GET', key) or ''
+  local from, n = 1, 0
   for k = 1, #recs do
     local u, e = recs[k][1], recs[k][2]
-    local i = record_index(s, u, e)
+    local i = record_index(s, e)
     local at = (i - 1) * REC + 1
-    local held = false
-    if i <= #s / REC then
-      local mu, me = struct.unpack('>I8I8', s, at)
-      held = mu == u and me == e
-    end
-    if not held then
+    if i > #s / REC or upk(s, at + 8) ~= e then
       parts[#parts + 1] = string.sub(s, from, at - 1)
       parts[#parts + 1] = struct.pack('>I8I8', u, e)
-      from, n, last_at = at, n + 1, at
+      from, n = at, n + 1
     end
   end
   if n == 0 then return 0 end
-  if n == 1 then  -- the common case: one reply, written from its place on
-    redis.call('SETRANGE', key, last_at - 1, parts[2] .. string.sub(s, last_at))
-    return 1
-  end
   parts[#parts + 1] = string.sub(s, from)
   redis.call('SET', key, table.concat(parts))
   return n
@@ -251,40 +251,49 @@ end
 
 -- Drop the records of `key` whose entry `leaves` says goes; returns how many went.
 local function drop_records(key, leaves)
-  local s = redis.call('GET', key)
-  if not s then return 0 end
-  local parts, gone = {}, 0
-  for pos = 1, #s, REC do
-    if leaves(upk(s, pos + 8)) then
+  local flat = records_of(redis.call('GET', key) or '')
+  local kept, gone = {}, 0
+  for k = 1, #flat, 2 do
+    if leaves(flat[k + 1]) then
       gone = gone + 1
     else
-      parts[#parts + 1] = string.sub(s, pos, pos + REC - 1)
+      kept[#kept + 1] = flat[k]
+      kept[#kept + 1] = flat[k + 1]
     end
   end
-  if gone > 0 then put_records(key, table.concat(parts)) end
+  if gone > 0 then put_records(key, pack_ids(kept)) end
   return gone
+end
+
+-- Drop the records of `key` below entry `floor` (a prefix); returns how many went.
+local function prune_records(key, floor)
+  local s = redis.call('GET', key)
+  if not s then return 0 end
+  local i = record_index(s, floor)
+  if i > 1 then put_records(key, string.sub(s, (i - 1) * REC + 1)) end
+  return i - 1
 end
 
 -- Drop the replies (aside and shown) below `floor`; returns how many aside went.
 local function prune_replies(owner, floor)
-  local below = function(e) return e < floor end
-  drop_records(shown_key(owner), below)
-  return drop_records(aside_key(owner), below)
+  prune_records(shown_key(owner), floor)
+  return prune_records(aside_key(owner), floor)
 end
 
--- Take the run of records of user `u` out of `key`: their entries, ascending.
+-- Take the records of user `u` out of `key`: their entries, ascending. (A
+-- scan of the owner's records: at most a timeline's length.)
 local function take_run(key, u)
-  local s = redis.call('GET', key)
-  if not s then return {} end
-  local lo = record_index(s, u, 0)
-  local hi, n, out = lo, #s / REC, {}
-  while hi <= n and upk(s, (hi - 1) * REC + 1) == u do
-    out[#out + 1] = upk(s, (hi - 1) * REC + 9)
-    hi = hi + 1
+  local flat = records_of(redis.call('GET', key) or '')
+  local out, rest = {}, {}
+  for k = 1, #flat, 2 do
+    if flat[k] == u then
+      out[#out + 1] = flat[k + 1]
+    else
+      rest[#rest + 1] = flat[k]
+      rest[#rest + 1] = flat[k + 1]
+    end
   end
-  if #out > 0 then
-    put_records(key, string.sub(s, 1, (lo - 1) * REC) .. string.sub(s, (hi - 1) * REC + 1))
-  end
+  if #out > 0 then put_records(key, pack_ids(rest)) end
   return out
 end
 
