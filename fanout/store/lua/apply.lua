@@ -223,8 +223,8 @@ end
 -- placed by binary search in the string as read, written once.
 local function insert_records(key, recs)
   if #recs > 1 then table.sort(recs, function(a, b) return a[2] < b[2] end) end
-  local len = redis.call('STRLEN', key)
-  local last = len > 0 and upk(redis.call('GETRANGE', key, len - 8, len - 1)) or 0
+  local tail = redis.call('GETRANGE', key, -8, -1)  -- the newest record's entry ('': none)
+  local last = #tail == 8 and upk(tail) or 0
   local parts = {}
   if recs[1][2] > last then
     for k, r in ipairs(recs) do parts[k] = struct.pack('>I8I8', r[1], r[2]) end
