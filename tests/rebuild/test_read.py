@@ -311,9 +311,9 @@ def test_replies_written_alike_either_way_and_read_as_computed(
     # shows), its reply to 6 shows, its reply to 2 too; the cap counts the aside.
     assert timelines[2] == (110, [111, 112, 113]) and views[2] == [113, 112, 111]
     assert aside[2] == pack_ids([5, 110]) and shown[2] == pack_ids([6, 111])
-    # 3 follows 7 and 1 (pulled), none whom 7 answers: all aside; it sees 1's
-    # reply to 7. 4 does not follow 7: it does not see it.
-    assert timelines[3] == (0, []) and aside[3] == pack_ids([2, 112, 5, 110, 6, 111])
+    # 3 follows 7 and 1 (pulled), none whom 7 answers: all aside (in entry
+    # order); it sees 1's reply to 7. 4 does not follow 7: it does not see it.
+    assert timelines[3] == (0, []) and aside[3] == pack_ids([5, 110, 6, 111, 2, 112])
     assert views[3] == [121, 120] and views[4] == [121]
     # 6 hides 5: 7's reply to 5 is left out; 7's reply to 6 shows.
     assert timelines[6] == (0, [101, 111]) and aside[6] == pack_ids([2, 112])
