@@ -190,7 +190,7 @@ def group_by_timeline(
 def _with_answers(op: TimelineOp, answered: dict[int, tuple[int, int]]) -> TimelineOp:
     """``op`` with the answers of its entries as its owner sees them (a reset
     carries its own; filters and follows have no entries)."""
-    if op.op is Op.RESET or not op.tweets or op.op is Op.FILTER or op.owner < 0:
+    if op.op is Op.RESET or not op.tweets or op.op is Op.FILTER:
         return op
     owner = op.owner
     found = []
