@@ -54,7 +54,7 @@ from typing import Any
 
 import orjson
 
-from fanout.model import ids
+from fanout.model import ids, owners
 
 SCHEMA_VERSION = 1
 TWEETS = "tweets"
@@ -195,8 +195,8 @@ class TimelineReset:
 
     @property
     def join_key(self) -> int:
-        # A mentions timeline (-u) goes with its user's key and shard.
-        return abs(self.owner_id)
+        # A mentions timeline (-u) or a list goes with its user's key and shard.
+        return owners.user_of(self.owner_id)
 
 
 @dataclass(frozen=True, slots=True)

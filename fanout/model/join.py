@@ -74,7 +74,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 
-from fanout.model import events
+from fanout.model import events, owners
 from fanout.model.author_state import AuthorState
 
 #: Entries kept beyond the cap, in timelines and in merges (the default of STARLING_TIMELINE_SLACK).
@@ -294,8 +294,15 @@ def join_events(
 
     def mentioned(users: tuple[int, ...], post: int, seq: int) -> Mutation:
         """The post into the mentions timelines of ``users``."""
-        owners = mentions_owners(users)
-        return Mutation(Op.MENTION, owners, (post,), 0, seq, authors=(author_id,), actor=author_id)
+        return Mutation(
+            Op.MENTION,
+            owners.mentions_owners(users),
+            (post,),
+            0,
+            seq,
+            authors=(author_id,),
+            actor=author_id,
+        )
 
     def edge(op: Op, follower: int, seq: int) -> None:
         """The follower's follow of the author starts or ends (FOLLOWED, UNFOLLOWED)."""
@@ -449,7 +456,7 @@ def join_events(
             user = answers.pop(ev.tweet_id, 0)
             out.append(Mutation(Op.DELETE_BODY, (), (ev.tweet_id,)))
             if told:  # out of the mentions timelines (their own op: see fanout.store.ops)
-                out.append(Mutation(Op.REMOVE, mentions_owners(told), (ev.tweet_id,)))
+                out.append(Mutation(Op.REMOVE, owners.mentions_owners(told), (ev.tweet_id,)))
             out.append(
                 Mutation(
                     Op.REMOVE,
@@ -618,11 +625,6 @@ def notified_users(mentions: Iterable[int], answers: int) -> tuple[int, ...]:
     its author left out) and the one it answers (``answers``, 0: none, nor its
     own author); their mentions timelines hold it (docs/decisions.md D30)."""
     return tuple(sorted({*mentions, answers} - {0}))
-
-
-def mentions_owners(users: Iterable[int]) -> tuple[int, ...]:
-    """The owners of ``users``' mentions timelines: -u for user u, ascending."""
-    return tuple(sorted(-u for u in users))
 
 
 def rebuilt_author_state(

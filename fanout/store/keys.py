@@ -64,6 +64,8 @@ import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from fanout.model import owners
+
 TIMELINE_PREFIX = "tl:"
 TWEET_PREFIX = "tw:"
 REPOSTS_PREFIX = "tr:"
@@ -135,9 +137,11 @@ class Shards:
             raise ValueError(f"shard count must be 1-{SLOTS}, not {self.count}")
 
     def of(self, key_id: int) -> int:
-        """The shard of a user's or tweet's id (-u, user u's mentions timeline,
-        is in u's shard)."""
-        return ((abs(key_id) * _GOLDEN) & _MASK) * self.count >> 64
+        """The shard of a user's or tweet's id, or of a timeline owner's: a
+        negative owner (a mentions timeline, a list) is in its user's shard."""
+        if key_id < 0:
+            key_id = owners.user_of(key_id)
+        return ((key_id * _GOLDEN) & _MASK) * self.count >> 64
 
     def tag(self, shard: int) -> str:
         return _slot_tags(self.count)[shard] if self.count > 1 else ""

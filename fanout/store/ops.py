@@ -57,6 +57,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from fanout.model import owners
 from fanout.model.engagements import Counts, counts_json
 from fanout.model.join import Mutation, Op, aside, winners
 from fanout.store.keys import Shards
@@ -163,7 +164,7 @@ def group_by_timeline(
             lists[owner] = TimelineOp(
                 Op.LIST, owner, m.tweets, m.horizon, reposts=m.reposts, answers=m.answers
             )
-        elif m.owners and m.owners[0] < 0:
+        elif m.owners and owners.is_mentions(m.owners[0]):
             mentions.append(m)
         else:
             timeline_mutations.append(m)
