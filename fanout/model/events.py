@@ -10,6 +10,9 @@ Wire format (KTable style: the topics are tables):
   delete = tombstone (``None`` value).
 * topic ``follows``: key = ``"<follower_id>:<followee_id>"`` (the follow's
   natural key), value = the follow row as versioned JSON, unfollow = tombstone.
+  A list's membership is a follow whose follower is the list's timeline owner
+  (``-L``, fanout.model.owners): key ``"-L:<member_id>"``, the same value (it
+  never turns reposts off), a removal = tombstone.
   A repost is a row of the same table: its value adds ``repost_of``, the
   original's id (a post's value has no such field), and its text is empty.
   A reply adds ``in_reply_to`` (the post it answers), ``reply_to`` and
@@ -142,7 +145,8 @@ class TweetDeleted:
 class Followed:
     """A follow row, with what of the followee the follower's home timeline
     leaves out: everything while the follower mutes them (``muted``), their
-    reposts when ``reposts`` is off."""
+    reposts when ``reposts`` is off. A follower ``-L`` is list L's timeline
+    (the followee is a member; ``muted`` while the list's owner hides them)."""
 
     follower_id: int
     followee_id: int
@@ -175,7 +179,10 @@ class TimelineReset:
     original hides (a post with a newer repost, an older repost). ``as_of``: every
     write with a seq up to it was committed, and so seen, when they were read.
     ``pulled``: the authors left out, whose tweets the owner read from their
-    lists then (see fanout.model.join); the reset applies only if they still are."""
+    lists then (see fanout.model.join); the reset applies only if they still are.
+    ``drop``: the owner (a deleted list) is gone: once every write before this
+    one is applied, the store deletes its timeline and every key beside it
+    (``tweet_ids`` empty)."""
 
     owner_id: int
     tweet_ids: tuple[int, ...]
@@ -192,6 +199,7 @@ class TimelineReset:
     #: entries include the replies the owner's view leaves out for now (to
     #: users it does not follow): the store keeps them aside.
     answers: tuple[tuple[int, int], ...] = ()
+    drop: bool = False
 
     @property
     def join_key(self) -> int:
@@ -204,14 +212,15 @@ class FiltersSet:
     """The users whose tweets ``owner_id``'s home timeline hides when someone
     the owner follows reposts them: those the owner blocks, who block the
     owner, or whom the owner mutes (ascending). The owner's whole set, each
-    time it changes (a compacted changelog: the latest per owner)."""
+    time it changes (a compacted changelog: the latest per owner). A list's
+    timeline (owner ``-L``) has its own record: its owner's set, copied."""
 
     owner_id: int
     hidden: tuple[int, ...] = ()
 
     @property
     def join_key(self) -> int:
-        return self.owner_id
+        return owners.user_of(self.owner_id)  # a list's with its owner's
 
 
 @dataclass(frozen=True, slots=True)
@@ -421,7 +430,7 @@ def encode(event: Event) -> Record:
         )
     if isinstance(event, FiltersSet):
         value = orjson.dumps({"v": SCHEMA_VERSION, "hidden": list(event.hidden)})
-        return Record(FILTERS, str(event.owner_id).encode("ascii"), value, event.owner_id)
+        return Record(FILTERS, str(event.owner_id).encode("ascii"), value, event.join_key)
     if isinstance(event, TimelineReset):
         row = {
             "v": SCHEMA_VERSION,
@@ -433,6 +442,8 @@ def encode(event: Event) -> Record:
         }
         if event.answers:
             row["answers"] = [list(a) for a in event.answers]
+        if event.drop:
+            row["drop"] = True
         value = orjson.dumps(row)
         return Record(TIMELINES, str(event.owner_id).encode("ascii"), value, event.join_key)
     raise TypeError(f"not an event: {event!r}")
@@ -500,13 +511,35 @@ def _int_field(raw: bytes | str | None, what: str) -> int:
     return int(text)
 
 
-def _owner_field(raw: bytes | None) -> int:
-    """A timeline reset's key: its owner, -u for user u's mentions timeline."""
-    negative = raw is not None and raw[:1] == b"-"
-    owner = _int_field(raw[1:] if negative else raw, "timeline owner key")  # type: ignore[index]
-    if owner == 0:
-        raise BadEvent("timeline owner key is not a user id: 0")
+def _owner_field(raw: bytes | str | None, what: str = "timeline owner key") -> int:
+    """A timeline's owner (fanout.model.owners): u, -u for user u's mentions
+    timeline, -L for list L's."""
+    text = raw.decode("ascii", "replace") if isinstance(raw, bytes) else raw
+    if text is None:
+        raise BadEvent(f"missing {what}")
+    negative = text[:1] == "-"
+    owner = _int_field(text[1:] if negative else text, what)
+    if (
+        owner == 0
+        or owner > ids.MAX_ID
+        or (negative and owner > owners.MAX_USER and not owners.is_list_id(owner))
+    ):
+        raise BadEvent(f"{what} is not a timeline owner: {text[:40]!r}")
     return -owner if negative else owner
+
+
+def _list_or_user(owner: int, what: str) -> int:
+    """A follower, or a filter's owner: a user's home timeline or a list's."""
+    if owners.is_mentions(owner):
+        raise BadEvent(f"{what} is a mentions timeline: {owner}")
+    return owner
+
+
+def _follower(obj: Mapping[str, Any]) -> int:
+    value = obj.get("follower_id")
+    if isinstance(value, int) and not isinstance(value, bool) and value < 0:
+        return _list_or_user(_owner_field(str(value), "field 'follower_id'"), "field 'follower_id'")
+    return _id(obj, "follower_id")
 
 
 def _id(obj: Mapping[str, Any], name: str) -> int:
@@ -708,7 +741,9 @@ def decode_record(
         tweet_ids = obj.get("ids")
         if not isinstance(tweet_ids, list) or not all(ids.is_valid(t) for t in tweet_ids):
             raise BadEvent("field 'ids' is not a list of tweet ids")
-        horizon, as_of = obj.get("horizon"), obj.get("as_of")
+        horizon, as_of, drop = obj.get("horizon"), obj.get("as_of"), obj.get("drop", False)
+        if not isinstance(drop, bool) or (drop and tweet_ids):
+            raise BadEvent(f"field 'drop' is not a flag of a reset with no ids: {drop!r}")
         if not isinstance(horizon, int) or horizon < 0:
             raise BadEvent(f"field 'horizon' is not an id or 0: {horizon!r}")
         if not isinstance(as_of, int) or as_of < 0:
@@ -732,27 +767,30 @@ def decode_record(
             tuple(sorted(set(pulled))),
             tuple(sorted({(p[0], p[1], p[2] if len(p) == 3 else 0) for p in reposts})),
             tuple(sorted({(a[0], a[1]) for a in answers})),
+            drop,
         )
     elif topic == FOLLOWS:
         left, sep, right = key.partition(b":")
         if not sep:
             raise BadEvent(f"follow key is not 'follower:followee': {key[:40]!r}")
-        follower_id = _int_field(left, "follower in key")
+        follower_id = _list_or_user(_owner_field(left, "follower in key"), "follower in key")
         followee_id = _int_field(right, "followee in key")
         if value is None:
             event = Unfollowed(follower_id=follower_id, followee_id=followee_id)
         else:
             obj = _load(value)
             event = Followed(
-                follower_id=_id(obj, "follower_id"),
+                follower_id=_follower(obj),
                 followee_id=_id(obj, "followee_id"),
                 muted=_flag(obj, "muted", False),
                 reposts=_flag(obj, "reposts", True),
             )
             if (event.follower_id, event.followee_id) != (follower_id, followee_id):
                 raise BadEvent("follow key does not match its value")
+            if owners.is_list(follower_id) and not event.reposts:
+                raise BadEvent("a list's membership cannot turn reposts off")
     elif topic == FILTERS:
-        owner_id = _int_field(key, "filters owner key")
+        owner_id = _list_or_user(_owner_field(key, "filters owner key"), "filters owner key")
         if value is None:
             raise BadEvent("a filters record needs a value")
         hidden = _load(value).get("hidden")

@@ -97,6 +97,9 @@ class Op(IntEnum):
     #: the post ``tweets[0]`` by ``authors[0]`` names or answers each owner -u: it goes
     #: into u's mentions timeline unless u's filter hides the author (D30)
     MENTION = 11
+    #: the owner (a deleted list) is gone: the store deletes its keys once the
+    #: watermark reaches ``seq`` (held like a reset)
+    DROP = 12
 
 
 #: A pulled author goes back to push below this share of the threshold (in
@@ -482,6 +485,9 @@ def join_events(
                 ignored += 1
                 continue
             unfollow(ev.follower_id, seq)
+        elif isinstance(ev, events.TimelineReset) and ev.drop:
+            out.append(Mutation(Op.DROP, (ev.owner_id,), (), 0, seq))
+            continue
         elif isinstance(ev, events.TimelineReset):
             out.append(
                 Mutation(

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fanout.model import events, ids
+from fanout.model import events, ids, owners
 
 ID = st.integers(min_value=1, max_value=ids.MAX_ID)
 TEXT = st.text(min_size=1, max_size=280)
@@ -585,3 +585,59 @@ def test_a_reply_s_body_shows_what_it_answers_and_whom_it_mentions() -> None:
     assert "in_reply_to" not in orjson.loads(
         events.tweet_json(events.TweetPosted(60, 7, "b", "", 50))
     )
+
+
+LIST = owners.list_id(7, 3)
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        events.Followed(-LIST, 9),
+        events.Followed(-LIST, 9, muted=True),
+        events.Unfollowed(-LIST, 9),
+        events.FiltersSet(-LIST, (2, 9)),
+        events.TimelineReset(-LIST, (), 0, 40, drop=True),
+        events.TimelineReset(-LIST, (5, 6), 0, 40, answers=((6, 9),)),
+    ],
+)
+def test_a_list_s_memberships_filters_and_drop_round_trip(event: events.Event) -> None:
+    record = events.encode(event)
+    assert record.key.startswith(b"-")
+    back = events.decode(record.topic, record.key, record.value, events.headers(5, record.join_key))
+    assert back == events.Envelope(seq=5, event=event)
+
+
+def test_a_membership_goes_with_its_member_and_a_list_s_reset_with_its_owner() -> None:
+    assert events.encode(events.Followed(-LIST, 9)).join_key == 9
+    assert events.TimelineReset(-LIST, (), 0, 1, drop=True).join_key == 7
+
+
+@pytest.mark.parametrize(
+    ("topic", "key", "value", "reason"),
+    [
+        (events.FOLLOWS, b"-7:9", b'{"v":1,"follower_id":-7,"followee_id":9}', "mentions"),
+        (events.FOLLOWS, b"-77:9", None, "mentions"),
+        (events.FILTERS, b"-7", b'{"v":1,"hidden":[]}', "mentions"),
+        (
+            events.FOLLOWS,
+            b"-%d:9" % LIST,
+            b'{"v":1,"follower_id":-%d,"followee_id":9,"reposts":false}' % LIST,
+            "reposts",
+        ),
+        (
+            events.TIMELINES,
+            b"-%d" % LIST,
+            b'{"v":1,"ids":[5],"horizon":0,"as_of":1,"drop":true}',
+            "drop",
+        ),
+        (events.FOLLOWS, b"-%d:9" % ((1 << 53) + 7), None, "not a timeline owner"),
+    ],
+)
+def test_a_list_record_that_names_no_list_is_a_bad_event(
+    topic: str, key: bytes, value: bytes | None, reason: str
+) -> None:
+    follower = int(key.split(b":")[0])
+    join_key = 9 if topic == events.FOLLOWS else owners.user_of(follower)
+    with pytest.raises(events.BadEvent, match=reason):
+        events.decode(topic, key, value, events.headers(1, join_key))
