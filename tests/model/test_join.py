@@ -14,7 +14,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from fanout.model import events
+from fanout.model import events, owners
 from fanout.model.author_state import AuthorState
 from fanout.model.join import (
     Mutation,
@@ -764,4 +764,113 @@ def test_a_reply_shows_to_followers_of_whom_it_answers_and_a_follow_of_them_brin
     # The unfollow of A takes its replies out, the aside one included.
     system.run([[world.unfollow(F, A)]])
     assert system.view(F) == [mine] and system.model.timelines[F].aside == {}
+    exact(system, world)
+
+
+@settings(max_examples=250, deadline=None)
+@given(
+    seed=st.integers(0, 2**32),
+    cap=st.integers(2, 8),
+    slack=st.integers(1, 4),
+    jitter=st.sampled_from([0, 25]),
+    resets=st.sampled_from([0.0, 0.3]),
+    threshold=st.sampled_from([0, 2, 3]),
+)
+def test_lists_under_any_interleaving_equal_the_list_view(
+    seed: int, cap: int, slack: int, jitter: int, resets: float, threshold: int
+) -> None:
+    """Lists (docs/design.md, List) made, filled, emptied and deleted among
+    posts, reposts, replies, mentions, blocks, mutes and suspensions, their
+    refills too: once done, every list's timeline is the newest ``cap`` of
+    its view (its members' entries, replies to non-members aside, the
+    owner's hidden users screened but for the owner's own entries), members
+    count towards the pull threshold, and a deleted list leaves no timeline."""
+    rnd = random.Random(seed)
+    world, envs = random_workload(
+        rnd,
+        6,
+        steps=150,
+        jitter=jitter,
+        resets=resets,
+        pull_threshold=threshold,
+        engagements=0.3,
+        suspensions=0.03,
+        relations=0.25,
+        replies=0.35,
+        lists=0.3,
+    )
+    assert world.lists or world.deleted_lists
+    system = System(cap, slack, pull_threshold=threshold)
+    system.run(interleave(rnd, envs))
+    system.settle(world.log, world.joined())
+    exact(system, world)
+
+
+def test_a_list_shows_its_members_and_only_the_replies_to_members() -> None:
+    """O's list holds A: A's posts show, A's reply to U is aside until U is a
+    member; O's own entries show only once O is a member, and O's own reply
+    to U is then aside the same way (a list has no owner's exception)."""
+    O, U = 5, 6  # noqa: E741 - the owner
+    world = World(Log())
+    system = System(cap=6, slack=2)
+    list_, made = world.make_list(O)
+    lst = owners.list_owner(list_)
+    system.run([[*world.register(A, O, U), *made, world.add_member(list_, A), *world.post(U)]])
+    post = max(world.rows)
+    system.run([world.post(A) + world.post(O)])
+    mine, o_post = sorted(world.rows)[-2:]
+    system.run([world.reply(A, post) + world.reply(O, post)])
+    by_a, by_o = sorted(world.rows)[-2:]
+    assert system.view(lst) == [mine]
+    assert system.model.timelines[lst].aside == {by_a: U}
+    system.run([[world.add_member(list_, U)]])
+    assert system.view(lst) == [by_a, mine, post]
+    system.run([[world.add_member(list_, O)]])
+    assert system.view(lst) == [by_o, by_a, o_post, mine, post]
+    exact(system, world)
+    system.run([[world.remove_member(list_, U)]])
+    assert system.view(lst) == [o_post, mine]
+    assert system.model.timelines[lst].aside == {by_a: U, by_o: U}
+    exact(system, world)
+
+
+def test_a_list_hides_what_its_owner_hides_but_the_owner_s_own_entries() -> None:
+    """O mutes X: X's membership hides X, a member's repost of X's post is
+    screened, but O's own repost of X's post (made before the mute) stays, as
+    does O's own reply to X while X is a member; unmuting brings X back."""
+    O, X = 5, 6  # noqa: E741 - the owner
+    world = World(Log())
+    system = System(cap=6, slack=2)
+    list_, made = world.make_list(O)
+    lst = owners.list_owner(list_)
+    envs = [*world.register(A, O, X), *made, *world.post(X)]
+    post = max(world.rows)
+    envs += world.repost(O, post) + world.repost(A, post)
+    envs += [world.add_member(list_, m) for m in (A, O, X)]
+    system.run([envs])
+    system.run([world.mute(O, X)])
+    system.run([world.reply(O, post)])
+    reply = max(world.rows)
+    view = system.view(lst)
+    by_o = min(t for t, (a, o) in world.rows.items() if a == O and o == post)
+    assert reply in view and by_o in view and post not in view
+    assert all(world.rows[t][0] != X for t in view)
+    exact(system, world)
+    system.run([world.mute(O, X, False)])
+    exact(system, world)
+    system.settle(world.log, world.joined())
+    exact(system, world)
+
+
+def test_a_deleted_list_leaves_nothing_once_the_watermark_passes_its_drop() -> None:
+    O = 5  # noqa: E741 - the owner
+    world = World(Log())
+    system = System(cap=4, slack=2)
+    list_, made = world.make_list(O)
+    system.run([[*world.register(A, O), *made, world.add_member(list_, A), *world.post(A)]])
+    assert system.view(owners.list_owner(list_)) == [max(world.rows)]
+    gone = world.delete_list(list_)
+    system.run([gone[-1:]])  # the drop, before the membership's removal: held
+    assert owners.list_owner(list_) in system.model.timelines
+    system.run([gone[:-1]])
     exact(system, world)

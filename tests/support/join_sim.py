@@ -9,10 +9,10 @@ import dataclasses
 import itertools
 import random
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from fanout.model import events
+from fanout.model import events, owners
 from fanout.model.author_state import AuthorState
 from fanout.model.engagements import Counts, Engagements, count_events
 from fanout.model.join import Mutation, join_events, notified_users, winners
@@ -325,6 +325,12 @@ class World:
     replied: dict[int, tuple[int, int]] = field(default_factory=dict)
     #: The posts that name others: id -> those users (ascending; fixed at write).
     mentioned: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    #: Every list: id -> its owner; and their members: (list, member).
+    lists: dict[int, int] = field(default_factory=dict)
+    members: set[tuple[int, int]] = field(default_factory=set)
+    #: The lists each user has made (the next one's number is one more).
+    lists_made: Counter[int] = field(default_factory=Counter)
+    deleted_lists: set[int] = field(default_factory=set)
 
     def hidden(self, user: int) -> set[int]:
         """Whom ``user``'s view hides: those it blocks, who block it, it mutes."""
@@ -376,7 +382,14 @@ class World:
         for owner, ids in self.mentions_views().items():
             if ids:  # (a mentions timeline is made by its first mention)
                 view[owner], view.raw[owner], view.answers[owner] = ids, ids, {}
+        for list_, owner in self.lists.items():
+            members = self.list_members(list_)
+            owner_id = owners.list_owner(list_)
+            add_list_view(view, owner_id, self.live, members, self.hidden(owner), self.answers)
         return view
+
+    def list_members(self, list_: int) -> set[int]:
+        return {m for x, m in self.members if x == list_}
 
     def mentions_views(self) -> dict[int, list[int]]:
         """The mentions view of docs/design.md, by owner -u: for each user u,
@@ -516,18 +529,20 @@ class World:
         """relations.block_create: the follows both ways go, both filters change."""
         self.blocks.add((a, b))
         out = [self.unfollow(x, y) for x, y in ((a, b), (b, a)) if (x, y) in self.follows]
-        return [*out, self.log.filters(a, self.hidden(a)), self.log.filters(b, self.hidden(b))]
+        out += [self.log.filters(a, self.hidden(a)), self.log.filters(b, self.hidden(b))]
+        return [*out, *self._lists_hide(a, b), *self._lists_hide(b, a)]
 
     def unblock(self, a: int, b: int) -> list[events.Envelope]:
         self.blocks.discard((a, b))
-        return [self.log.filters(a, self.hidden(a)), self.log.filters(b, self.hidden(b))]
+        out = [self.log.filters(a, self.hidden(a)), self.log.filters(b, self.hidden(b))]
+        return [*out, *self._lists_hide(a, b), *self._lists_hide(b, a)]
 
     def mute(self, a: int, b: int, on: bool = True) -> list[events.Envelope]:
         """relations.mute_create / mute_delete: the follow's record says it, the
         muter's filter too."""
         (self.mutes.add if on else self.mutes.discard)((a, b))
         out = [self._follow_record(a, b)] if (a, b) in self.follows else []
-        return [*out, self.log.filters(a, self.hidden(a))]
+        return [*out, self.log.filters(a, self.hidden(a)), *self._lists_hide(a, b)]
 
     def set_reposts(self, a: int, b: int, on: bool) -> list[events.Envelope]:
         """relations.follow_reposts_set: the follow's record with its flag."""
@@ -535,6 +550,46 @@ class World:
             return []
         (self.quiet.discard if on else self.quiet.add)((a, b))
         return [self._follow_record(a, b)]
+
+    def make_list(self, owner: int) -> tuple[int, list[events.Envelope]]:
+        """lists.list_create: a new list of ``owner``'s, with its filter's copy."""
+        self.lists_made[owner] += 1
+        list_ = owners.list_id(owner, self.lists_made[owner])
+        self.lists[list_] = owner
+        hidden = self.hidden(owner)
+        return list_, [self.log.filters(owners.list_owner(list_), hidden)] if hidden else []
+
+    def add_member(self, list_: int, member: int) -> events.Envelope:
+        self.members.add((list_, member))
+        return self._membership(list_, member)
+
+    def _membership(self, list_: int, member: int) -> events.Envelope:
+        hidden = member in self.hidden(self.lists[list_])
+        return self.log.follow(owners.list_owner(list_), member, muted=hidden)
+
+    def remove_member(self, list_: int, member: int) -> events.Envelope:
+        self.members.discard((list_, member))
+        return self.log.unfollow(owners.list_owner(list_), member)
+
+    def delete_list(self, list_: int) -> list[events.Envelope]:
+        """lists.list_delete: every membership removed, then the list's drop."""
+        out = [self.remove_member(list_, m) for m in sorted(self.list_members(list_))]
+        del self.lists[list_]
+        self.deleted_lists.add(list_)
+        seq = next(self.log.seq)
+        drop = events.TimelineReset(owners.list_owner(list_), (), 0, seq - 1, drop=True)
+        return [*out, events.Envelope(seq, drop)]
+
+    def _lists_hide(self, user: int, other: int) -> list[events.Envelope]:
+        """What a change of whom ``user`` hides writes for ``user``'s lists: their
+        filters' copies, and the memberships of ``other`` with their flag."""
+        out = []
+        hidden = self.hidden(user)
+        for list_ in sorted(x for x, o in self.lists.items() if o == user):
+            out.append(self.log.filters(owners.list_owner(list_), hidden))
+            if (list_, other) in self.members:
+                out.append(self._membership(list_, other))
+        return out
 
     def _engagements_of(self, user: int, on: bool) -> list[events.Envelope]:
         """The user's likes, reposts and replies as engagement rows
@@ -575,10 +630,11 @@ def exact(system: System, world: World) -> None:
     at or above the floor, and the timeline itself is never short."""
     joined = world.joined()
     cap = system.cap
-    for user in [*world.users, *(-u for u in world.users)]:  # home and mentions
+    lists = [owners.list_owner(x) for x in world.lists]
+    for user in [*world.users, *(-u for u in world.users), *lists]:  # home, mentions, lists
         found = system.model.view(user)
-        if found is None and user < 0:  # never mentioned
-            assert not joined.get(user), f"mentions of {-user}"
+        if found is None and user < 0:  # never mentioned, or a list never written to
+            assert not joined.get(user), f"owner {user}"
             continue
         assert found is not None, f"user {user}"
         floor, got = found
@@ -586,11 +642,47 @@ def exact(system: System, world: World) -> None:
         assert got == [t for t in view if t >= floor][:cap], f"user {user}"
         if len(got) < cap and len(view) > len(got):
             tl = system.model.timelines[user]
-            screened = system.model.filters.get(abs(user)) or system.model.quiet.get(user)
+            filtered = owners.user_of(user) if owners.is_mentions(user) else user
+            screened = system.model.filters.get(filtered) or system.model.quiet.get(user)
             assert screened or tl.aside or system.model.pulls.get(user), f"user {user}: short"
             assert floor > 0, f"user {user}: short"
             assert len(tl.ids) + len(tl.aside) >= cap or tl.horizon == 0, f"user {user}: short"
+    for list_ in world.deleted_lists:  # a deleted list's keys are gone
+        owner = owners.list_owner(list_)
+        assert owner not in system.model.timelines and owner not in system.model.filters, list_
     assert system.counts == world.counts()
+
+
+def add_list_view(
+    view: View,
+    owner: int,
+    live: dict[int, int],
+    members: set[int],
+    hidden: set[int],
+    answering: Mapping[int, int],
+) -> None:
+    """List ``-owner``'s view (docs/design.md, List) into ``view``, with the raw
+    entries and answered users its refill carries: its members' entries (the
+    owner's own only if a member); a post that answers someone else only if
+    they are a member (no exception for the owner), else aside; every repost;
+    leaving out the entries whose actor, original's author or original's
+    answered user the owner hides (``hidden``), but never the owner's own;
+    one entry per original, the newest."""
+    me = owners.user_of(owner)
+    originals = view.originals
+
+    def shown(t: int, actor: int) -> bool:
+        if actor == me:
+            return True
+        if actor in hidden or answering.get(t, 0) in hidden:
+            return False
+        return t not in originals or live.get(originals[t]) not in hidden
+
+    raw = sorted((t for t, a in live.items() if a in members and shown(t, a)), reverse=True)
+    aside = {t for t in raw if t not in originals and answering.get(t, 0) not in {0, *members}}
+    view.raw[owner] = raw
+    view.answers[owner] = {t: answering[t] for t in raw if t in answering}
+    view[owner] = winners([t for t in raw if t not in aside], originals)[::-1]
 
 
 @dataclass
@@ -616,6 +708,16 @@ class Seen:
             ),
             reverse=True,
         )
+
+    def list_view(self, owner: int) -> View:
+        """List ``-owner``'s view as the read saw it (its members are the
+        follows of ``owner``, its owner's hidden users its filter's copy)."""
+        view = View()
+        view.raw, view.originals, view.answers = {}, self.originals, {}
+        members = {m for f, m in self.follows if f == owner}
+        hidden = self.hidden.get(owner, set())
+        add_list_view(view, owner, self.live, members, hidden, self.answers)
+        return view
 
     def joined(self, users: Iterable[int]) -> View:
         return oracle(
@@ -700,12 +802,15 @@ def random_workload(
     engagements: float = 0.0,
     relations: float = 0.0,
     replies: float = 0.0,
+    lists: float = 0.0,
 ) -> tuple[World, list[events.Envelope]]:
     """A workload over ``users``, where that share of ``suspensions`` of steps
     suspends or reinstates a user, that share of ``engagements`` reposts,
     undoes a repost, likes or unlikes, that share of ``replies`` answers a
     visible tweet, and that share of ``relations`` blocks,
-    unblocks, mutes, unmutes, or turns a followee's reposts off or on; with
+    unblocks, mutes, unmutes, or turns a followee's reposts off or on, that
+    share of ``lists`` makes a list, adds or removes a member, or deletes a
+    list (and resets ask for lists' refills too); with
     ``resets``, that share of steps also asks
     the database for a reset of a random timeline (see :func:`tables_seen`),
     leaving out the followees it guesses are pulled (those with
@@ -726,6 +831,8 @@ def random_workload(
             envs += _engage(rnd, world, a)
         elif relations and rnd.random() < relations:
             envs += _relate(rnd, world, a, b)
+        elif lists and rnd.random() < lists:
+            envs += _list_step(rnd, world, a, b)
         elif replies and rnd.random() < replies:
             if a not in world.suspended and live:
                 envs += world.reply(a, rnd.choice(sorted(live)))
@@ -747,6 +854,8 @@ def random_workload(
             envs.append(world.unfollow(*rnd.choice(edges)))
         if rnd.random() < resets:
             owner = rnd.randint(1, users)
+            if world.lists and rnd.random() < 0.3:  # a refill of a list
+                owner = owners.list_owner(rnd.choice(sorted(world.lists)))
             as_of = max(0, envs[-1].seq - rnd.randint(0, 4))
             seen = tables_seen(rnd, envs, owner, as_of)
             if replies and rnd.random() < 0.3:  # a refill of the owner's mentions timeline
@@ -757,7 +866,7 @@ def random_workload(
             audience = Counter(followee for _, followee in follows)
             pulled = {b for a, b in follows if a == owner and 0 < pull_threshold <= audience[b]}
             seen.live = {t: a for t, a in seen.live.items() if a not in pulled}
-            joined = seen.joined(world.users)
+            joined = seen.list_view(owner) if owners.is_list(owner) else seen.joined(world.users)
             envs.append(
                 world.log.reset(
                     owner,
@@ -798,6 +907,27 @@ def _relate(rnd: random.Random, world: World, a: int, b: int) -> list[events.Env
         return []
     x, y = rnd.choice(followed)
     return world.set_reposts(x, y, (x, y) in world.quiet)
+
+
+def _list_step(rnd: random.Random, world: World, a: int, b: int) -> list[events.Envelope]:
+    """``a`` makes a list, adds ``b`` (``a`` too, sometimes) to one of its
+    lists or removes a member, or deletes one of its lists."""
+    if a in world.suspended:
+        return []
+    mine = sorted(x for x, o in world.lists.items() if o == a)
+    roll = rnd.random()
+    if (roll < 0.2 and len(mine) < 3) or not mine:
+        return world.make_list(a)[1]
+    list_ = rnd.choice(mine)
+    members = sorted(world.list_members(list_))
+    if roll < 0.75:
+        member = a if rnd.random() < 0.2 else b
+        if member in world.suspended or (list_, member) in world.members:
+            return []
+        return [world.add_member(list_, member)]
+    if roll < 0.95:
+        return [world.remove_member(list_, rnd.choice(members))] if members else []
+    return world.delete_list(list_)
 
 
 def _engage(rnd: random.Random, world: World, user: int) -> list[events.Envelope]:
