@@ -10,6 +10,7 @@ import pytest
 from tests.support.oracle import (
     Workload,
     check_against_oracle,
+    check_lists,
     come_back,
     go_idle,
     pulled_authors,
@@ -26,12 +27,13 @@ def test_random_workload_matches_the_sql_join(stack: Stack) -> None:
     replies (to tweets, replies and reposts; some of them, or their
     parents, deleted later), blocks, mutes, their undoing and follows'
     reposts turned off and on;
-    posts naming other users (their mentions timelines);
+    posts naming other users (their mentions timelines); lists made, their
+    members added and removed, some lists deleted;
     the most followed authors are pulled at read time, some crossing the
     threshold both ways; a fifth of the users go idle half-way (their
     timelines dropped: no fan-out), and half of those come back while the
-    writes go on. Every home and mentions timeline and every tweet's counts
-    equal the SQL."""
+    writes go on. Every home, mentions and list timeline and every tweet's
+    counts equal the SQL, and a deleted list leaves no key."""
     work = Workload(
         stack,
         random.Random(2026),
@@ -40,6 +42,7 @@ def test_random_workload_matches_the_sql_join(stack: Stack) -> None:
         engagements=0.25,
         relations=0.06,
         replies=0.08,
+        lists=0.05,
     )
     work.register(200)
     work.run(1500)
@@ -72,6 +75,9 @@ def test_random_workload_matches_the_sql_join(stack: Stack) -> None:
     assert stats["with_horizon"] > 0 and stats["at_the_cap"] > 0  # the cap was reached
     assert stats["counted"] > 100 and stats["answered"] > 20
     assert stats["mentions"] > 20 and stats["mentions_entries"] > 100
+    lists = check_lists(stack, work.deleted_lists)
+    assert lists["lists"] > 20 and lists["lists_entries"] > 200 and work.deleted_lists
+    assert min(work.counts.get(k, 0) for k in ("list", "member_add", "member_remove")) > 10
     store, ids = stack.store, dict(stack.sql("SELECT username, id FROM feed_user"))
     generation = store.active_generation()
     assert generation is not None
@@ -83,7 +89,7 @@ def test_random_workload_matches_the_sql_join(stack: Stack) -> None:
     listed, pulled = pulled_authors(stack)
     assert pulled and pushed_back in listed - pulled  # pulled, and one went back to push
     print(
-        f"\noracle check: {stats}, writes {work.counts}, {work.moderated}, {len(idle)} idle, "
+        f"\noracle check: {stats}, {lists}, writes {work.counts}, {work.moderated}, {len(idle)} idle, "
         f"{skipped} skipped, "
         f"{len(pulled)} authors pulled, {len(listed - pulled)} pulled then pushed again"
     )

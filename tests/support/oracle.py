@@ -29,7 +29,7 @@ from tests.support.stack import Stack
 #: the actor, the original's author or the user the original answers; the
 #: reposts of followees with reposts off) and the replies to users the user
 #: does not follow, one per original (the newest). Rows (owner, entry).
-ORACLE_SQL = """
+_VIEW_CTES = """
     WITH entries AS (
       SELECT t.id AS entry_id, t.author_id AS actor_id,
              COALESCE(t.repost_of_id, t.id) AS original_id,
@@ -46,7 +46,11 @@ ORACLE_SQL = """
       SELECT blocker_id AS owner_id, blocked_id AS user_id FROM feed_block
       UNION SELECT blocked_id, blocker_id FROM feed_block
       UNION SELECT muter_id, muted_id FROM feed_mute
-    ), audience AS (
+    )
+"""
+ORACLE_SQL = (
+    _VIEW_CTES  # noqa: S608 - constants
+    + """    , audience AS (
       SELECT follower_id AS owner_id, followee_id AS actor_id, reposts FROM feed_follow
       UNION ALL SELECT id, id, TRUE FROM feed_user
     )
@@ -62,6 +66,7 @@ ORACLE_SQL = """
               AND h.user_id IN (e.actor_id, e.original_author_id, e.original_reply_to_id)))
     GROUP BY au.owner_id, e.original_id
 """
+)
 #: The mentions view, as docs/design.md writes it: each user's visible posts by
 #: others that name them or answer one of their posts, leaving out the
 #: authors they hide. Rows (owner, entry), newest first per owner.
@@ -81,6 +86,26 @@ MENTIONS_SQL = """
                       WHERE h.owner_id = m.user_id AND h.user_id = t.author_id)
     ORDER BY m.user_id, t.id DESC
 """
+#: Each list's view, as docs/design.md writes it (``entries`` and ``hidden`` as
+#: in Home's): its members' entries; a post that answers someone else only if
+#: they are a member; every repost; leaving out what the list's owner hides
+#: but the owner's own entries; one per original (the newest). Rows (owner
+#: -L, entry).
+LIST_SQL = (
+    _VIEW_CTES  # noqa: S608 - constants
+    + """    SELECT -l.id AS owner_id, MAX(e.entry_id) AS entry_id
+    FROM feed_list l
+    JOIN feed_listmember lm ON lm.list_id = l.id
+    JOIN entries e ON e.actor_id = lm.member_id
+    WHERE (NOT e.answers_another
+           OR EXISTS (SELECT 1 FROM feed_listmember rm WHERE rm.list_id = l.id
+                        AND rm.member_id = e.original_reply_to_id))
+      AND (e.actor_id = l.owner_id OR NOT EXISTS (
+            SELECT 1 FROM hidden h WHERE h.owner_id = l.owner_id
+              AND h.user_id IN (e.actor_id, e.original_author_id, e.original_reply_to_id)))
+    GROUP BY l.id, e.original_id
+"""
+)
 #: Every tweet's counts (docs/design.md): its likes, reposts and direct
 #: replies by active users.
 COUNTS_SQL = """
@@ -129,6 +154,9 @@ class Workload:
     mutes: set[tuple[str, str]] = field(default_factory=set)  # (muter, muted)
     quiet: set[tuple[str, str]] = field(default_factory=set)  # follows with reposts off
     replies: float = 0.0
+    lists: float = 0.0
+    owned: dict[int, tuple[str, set[str]]] = field(default_factory=dict)  # list -> owner, members
+    deleted_lists: set[int] = field(default_factory=set)
     #: Whom posts name, drawn apart: the rest of a seed's workload stays what it was.
     naming: random.Random = field(default_factory=lambda: random.Random(11))
 
@@ -206,6 +234,11 @@ class Workload:
                 continue
             if self.relations and self.rnd.random() < self.relations:
                 kind = self.relate(a, b)
+                if kind:
+                    self.counts[kind] = self.counts.get(kind, 0) + 1
+                continue
+            if self.lists and self.rnd.random() < self.lists:
+                kind = self.list_step(a, b)
                 if kind:
                     self.counts[kind] = self.counts.get(kind, 0) + 1
                 continue
@@ -307,6 +340,37 @@ class Workload:
         if self.blocked(user, self.live[original]):
             return None
         return target, original
+
+    def list_step(self, a: str, b: str) -> str | None:
+        """``a`` makes a list, adds ``b`` (or ``a``) to one of its lists or
+        removes a member (a suspended one too), or deletes one of its lists;
+        the kind of write made, None if none was."""
+        mine = sorted(x for x, (o, _) in self.owned.items() if o == a)
+        roll = self.rnd.random()
+        if (roll < 0.15 and len(mine) < 3) or not mine:
+            made = self.call("POST", "/lists", a, {"name": f"list {len(mine)}", "description": ""})
+            self.owned[made["id"]] = (a, set())
+            return "list"
+        list_ = self.rnd.choice(mine)
+        members = self.owned[list_][1]
+        if roll < 0.8:
+            member = a if self.rnd.random() < 0.2 else b
+            if member in members or member in self.suspended:
+                return None
+            self.call("POST", f"/lists/{list_}/members", a, {"username": member})
+            members.add(member)
+            return "member_add"
+        if roll < 0.97:
+            if not members:
+                return None
+            member = self.rnd.choice(sorted(members))
+            self.call("DELETE", f"/lists/{list_}/members/{member}", a)
+            members.discard(member)
+            return "member_remove"
+        self.call("DELETE", f"/lists/{list_}", a)
+        del self.owned[list_]
+        self.deleted_lists.add(list_)
+        return "list_delete"
 
     def relate(self, a: str, b: str) -> str | None:
         """``a`` blocks ``b`` (which takes the follows both ways) or mutes them,
@@ -431,6 +495,53 @@ def check_mentions(stack: Stack, ids: dict[str, int]) -> dict[str, int]:
         assert found.ids == full[:cap], f"{name}: mentions differ from the view"
         stats["mentions"] += 1
         stats["mentions_entries"] += len(found.ids)
+    return stats
+
+
+def check_lists(stack: Stack, deleted: set[int]) -> dict[str, int]:
+    """Every list's timeline in Redis (owner -L) is exactly the list view's
+    newest ``STARLING_TIMELINE_SIZE`` (above its floor when the list keeps
+    replies aside or screens pulled lists, as a home timeline), but those of
+    idle owners (a tombstone); a deleted list leaves no key."""
+    view: dict[int, list[int]] = {}
+    for owner, tweet_id in stack.sql(LIST_SQL):
+        view.setdefault(owner, []).append(tweet_id)
+    store = stack.store
+    generation = store.active_generation()
+    assert generation is not None
+    cap = stack.timeline_size
+    stats = {"lists": 0, "lists_entries": 0, "lists_idle": 0, "lists_at_the_cap": 0}
+    for (list_,) in stack.sql("SELECT id FROM feed_list"):
+        owner = -list_
+        full = sorted(view.get(owner, []), reverse=True)
+        key = keys.timeline(generation, owner, store.shards.tag_of(owner))
+        if store.redis.get(key) == IDLE:
+            stats["lists_idle"] += 1
+            continue
+        found = store.timeline(generation, owner)
+        if found is None:
+            assert not full, f"list {list_}: no timeline"
+            continue
+        assert len(found.ids) == len(set(found.ids)), f"list {list_}: duplicate entries"
+        if (
+            len(found.ids) < cap
+            and len(full) > len(found.ids)
+            and (
+                _screens_lists(stack, generation, owner) or store.with_replies(generation, [owner])
+            )
+        ):
+            assert found.horizon > 0, f"list {list_}: short"
+            full = [t for t in full if t >= found.horizon]
+        assert found.ids == full[:cap], f"list {list_}: timeline differs from the view"
+        stats["lists"] += 1
+        stats["lists_entries"] += len(found.ids)
+        stats["lists_at_the_cap"] += len(full) > cap
+    for list_ in deleted:
+        owner = -list_
+        tag = store.shards.tag_of(owner)
+        assert not store.redis.exists(
+            keys.timeline(generation, owner, tag), keys.filters(generation, owner, tag)
+        ), f"deleted list {list_} left keys"
     return stats
 
 
