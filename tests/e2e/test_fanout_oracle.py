@@ -89,8 +89,8 @@ def test_random_workload_matches_the_sql_join(stack: Stack) -> None:
     listed, pulled = pulled_authors(stack)
     assert pulled and pushed_back in listed - pulled  # pulled, and one went back to push
     print(
-        f"\noracle check: {stats}, {lists}, writes {work.counts}, {work.moderated}, {len(idle)} idle, "
-        f"{skipped} skipped, "
+        f"\noracle check: {stats}, {lists}, writes {work.counts}, {work.moderated}, "
+        f"{len(idle)} idle, {skipped} skipped, "
         f"{len(pulled)} authors pulled, {len(listed - pulled)} pulled then pushed again"
     )
 
