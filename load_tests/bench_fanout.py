@@ -4,7 +4,7 @@
                                       [--rate 1000] [--seconds 60]
     python -m load_tests.bench_fanout --cluster [--users 10000] [--backlog 50000] [--seconds 60]
     python -m load_tests.bench_fanout --mix [--mix-window 5000] [--users 10000] [--backlog 50000]
-                                      [--reposts 1] [--likes 5] [--replies 0.0]
+                                      [--reposts 1] [--likes 5] [--replies 0.0] [--lists 0.0]
     python -m load_tests.bench_fanout --viral [--viral-likes 20000] [--viral-reposts 2000]
                                       [--viral-seconds 30] [--mix]
     python -m load_tests.bench_fanout --celebrity [--celebrity-followers 1000000]
@@ -150,6 +150,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--likes", type=int, default=5, help="--mix: likes per post")
     parser.add_argument(
         "--replies", type=float, default=0.0, help="--mix: the share of posts that are replies"
+    )
+    parser.add_argument(
+        "--lists",
+        type=float,
+        default=0.0,
+        help="--mix: the share of users who make three lists of 50 members before the mix",
     )
     parser.add_argument(
         "--viral",

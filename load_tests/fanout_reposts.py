@@ -8,7 +8,13 @@ of a tweet's counts.
 
     python -m load_tests.bench_fanout --mix --replies 0.33 --reposts 0 --likes 0
 
-is the replies mix: a third of the posts are replies, nothing else."""
+is the replies mix: a third of the posts are replies, nothing else.
+
+    python -m load_tests.bench_fanout --mix --lists 0.1 --reposts 0 --likes 0
+
+is the lists mix: between the phases, a tenth of the users make three lists
+of 50 members each (drawn by popularity, as follows are): the second phase's
+posts reach those lists too."""
 
 from __future__ import annotations
 
@@ -19,7 +25,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from fanout.kafka import ensure_topics
-from fanout.model import events, ids
+from fanout.model import events, ids, owners
 from fanout.model.engagements import counts_json
 from fanout.model.join import Mutation, Op
 from fanout.store import keys
@@ -51,6 +57,7 @@ from load_tests.fanout_rig import (
     write_graph,
 )
 from load_tests.harness import Report, percentile, ratio
+from load_tests.network import Popularity
 
 
 def run_mix(args: argparse.Namespace) -> int:
@@ -84,6 +91,7 @@ def run_mix(args: argparse.Namespace) -> int:
             replies=args.replies,
         )
         drafts = make_tweets(args.backlog, authors, args.users, rnd, gen)
+        memberships = list_memberships(args.users, args.lists, random.Random(args.seed + 5))
         figures: dict[str, dict[str, Any]] = {}
         between: list[events.Event] = []  # the posts-only steady phase's posts
         stream: list[events.Event] = []
@@ -91,6 +99,11 @@ def run_mix(args: argparse.Namespace) -> int:
             # The mix's ids are minted after the posts-only phase's, as a backlog
             # written after it would be: its entries are newer than the timelines'.
             backlog = posts if name == "posts" else (stream := mixed(drafts, reactions, gen))
+            if name == "mix" and memberships:  # the lists are made, and filled, first
+                for membership in memberships:
+                    log.send(membership)
+                log.flush()
+                wait_for_seq(store, job, log.last_seq, timeout=900)
             delivered, e2e, drain = drain_encoded(log, store, job, backlog)
             load = MixedLoad(
                 log,
@@ -120,10 +133,12 @@ def run_mix(args: argparse.Namespace) -> int:
         job.stop()
         job = None
 
-        runs = mixed_mutations(pairs, [posts, between, stream], 800, args.max_records)
-        rates = ceilings(store, runs, pairs)
+        streams: list[Sequence[events.Event]] = [posts, between, memberships, stream]
+        runs = mixed_mutations(pairs, streams, 800, args.max_records)
+        members = [(m.follower_id, m.followee_id) for m in memberships]
+        rates = ceilings(store, runs, [*pairs, *members])
         for (name, fig), ceiling, (_, planned) in zip(
-            figures.items(), rates[::2], runs[::2], strict=True
+            figures.items(), rates[::3], runs[::3], strict=True
         ):
             fig["ceiling"] = ceiling
             fig["planned"] = planned
@@ -131,7 +146,7 @@ def run_mix(args: argparse.Namespace) -> int:
                 "posts only"
                 if name == "posts"
                 else f"mix ({args.reposts} reposts + {args.likes} likes per post, "
-                f"{args.replies:.0%} of posts replies)"
+                f"{args.replies:.0%} of posts replies, {len(memberships):,} list members)"
             )
             fig["p50"] = report_phase(report, label, name, fig, args)
             fig["share"] = ratio(fig["e2e"], ceiling)
@@ -175,6 +190,21 @@ def run_mix(args: argparse.Namespace) -> int:
         if job is not None:
             job.stop()
         stop_services(services)
+
+
+def list_memberships(users: int, share: float, rnd: random.Random) -> list[events.Followed]:
+    """``share`` of ``users`` each make three lists of 50 members, drawn by
+    popularity (lists hold the accounts people follow): their memberships."""
+    popular = Popularity(users, rnd)
+    out: list[events.Followed] = []
+    for owner in sorted(rnd.sample(range(1, users + 1), int(users * share))):
+        for number in (1, 2, 3):
+            list_owner = owners.list_owner(owners.list_id(owner, number))
+            members: set[int] = set()
+            while len(members) < min(50, users):
+                members.add(popular.draw(rnd))
+            out += [events.Followed(list_owner, m) for m in sorted(members)]
+    return out
 
 
 def drain_encoded(
