@@ -1,4 +1,4 @@
-"""Rebuild every home and mentions timeline from the changelogs, verify, switch atomically.
+"""Rebuild every home, mentions and list timeline from the changelogs, verify, switch atomically.
 
     manage.py rebuild_timelines [--dry-run] [--sample 200] [--wait 600] [--json]
 
