@@ -280,6 +280,8 @@ def print_summary(s: Summary, out: Any) -> None:
             f"  entries                 {s.entries:,} ({s.short:,} timelines short: "
             "refills queued)",
             f"  mentions timelines      {s.mentions:,} ({s.mention_entries:,} entries)",
+            f"  lists' timelines        {s.lists:,} ({s.list_entries:,} entries, "
+            f"{s.lists_dropped:,} of idle owners dropped)",
             f"  verified                {s.verified_counts:,} lengths, "
             f"{s.sample_checked} sampled against the database",
         ]

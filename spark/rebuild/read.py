@@ -47,6 +47,7 @@ from fanout.config import StarlingConfig, TopicNames
 from fanout.model import events
 from fanout.model.engagements import Counts, Engagements
 from fanout.model.join import newest_entries, rebuilt_author_state
+from fanout.model.owners import MAX_USER
 from fanout.model.partitioning import partitions_of
 from fanout.store.timelines import store_for
 from spark.rebuild.decode import FILTER, FOLLOWS, MUTED, QUIET, decode_records
@@ -326,6 +327,11 @@ class PartitionJoin:
         replies, answered, _ = self.answers.arrays()
         muting, _, muted_offsets = self.muted.arrays()
         owners_filtered, _, filter_offsets = self.filters.arrays()
+        # A filter's join key is its owner's user: a list's copy (-L) goes
+        # with its owner o (fanout.model.owners.user_of).
+        owners_filtered = np.where(
+            owners_filtered < 0, -owners_filtered & MAX_USER, owners_filtered
+        )
         self.tweets = self.follows = self.reposts = self.muted = self.answers = _Pairs()
         tweeted, tweets = _groups(authors, tweet_ids)
         _, audiences = _groups(followees, followers)

@@ -199,6 +199,11 @@ class Summary:
     #: Mentions timelines written (owner -u beside user u's; an idle user's stays dropped).
     mentions: int = 0
     mention_entries: int = 0
+    #: Lists' timelines written (owner -L; an idle owner's lists stay dropped:
+    #: ``lists_dropped``), and their entries.
+    lists: int = 0
+    lists_dropped: int = 0
+    list_entries: int = 0
     snapshot_seq: int = 0
     snapshot_contiguous: int = 0
     verified_counts: int = 0

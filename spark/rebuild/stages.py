@@ -1,4 +1,4 @@
-"""Rebuild every home and mentions timeline from the changelogs, verify, switch atomically.
+"""Rebuild every home, mentions and list timeline from the changelogs, verify, switch atomically.
 
     manage.py rebuild_timelines [--dry-run] [--sample 200] [--wait 600] [--json]
 
@@ -75,6 +75,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from fanout.config import Env, StarlingConfig
+from fanout.model import owners
 from fanout.model.watermark import contiguous, mark_name
 from fanout.store.generations import GenerationState
 from fanout.store.timelines import TimelineStore
@@ -289,18 +290,22 @@ class Rebuild:
         lengths = {r["owner"]: r["entries"] for r in written}
         self.summary.short = sum(bool(r["short"]) for r in written)
         self._go_on()  # between a stage's actions too: a cancel stops only the running ones
-        lists = _first(
+        pulled_lists = _first(
             states.where("pulled")
             .mapInArrow(lambda it: write_lists_partition(it, config, generation), COUNT)
             .agg(F.sum("n"))
         )[0]
-        homes = [n for o, n in lengths.items() if o > 0]
-        mentions = [n for o, n in lengths.items() if o < 0]
+        homes = [n for o, n in lengths.items() if owners.is_home(o)]
+        mentions = [n for o, n in lengths.items() if owners.is_mentions(o)]
+        lists = [n for o, n in lengths.items() if owners.is_list(o)]
         self.summary.timelines = sum(n >= 0 for n in homes)
         self.summary.dropped = len(homes) - self.summary.timelines
         self.summary.entries = sum(n for n in homes if n >= 0)
         self.summary.mentions = sum(n >= 0 for n in mentions)
         self.summary.mention_entries = sum(n for n in mentions if n >= 0)
+        self.summary.lists = sum(n >= 0 for n in lists)
+        self.summary.lists_dropped = len(lists) - self.summary.lists
+        self.summary.list_entries = sum(n for n in lists if n >= 0)
         path = self.state_root / f"gen-{generation}" / "state"
         # Recorded first, so that deleting the generation deletes a half-written state too.
         self.store.set_generation_meta(generation, state_path=str(path))
@@ -316,8 +321,10 @@ class Rebuild:
             f"{self.summary.timelines:,} timelines ({self.summary.dropped:,} idle users' kept "
             f"dropped, with their mentions, {self.summary.short:,} short: refills queued), "
             f"{self.summary.entries:,} entries, {self.summary.mentions:,} mentions timelines "
-            f"({self.summary.mention_entries:,} entries), {lists or 0:,} pulled authors' "
-            f"lists, author state in {path}"
+            f"({self.summary.mention_entries:,} entries), {self.summary.lists:,} lists' "
+            f"timelines ({self.summary.list_entries:,} entries, "
+            f"{self.summary.lists_dropped:,} of idle owners dropped), {pulled_lists or 0:,} "
+            f"pulled authors' lists, author state in {path}"
         )
         return lengths
 
@@ -326,21 +333,22 @@ class Rebuild:
         timelines too; returns the sample of users whose home timelines are
         compared with the database (:meth:`Conclusion.check_sample`)."""
         self.progress.stage("verifying")
-        owners = sorted(lengths)
-        stored = self.store.timeline_lengths(generation, owners)  # -1: dropped, as computed
-        wrong = [o for o, n in zip(owners, stored, strict=True) if n != lengths[o]]
+        every = sorted(lengths)
+        stored = self.store.timeline_lengths(generation, every)  # -1: dropped, as computed
+        wrong = [o for o, n in zip(every, stored, strict=True) if n != lengths[o]]
         if wrong:
             raise RebuildFailed(
                 f"{len(wrong)} timelines in Redis do not have the computed length "
                 f"(e.g. users {wrong[:5]})"
             )
-        self.summary.verified_counts = len(owners)
+        self.summary.verified_counts = len(every)
         rnd = random.Random(generation)  # noqa: S311 - a sample, not a secret
-        kept = [o for o in owners if o > 0 and lengths[o] >= 0]
-        mentions = sum(o < 0 for o in owners)
+        kept = [o for o in every if owners.is_home(o) and lengths[o] >= 0]
+        mentions = sum(owners.is_mentions(o) for o in every)
+        lists = sum(owners.is_list(o) for o in every)
         self.progress.done(
-            f"lengths: {len(owners) - mentions:,} timelines and {mentions:,} mentions "
-            "timelines as computed"
+            f"lengths: {len(every) - mentions - lists:,} timelines, {mentions:,} mentions "
+            f"timelines and {lists:,} lists' timelines as computed"
         )
         return rnd.sample(kept, min(max(self.sample, 0), len(kept)))
 

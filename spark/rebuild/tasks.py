@@ -41,9 +41,10 @@ import pyarrow.compute as pc
 from pyspark import Broadcast
 
 from fanout.config import StarlingConfig
+from fanout.model import owners as timeline_owners
 from fanout.model.join import distinct_timeline
 from fanout.store.ops import pack_pairs, pack_timeline, visible
-from fanout.store.timelines import store_for
+from fanout.store.timelines import TimelineStore, store_for
 from spark.runtime import arrow
 from spark.runtime.worker_heap import spark_task
 
@@ -367,6 +368,11 @@ class OwnerInput:
     #: order, and each one's author.
     mentions: list[np.ndarray] = field(default_factory=list)
     mentioners: list[np.ndarray] = field(default_factory=list)
+    #: A list's entries whose actor is its owner's user (a member's own:
+    #: ``owners.user_of``), pulled ones included: its filter never hides them,
+    #: though its owner's replies stay conditional (for a home owner its own
+    #: entries answer no one: :func:`owner_answers`, so none are needed).
+    exempt: list[np.ndarray] = field(default_factory=list)
 
     def merge(self, other: OwnerInput) -> None:
         """Add ``other``, more rows of the same owner."""
@@ -391,6 +397,7 @@ class OwnerInput:
         self.followed = self.followed or other.followed
         self.mentions += other.mentions
         self.mentioners += other.mentioners
+        self.exempt += other.exempt
 
     def screened(self, seen: bool = False) -> np.ndarray:
         """The entries the timeline leaves out (with ``seen``: that readers do
@@ -434,6 +441,8 @@ class OwnerInput:
         if answers.any():
             if len(self.hidden):  # an entry whose original answers a hidden user
                 hit = (answers != 0) & np.isin(answers, self.hidden)
+                if self.exempt:  # but for a list owner's own (docs/rebuild.md)
+                    hit &= ~np.isin(ids, _joined(self.exempt))
                 drop = hit if drop is None else drop | hit
             away, showing = reply_sides(ids, origins, answers, self.followees)
             if drop is not None:
@@ -600,7 +609,9 @@ def _batch_inputs(batch: pa.RecordBatch) -> Iterator[OwnerInput]:
         seen = values[offsets[a] : offsets[b]]
         seen_origins = origin_values[offsets[a] : offsets[b]]
         lengths = offsets[a + 1 : b + 1] - offsets[a:b]
-        own_rows = authors[a:b] == owner
+        own_rows = authors[a:b] == owner  # home's self edge (a list has none)
+        # The rows of the timeline's own user: what its filter never screens.
+        actor_rows = own_rows if owner > 0 else authors[a:b] == timeline_owners.user_of(owner)
         seen_answers = answer_values[offsets[a] : offsets[b]]
         if seen_answers.any():
             seen_answers = owner_answers(seen_answers, np.repeat(own_rows, lengths), owner)
@@ -625,7 +636,7 @@ def _batch_inputs(batch: pa.RecordBatch) -> Iterator[OwnerInput]:
         )
         seen_by = by_values[offsets[a] : offsets[b]]
         if seen_by.any():  # reposts whose original's author a filter may hide
-            mine = np.repeat(own_rows, lengths)
+            mine = np.repeat(actor_rows, lengths)
             screenable = (seen_by != 0) & ~mine
             if screenable.any():
                 got.reposts = [seen[screenable]]
@@ -651,6 +662,8 @@ def _batch_inputs(batch: pa.RecordBatch) -> Iterator[OwnerInput]:
                 np.repeat(authors[a:b][rows_mentions], pc.list_value_length(runs).to_numpy())
             ]
         got.followed = bool(edges.any())
+        if timeline_owners.is_list(owner) and actor_rows.any():
+            got.exempt = [seen[np.repeat(actor_rows, lengths)]]
         yield got
 
 
@@ -673,6 +686,21 @@ def _chunks(inputs: Iterator[OwnerInput], size: int = 5_000) -> Iterator[list[Ow
         yield chunk
 
 
+def idle_owners(
+    store: TimelineStore, live: int | None, generation: int, owners: list[int]
+) -> set[int]:
+    """Of ``owners`` (homes and lists), those whose timelines stay dropped in
+    ``generation``: every timeline of a user whose home timeline is dropped
+    (idle) in the ``live`` generation, its lists (``owners.user_of``) too, and
+    the mentions timelines of those homes (-u)."""
+    if live is None or live == generation or not owners:
+        return set()
+    users = sorted({timeline_owners.user_of(o) for o in owners})
+    asleep = store.dropped(live, users)
+    idle = {o for o in owners if timeline_owners.user_of(o) in asleep}
+    return idle | {-o for o in idle if timeline_owners.is_home(o)}
+
+
 @spark_task
 def write_timelines_partition(
     batches: Iterator[pa.RecordBatch],
@@ -683,11 +711,12 @@ def write_timelines_partition(
     """Write this partition's timelines (from rows of :data:`EDGES`, or of
     :data:`OWNED` with ``kept``) into ``generation``, with the replies each
     keeps aside and shows, their owners' filters, followees and pulls (quiet
-    ones marked), and beside each its owner's mentions timeline (owner
-    ``-u``: :meth:`OwnerInput.mentions_timeline`, no pairs, no replies
-    aside); return their lengths (-1 for the users idle in the active
-    generation: their timelines, and their mentions timelines, stay
-    dropped) and whether each is short: those are queued for a refill from
+    ones marked), and beside each home timeline its owner's mentions timeline
+    (owner ``-u``: :meth:`OwnerInput.mentions_timeline`, no pairs, no replies
+    aside; a list, owner ``-L``, has none); return their lengths (-1 for the
+    users idle in the active generation: their timelines, their mentions
+    timelines and their lists' stay dropped, :func:`idle_owners`) and
+    whether each is short: those are queued for a refill from
     the database, as the fanout job queues the timelines its screened
     merges leave short (a mentions timeline is screened before it is cut:
     never short)."""
@@ -700,21 +729,24 @@ def write_timelines_partition(
         store.write_filters(generation, ((i.owner, i.hidden.tolist()) for i in chunk))
         store.write_followees(generation, ((i.owner, i.followees.tolist()) for i in chunk))
         made = [i for i in chunk if i.followed]
-        owners = [i.owner for i in made]
         rows = [(i.owner, i.timeline(cap, slack)) for i in made]
-        idle = store.dropped(live, owners) if live is not None and live != generation else set()
-        idle |= {-o for o in idle}  # an idle user's mentions timeline stays dropped too
-        homes = [(o, t) for o, t in rows if o not in idle]
-        rows += [(-i.owner, i.mentions_timeline(cap, slack)) for i in made]
+        idle = idle_owners(store, live, generation, [i.owner for i in made])
+        timelines = [(o, t) for o, t in rows if o not in idle]  # homes and lists
+        # A home's mentions timeline beside it (a list has none: no "-(-L)").
+        rows += [
+            (timeline_owners.mentions_owner(i.owner), i.mentions_timeline(cap, slack))
+            for i in made
+            if timeline_owners.is_home(i.owner)
+        ]
         written = [(o, t) for o, t in rows if o not in idle]
         store.write_timelines(
             generation, ((o, pack_timeline(t.horizon, t.ids)) for o, t in written)
         )
-        store.write_timeline_reposts(generation, ((o, pack_pairs(t.pairs)) for o, t in homes))
-        store.write_replies(generation, ((o, t.aside, t.shown) for o, t in homes))
+        store.write_timeline_reposts(generation, ((o, pack_pairs(t.pairs)) for o, t in timelines))
+        store.write_replies(generation, ((o, t.aside, t.shown) for o, t in timelines))
         store.write_dropped(generation, idle)
         store.write_pulls(generation, ((i.owner, i.pulls, i.quiet_pulls) for i in made if i.pulls))
-        short = [o for o, t in homes if t.short(cap)]
+        short = [o for o, t in timelines if t.short(cap)]
         if short:
             store.request_refill(*short)
         yield arrow.batch(

@@ -11,7 +11,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from fanout.config import StarlingConfig
-from fanout.model import events
+from fanout.model import events, owners
 from fanout.model.partitioning import partition_for
 from fanout.store import keys
 from fanout.store.ops import pack_ids, pack_timeline, unpack_timeline
@@ -413,3 +413,84 @@ def test_mentions_timelines_written_alike_either_way_and_verified(
     # A mentions timeline of another length than computed fails the rebuild.
     with pytest.raises(RebuildFailed, match="do not have the computed length"):
         rebuild.verify(generation, {**lengths, -2: 3})
+
+
+def test_lists_written_alike_either_way_an_idle_owners_dropped_and_no_mentions_of_theirs(
+    spark, kafka_bootstrap: str, redis_url: str, redis_client, tmp_path: Path
+) -> None:
+    """docs/decisions.md D31: a list (owner -L) is rebuilt as a home timeline
+    whose follows are its members (a muted membership none), screened by
+    its own filter copy but for its owner's own entries; its followees
+    (``tf:``) are its members, its replies to non-members aside; its
+    memberships count toward the pull threshold; it has no mentions
+    timeline (no "-(-L)"); an idle owner's lists stay dropped. The same
+    whether the write tasks join the kept ids themselves or Spark does, and
+    verified by its length."""
+    config: StarlingConfig = make_config(
+        kafka_bootstrap, redis_url, partitions=2, timeline_size=3, timeline_slack=1,
+        pull_threshold=3,
+    )  # fmt: skip
+    mine = owners.list_owner(owners.list_id(1, 1))  # 1's list
+    idle = owners.list_owner(owners.list_id(6, 2))  # 6's list: 6 is idle
+    writer = ChangelogWriter(config)
+    network = [events.Followed(u, u) for u in range(1, 7)]
+    network += [events.Followed(mine, m) for m in (1, 2, 4)]
+    network += [events.Followed(mine, 3, muted=True), events.Followed(idle, 2)]
+    network += [events.Followed(5, 2)]  # 2: 5 and two lists follow it, pulled
+    network += [events.FiltersSet(mine, (3, 5)), events.FiltersSet(1, (3, 5))]
+
+    def reply(t: int, author: int, parent: int, to: int) -> events.TweetPosted:
+        return events.TweetPosted(
+            t, author, f"u{author}", "re", in_reply_to=parent, reply_to=to, reply_to_name="x"
+        )
+
+    tweets = [
+        events.TweetPosted(100, 3, "u3", "hi"),
+        events.TweetPosted(101, 5, "u5", "hi"),
+        events.TweetPosted(102, 2, "u2", "hi"),
+        events.TweetPosted(103, 2, "u2", "", 100, 3),  # 2's repost of 3's: screened
+        events.TweetPosted(104, 1, "u1", "", 101, 5),  # 1's own repost of 5's: kept
+        reply(105, 1, 100, 3),  # 1's own reply to 3 (hidden, no member): aside
+        reply(106, 2, 101, 5),  # 2's reply to 5 (hidden): left out
+        reply(107, 4, 102, 2),  # to a member: shows
+        events.TweetPosted(108, 4, "u4", "hi"),
+    ]
+    writer.send([*network, *tweets, events.Followed(mine, 6), events.Unfollowed(mine, 6)])
+    store = store_for(config)
+    live = store.new_generation(state="building")
+    store.write_dropped(live, [6])  # 6 is idle
+    store.switch(live, store.active_generation())
+    beside_keys = (
+        ("aside", keys.aside), ("shown", keys.shown_replies), ("followees", keys.followees),
+        ("filters", keys.filters),
+    )  # fmt: skip
+    written = {}
+    for broadcast_ids in (10**6, 0):
+        rebuild = quiet_rebuild(spark, config, store, tmp_path, broadcast_ids=broadcast_ids)
+        decoded = rebuild.read(rebuild.snapshot())
+        states, inputs = rebuild.join(decoded)
+        generation = store.new_generation(state="building")
+        lengths = rebuild.write(generation, states, inputs)
+        rebuild.verify(generation, lengths)
+        decoded.unpersist()
+        summary = rebuild.summary
+        written[broadcast_ids] = (
+            lengths,
+            {o: redis_client.get(keys.timeline(generation, o)) for o in (mine, idle, -mine, -idle)},
+            {name: redis_client.get(key(generation, mine)) for name, key in beside_keys},
+            redis_client.smembers(keys.pulls(generation, mine)),
+            (summary.timelines, summary.mentions, summary.lists, summary.lists_dropped),
+            summary.list_entries,
+        )
+    assert written[10**6] == written[0]
+    lengths, timelines, beside, pulls, counts, list_entries = written[0]
+    assert {o for o in lengths if owners.is_list(o)} == {mine, idle}
+    assert -mine not in lengths and -idle not in lengths  # no "-(-L)"
+    assert timelines[-mine] is None and timelines[-idle] is None
+    assert lengths[idle] == -1 and store.dropped(generation, [6, -6, idle]) == {6, -6, idle}
+    # 2 is pulled (5 and the two lists: 3 followers): read from its list.
+    assert pulls == {b"2"}
+    assert unpack_timeline(timelines[mine]) == (0, [104, 107, 108])
+    assert beside["aside"] == pack_ids([3, 105]) and beside["shown"] == pack_ids([2, 107])
+    assert beside["followees"] == pack_ids([1, 2, 4]) and beside["filters"] is not None
+    assert counts == (5, 5, 1, 1) and list_entries == 3
