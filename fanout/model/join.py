@@ -347,14 +347,17 @@ def join_events(
         listed = listed or pulled
         move(Op.PULL if pulled else Op.UNPULL, state.followers, seq)
 
-    def unfollow(follower: int, seq: int) -> None:
+    def unfollow(follower: int, seq: int, member: bool = False) -> None:
+        """The follower's entries of the author go (``member``: a list's
+        member its owner hides, who stays a member)."""
         nonlocal changed
         posts_only = follower in quiet  # what the timeline holds of the author
         state.followers.discard(follower)
         quiet.discard(follower)
         changed = True
         cached.clear()
-        edge(Op.UNFOLLOWED, follower, seq)
+        if not member:
+            edge(Op.UNFOLLOWED, follower, seq)
         if pulled:  # nothing of the author is in the timeline: only the fence moves
             out.append(
                 Mutation(Op.UNPULL, (follower,), (), 0, seq, authors=(author_id,), actor=author_id)
@@ -474,15 +477,24 @@ def join_events(
             follower = ev.follower_id
             if ev.muted and follower != author_id:
                 # The follower mutes the author: out of its audience, as by an unfollow.
+                # A list's owner hides the member: out of its audience, still a
+                # member (whom the replies' rule counts: the owner's own replies).
+                member = owners.is_list(follower)
                 if follower not in state.followers:
-                    ignored += 1
+                    if member:
+                        edge(Op.FOLLOWED, follower, seq)
+                    else:
+                        ignored += 1
                     continue
-                unfollow(follower, seq)
+                unfollow(follower, seq, member)
             else:
                 follow(follower, ev.reposts, seq)
         elif isinstance(ev, events.Unfollowed):
             if ev.follower_id == author_id or ev.follower_id not in state.followers:
-                ignored += 1
+                if owners.is_list(ev.follower_id):  # a member the owner hides leaves
+                    edge(Op.UNFOLLOWED, ev.follower_id, seq)
+                else:
+                    ignored += 1
                 continue
             unfollow(ev.follower_id, seq)
         elif isinstance(ev, events.TimelineReset) and ev.drop:
