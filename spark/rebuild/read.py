@@ -325,7 +325,7 @@ class PartitionJoin:
         originals, reposts, _ = self.reposts.arrays()
         original_authors = self.reposts.extra()
         replies, answered, _ = self.answers.arrays()
-        muting, _, muted_offsets = self.muted.arrays()
+        muting, muters, muted_offsets = self.muted.arrays()
         owners_filtered, _, filter_offsets = self.filters.arrays()
         # A filter's join key is its owner's user: a list's copy (-L) goes
         # with its owner o (fanout.model.owners.user_of).
@@ -348,6 +348,16 @@ class PartitionJoin:
             topics.filters, owners_filtered, filter_offsets, np.unique(owners_filtered)
         )
         yield from self._engagements(topics)
+        # A list's member its owner hides (a muted membership) is still a member:
+        # in the list's followees (the replies' rule), none of its entries. It
+        # travels as a row of mentions with none (a list has no mentions timeline).
+        hidden_members = muters < -MAX_USER
+        if hidden_members.any():
+            n = int(hidden_members.sum())
+            yield _of_kind(
+                Row.MENTIONS,
+                {"a": muters[hidden_members], "b": muting[hidden_members], "kept": [[]] * n},
+            )
         repost_ids = reposts.tolist()
         yield from self._states(
             tweets,

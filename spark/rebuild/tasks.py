@@ -650,6 +650,11 @@ def _batch_inputs(batch: pa.RecordBatch) -> Iterator[OwnerInput]:
         rows_filtered, rows_mentions = filtered[a:b], notified[a:b]
         edges = ~rows_filtered & ~rows_mentions
         follows = edges & ~own_rows  # the rows of the owner's followees
+        if timeline_owners.is_list(owner) and rows_mentions.any():
+            # A list's rows of mentions name the members its owner hides: members
+            # still (its followees), with no entries (spark.rebuild.read).
+            follows |= rows_mentions
+            rows_mentions = np.zeros_like(rows_mentions)
         if follows.any():
             got.followees = np.unique(authors[a:b][follows])
         if rows_filtered.any():

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 
 from fanout.config import TopicNames
-from fanout.model import events
+from fanout.model import events, owners
 from fanout.model.author_state import AuthorState
 from fanout.model.join import aside, winners
 from fanout.store.ops import visible
@@ -23,7 +23,7 @@ from spark.rebuild.read import PartitionJoin, Row
 from spark.rebuild.tasks import FILTER_ROW, OWNED, STATE, KeptIds, OwnerInput, owner_inputs
 from spark.runtime import arrow
 from spark.source.offsets import OffsetRange
-from tests.support.join_sim import Log, System, World, interleave
+from tests.support.join_sim import Log, System, World, interleave, list_step
 
 TOPICS = TopicNames("w.")
 CAP, SLACK, THRESHOLD = 4, 2, 3
@@ -214,6 +214,54 @@ def check(world: World, system: System, rebuilt: Rebuilt, seen: Counter[str]) ->
         r["a"] for r in rebuilt.rows if r["kind"] == Row.TALLY and r["name"] == "muted"
     )
     seen["quiet"] += sum(r["quiet"] for r in rebuilt.rows if r["kind"] == Row.EDGE)
+    check_lists(world, system, rebuilt, seen)
+
+
+def check_lists(world: World, system: System, rebuilt: Rebuilt, seen: Counter[str]) -> None:
+    """Each list's timeline (owner -L) is the streaming store's: its filter's
+    copy, its members (those its owner hides too) as followees, the same
+    entries, pairs and replies aside and shown above both horizons, and what
+    its reader sees exact at or above the floor."""
+    joined = world.joined()
+    model = system.model
+    for list_, owner_user in sorted(world.lists.items()):
+        owner = owners.list_owner(list_)
+        members = world.list_members(list_)
+        got = rebuilt.inputs.get(owner)
+        if got is None:
+            assert not members and not joined.get(owner), f"list {list_}"
+            continue
+        hidden = world.hidden(owner_user)
+        assert set(got.hidden.tolist()) == hidden == model.filters.get(owner, set())
+        assert set(got.followees.tolist()) == members == model.follows.get(owner, set())
+        assert set(got.pulls) == model.pulls.get(owner, set()), f"list {list_}"
+        made = got.timeline(CAP, SLACK)
+        tl = model.timelines.get(owner)
+        if tl is not None:
+            top = max(made.horizon, tl.horizon)
+            assert [t for t in tl.ids if t >= top] == [t for t in made.ids if t >= top]
+            assert [p for p in tl.pairs if p[1] >= top] == [p for p in made.pairs if p[1] >= top]
+            assert {e: u for e, u in tl.aside.items() if e >= top} == {
+                e: u for u, e in made.aside if e >= top
+            }, f"list {list_}"
+            assert {e: u for e, u in tl.cond.items() if e >= top} == {
+                e: u for u, e in made.shown if e >= top
+            }, f"list {list_}"
+        view = got.timeline(CAP, SLACK, seen=True)
+        exact = [t for t in joined.get(owner, []) if t >= view.horizon][:CAP]
+        assert visible(view.ids, CAP) == exact, f"list {list_}"
+        seen["lists"] += 1
+        seen["lists entries"] += len(view.ids)
+        seen["lists aside"] += len(made.aside)
+        seen["lists hidden members"] += len(members & hidden)
+        seen["lists own exempt"] += sum(
+            world.live.get(t) == owner_user
+            and (
+                world.answers.get(t, 0) in hidden
+                or (world.rows[t][1] in world.rows and world.rows[world.rows[t][1]][0] in hidden)
+            )
+            for t in view.ids
+        )
 
 
 def answered_by_followees(world: World, user: int) -> list[int]:
@@ -230,7 +278,7 @@ def answered_by_followees(world: World, user: int) -> list[int]:
 
 
 def workload(
-    rnd: random.Random, users: int, steps: int, replies: float = 0.0
+    rnd: random.Random, users: int, steps: int, replies: float = 0.0, lists: float = 0.0
 ) -> tuple[World, list[events.Envelope]]:
     """Posts, reposts, follows and unfollows, and now and then a block or an
     unblock, a mute or an unmute, a followee's reposts turned off or on, a
@@ -254,6 +302,8 @@ def workload(
         if a in world.suspended:
             if roll < 0.1:
                 envs += world.reinstate(a)
+        elif lists and rnd.random() < lists:
+            envs += list_step(rnd, world, a, b)
         elif replies and rnd.random() < replies and live:
             envs += world.reply(a, rnd.choice(live))
         elif roll < 0.3:
@@ -410,4 +460,35 @@ def test_the_replies_workloads_cover_aside_shown_and_the_lists_replies() -> None
         "answers hidden", "filtered", "mentions", "mentions cut", "mentions hidden",
         "mentions orphaned",
     )  # fmt: skip
+    assert min(seen[k] for k in wanted) > 0, seen
+
+
+def lists_workload(seed: int) -> tuple[World, list[events.Envelope], random.Random]:
+    """The replies workload with lists made, filled, emptied and deleted."""
+    rnd = random.Random(seed)
+    world, envs = workload(rnd, users=9, steps=500, replies=0.25, lists=0.15)
+    return world, envs, rnd
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_lists_are_rebuilt_as_the_streaming_store_keeps_them(seed: int) -> None:
+    """docs/decisions.md D31: every list's timeline is rebuilt as the streaming
+    job keeps it: its members' entries, replies to non-members aside, its
+    owner's hidden users screened but from the owner's own entries."""
+    world, envs, rnd = lists_workload(seed)
+    system = System(CAP, SLACK, pull_threshold=THRESHOLD)
+    system.run(interleave(rnd, envs))
+    system.settle(world.log, world.joined())
+    check(world, system, rebuild(envs), Counter())
+
+
+def test_the_lists_workloads_cover_hidden_members_and_the_owners_own() -> None:
+    seen: Counter[str] = Counter()
+    for seed in SEEDS:
+        world, envs, rnd = lists_workload(seed)
+        system = System(CAP, SLACK, pull_threshold=THRESHOLD)
+        system.run(interleave(rnd, envs))
+        system.settle(world.log, world.joined())
+        check(world, system, rebuild(envs), seen)
+    wanted = ("lists", "lists entries", "lists aside", "lists hidden members", "lists own exempt")
     assert min(seen[k] for k in wanted) > 0, seen

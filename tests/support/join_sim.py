@@ -832,7 +832,7 @@ def random_workload(
         elif relations and rnd.random() < relations:
             envs += _relate(rnd, world, a, b)
         elif lists and rnd.random() < lists:
-            envs += _list_step(rnd, world, a, b)
+            envs += list_step(rnd, world, a, b)
         elif replies and rnd.random() < replies:
             if a not in world.suspended and live:
                 envs += world.reply(a, rnd.choice(sorted(live)))
@@ -909,7 +909,7 @@ def _relate(rnd: random.Random, world: World, a: int, b: int) -> list[events.Env
     return world.set_reposts(x, y, (x, y) in world.quiet)
 
 
-def _list_step(rnd: random.Random, world: World, a: int, b: int) -> list[events.Envelope]:
+def list_step(rnd: random.Random, world: World, a: int, b: int) -> list[events.Envelope]:
     """``a`` makes a list, adds ``b`` (``a`` too, sometimes) to one of its
     lists or removes a member, or deletes one of its lists."""
     if a in world.suspended:
