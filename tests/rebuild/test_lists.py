@@ -85,7 +85,7 @@ def test_a_lists_timeline_is_its_members_entries_screened_by_its_filter_copy() -
     got = rebuild(world(), pull_threshold=0)
     lst = got.inputs[LO]
     assert lst.followed and lst.hidden.tolist() == [H, W, G]
-    assert lst.followees.tolist() == [OWN, M, H]  # tf: its members (not the muted one)
+    assert lst.followees.tolist() == [OWN, M, H, G]  # tf: its members (the muted one too)
     made = lst.timeline(BIG, 0)
     assert made.horizon == 0
     assert made.ids == [1001, 1004, 1007, 1008, 1009, 1013, 1014]
@@ -118,7 +118,7 @@ def test_a_lists_timeline_without_its_owner_as_member_holds_none_of_its_entries(
     made = got.inputs[LO].timeline(BIG, 0)
     assert made.ids == [1001, 1004, 1008, 1014]
     assert made.aside == [(X, 1011)] and made.shown == []
-    assert got.inputs[LO].followees.tolist() == [M, H]
+    assert got.inputs[LO].followees.tolist() == [M, H, G]
 
 
 def test_memberships_and_filter_copies_take_the_python_path_and_decode_right() -> None:

@@ -419,7 +419,7 @@ def test_lists_written_alike_either_way_an_idle_owners_dropped_and_no_mentions_o
     spark, kafka_bootstrap: str, redis_url: str, redis_client, tmp_path: Path
 ) -> None:
     """docs/decisions.md D31: a list (owner -L) is rebuilt as a home timeline
-    whose follows are its members (a muted membership none), screened by
+    whose follows are its members (a muted one in its followees only), screened by
     its own filter copy but for its owner's own entries; its followees
     (``tf:``) are its members, its replies to non-members aside; its
     memberships count toward the pull threshold; it has no mentions
@@ -450,7 +450,7 @@ def test_lists_written_alike_either_way_an_idle_owners_dropped_and_no_mentions_o
         events.TweetPosted(102, 2, "u2", "hi"),
         events.TweetPosted(103, 2, "u2", "", 100, 3),  # 2's repost of 3's: screened
         events.TweetPosted(104, 1, "u1", "", 101, 5),  # 1's own repost of 5's: kept
-        reply(105, 1, 100, 3),  # 1's own reply to 3 (hidden, no member): aside
+        reply(105, 1, 100, 3),  # 1's own reply to 3 (hidden, a member still): shows
         reply(106, 2, 101, 5),  # 2's reply to 5 (hidden): left out
         reply(107, 4, 102, 2),  # to a member: shows
         events.TweetPosted(108, 4, "u4", "hi"),
@@ -490,7 +490,7 @@ def test_lists_written_alike_either_way_an_idle_owners_dropped_and_no_mentions_o
     assert lengths[idle] == -1 and store.dropped(generation, [6, -6, idle]) == {6, -6, idle}
     # 2 is pulled (5 and the two lists: 3 followers): read from its list.
     assert pulls == {b"2"}
-    assert unpack_timeline(timelines[mine]) == (0, [104, 107, 108])
-    assert beside["aside"] == pack_ids([3, 105]) and beside["shown"] == pack_ids([2, 107])
-    assert beside["followees"] == pack_ids([1, 2, 4]) and beside["filters"] is not None
-    assert counts == (5, 5, 1, 1) and list_entries == 3
+    assert unpack_timeline(timelines[mine]) == (0, [104, 105, 107, 108])
+    assert beside["aside"] is None and beside["shown"] == pack_ids([3, 105, 2, 107])
+    assert beside["followees"] == pack_ids([1, 2, 3, 4]) and beside["filters"] is not None
+    assert counts == (5, 5, 1, 1) and list_entries == 4
