@@ -212,7 +212,10 @@ def test_a_dropped_list_waits_for_the_watermark_then_leaves_no_key(
             Mutation(Op.ADD, (LO,), (4, 5), 0, 6, actor=M),
             Mutation(Op.RESET, (LO,), (6,), 0, 8, 7, (77,)),
             Mutation(Op.DROP, (LO,), (), 0, 9),
-            Mutation(Op.RESET, (LO,), (7,), 0, 10, 9, (77,)),  # later: goes with the drop
+            # Later ones (reading no pulled author) go with the drop: one released
+            # with it, one still waiting.
+            Mutation(Op.RESET, (LO,), (7,), 0, 10, 9),
+            Mutation(Op.RESET, (LO,), (8,), 0, 11, 9),
         ],
     )
     store.release_resets(GEN, 8)  # the reset, not the drop yet: its seq is 9
@@ -229,8 +232,8 @@ def test_a_dropped_list_waits_for_the_watermark_then_leaves_no_key(
         b"tx",
         b"starling",
     }
-    assert store.pending_resets(GEN) == 2
-    store.release_resets(GEN, 9)
+    assert store.pending_resets(GEN) == 3
+    store.release_resets(GEN, 10)
     assert keys_of(client, LO) == [] and strangers(client) == []
     assert store.pending_resets(GEN) == 0
     assert store.take_refills(10) == []
