@@ -10,7 +10,7 @@ local packed = {
   "HEADER", "IDLE", "pk", "upk", "num", "count", "id_at", "new_header", "read_header", "pack_header",
   "decode", "encode", "PAIR", "pair_at", "holds", "above",
 }
-local prefixes = { "P", "T", "arg", "nargs" }
+local prefixes = { "P", "T", "arg", "nargs", "MAX_USER", "is_list", "user_of" }
 local merged = {
   "above_in", "given_lists", "bulk_ids", "hidden", "screened", "view", "count_above",
   "take",

@@ -73,7 +73,8 @@ class OpCode:
     as 24-byte records (entry, original, by; 8 bytes big-endian each), by entry
     (:func:`pack_pairs`; empty when none are reposts); ``answers``: the entries
     among them whose original answers a user, as 16-byte records (entry, user),
-    by entry (docs/decisions.md D29)."""
+    by entry (docs/decisions.md D29); a user plus :data:`OWN`: the entry is the
+    timeline's user's own (a list owner's, D31), conditional but never screened."""
 
     ADD = 1  # owner, horizon, seq, ids, pairs, answers
     REMOVE = 2  # owner, seq, ids, pairs
@@ -90,6 +91,16 @@ class OpCode:
     FOLLOWED = 12  # owner, seq, user (replies to the user kept aside show)
     UNFOLLOWED = 13  # owner, seq, user (replies to the user that showed go aside)
     MENTION = 14  # owner (-u), seq, ids, author (left out if u's filter hides the author)
+    DROP = 15  # owner, seq: every key of the owner goes (kept like a reset until the watermark)
+
+
+#: Added to the user of an ``answers`` record (user ids are below 2**32, so the
+#: sum is exact in Lua): the entry's actor is the timeline's user without being
+#: its owner (a list's owner o, in list -L): the filter never leaves it out (o's
+#: own entries are never hidden), but a reply still shows only if the user it
+#: answers is a member (followed), else it goes aside. A home timeline's own
+#: entries carry no record at all: they show unconditionally.
+OWN = 1 << 52
 
 
 class TimelineOp(NamedTuple):
@@ -111,7 +122,8 @@ class TimelineOp(NamedTuple):
     quiet: bool = False  # see Mutation.quiet
     #: (entry, user) of the entries of ``tweets`` whose original answers a user
     #: other than its author, as this owner sees them: none of its own
-    #: entries, none answering the owner (those always show; D29).
+    #: entries, none answering the owner (those always show; D29); a list's
+    #: owner's own entries with the user plus :data:`OWN`.
     answers: tuple[tuple[int, int], ...] = ()
 
 
@@ -194,12 +206,19 @@ def _with_answers(op: TimelineOp, answered: dict[int, tuple[int, int]]) -> Timel
     if op.op is Op.RESET or not op.tweets or op.op is Op.FILTER:
         return op
     owner = op.owner
+    user = owners.user_of(owner) if owner < -owners.MAX_USER else 0  # a list's owner o
     found = []
     for t in op.tweets:
         fact = answered.get(t)
         if fact is not None and owner != fact[0] and owner != fact[1]:
-            found.append((t, fact[0]))
+            found.append((t, fact[0] + OWN if fact[1] == user else fact[0]))
     return op._replace(answers=tuple(found)) if found else op
+
+
+def _own(owner: int, actor: int) -> bool:
+    """Whether ``actor``'s entries are ``owner``'s own (never hidden by its
+    filter): its home timeline's, or a list of its (``owners.user_of``)."""
+    return owner == actor or (owner < -owners.MAX_USER and -owner & owners.MAX_USER == actor)
 
 
 #: entry -> (original, original's author, actor) of the reposts a batch names.
@@ -216,12 +235,13 @@ def _pairs_of(tweets: tuple[int, ...], originals: Facts, owner: int) -> Triples:
     for t in tweets:
         fact = originals.get(t)
         if fact is not None:
-            out.append((t, fact[0], 0 if fact[2] == owner else fact[1]))
+            out.append((t, fact[0], 0 if _own(owner, fact[2]) else fact[1]))
     return tuple(out)
 
 
 def _owned(pairs: Triples) -> Triples:
-    """``pairs`` in their actor's own timeline: checked against no one."""
+    """``pairs`` in their actor's own timeline (or list: :func:`_own`): checked
+    against no one."""
     return tuple((e, o, 0) for e, o, _ in pairs)
 
 
@@ -260,7 +280,7 @@ def _group_any(mutations: list[Mutation], keep: int | None, originals: Facts) ->
             trimmed = single.get(id(m))
             if trimmed is None:
                 trimmed = single[id(m)] = _own_ids(m, keep, originals)
-            pairs = _owned(trimmed[2]) if owner == m.actor and trimmed[2] else trimmed[2]
+            pairs = _owned(trimmed[2]) if trimmed[2] and _own(owner, m.actor) else trimmed[2]
             out.append(
                 TimelineOp(
                     m.op,
@@ -354,7 +374,7 @@ def _group_adds(adds: list[Mutation], keep: int | None, originals: Facts) -> lis
             if trimmed is None:
                 trimmed = single[i] = _own_ids(adds[i], keep, originals)
             pairs = trimmed[2]
-            if pairs and owner == adds[i].actor:
+            if pairs and _own(owner, adds[i].actor):
                 pairs = _owned(pairs)
             out.append(TimelineOp(Op.ADD, owner, trimmed[0], trimmed[1], seq[k], reposts=pairs))
             continue
@@ -562,6 +582,13 @@ def encode_ops(
     packed_pairs: dict[Triples, bytes] = {(): b""}
     packed_answers: dict[tuple[tuple[int, int], ...], bytes] = {(): b""}
     for op in ops:
+        if op.op is Op.DROP:
+            current += [OpCode.DROP, op.owner, op.seq]
+            weight += OP_COST
+            if weight >= chunk:
+                chunks.append(current)
+                current, weight = [], 0
+            continue
         if op.op is Op.FOLLOWED or op.op is Op.UNFOLLOWED:
             code = OpCode.FOLLOWED if op.op is Op.FOLLOWED else OpCode.UNFOLLOWED
             current += [code, op.owner, op.seq, op.authors[0]]

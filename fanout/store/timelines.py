@@ -35,6 +35,7 @@ import redis
 from fanout.config import StarlingConfig
 from fanout.model.engagements import Counts
 from fanout.model.join import SLACK, Mutation
+from fanout.model.owners import is_list
 from fanout.model.watermark import Watermark
 from fanout.store import keys
 from fanout.store.bookkeeping import Bookkeeping
@@ -357,20 +358,32 @@ class TimelineStore(TimelineReads, TimelineBulk, GenerationStore, RebuildChannel
             counters={k: int(v) for k, v in data.items() if k not in known},
         )
 
-    def drop_idle(self, generation: int, user_ids: Sequence[int], *, batch: int = 1000) -> int:
-        """Drop the timelines of idle users, home and mentions (-u), a tombstone
-        each, which the job does not write to, except those being regenerated;
-        returns how many home timelines went."""
+    def drop_idle(
+        self,
+        generation: int,
+        user_ids: Sequence[int],
+        *,
+        batch: int = 1000,
+        lists: Sequence[int] = (),
+    ) -> int:
+        """Drop the timelines of idle users, home and mentions (-u), and of
+        ``lists`` (list owners -L: those users' lists), a tombstone each, which
+        the job does not write to, except those being regenerated; returns how
+        many home timelines went (lists are not counted)."""
+        for owner in lists:
+            if not is_list(owner):
+                raise ValueError(f"{owner} is not a list's timeline owner")
         commands: list[Command] = []
-        for tag, owners in self.shards.group(user_ids).items():
+        for tag, owners in self.shards.group([*user_ids, *lists]).items():
             for start in range(0, len(owners), batch):
                 args = [generation, *owners[start : start + batch]]
                 commands.append(script_command(self._drop_idle, tag, args))
         return sum(int(n) for n in run(self.redis, commands, per_trip=16))
 
     def pulled_authors(self, user_id: int) -> tuple[int, ...]:
-        """The pulled authors whose lists the user's reads merge in (in the active
-        generation), ascending (a member ``-author``: read without its reposts)."""
+        """The pulled authors whose lists the timeline ``user_id`` (an owner: a
+        list's -L too, its pulled members) merges in (in the active generation),
+        ascending (a member ``-author``: read without its reposts)."""
         generation = self.active_generation()
         if generation is None:
             return ()
@@ -436,7 +449,10 @@ def _reset_ids(member: bytes) -> list[int]:
     (apply.lua's op 5 packs it: owner, horizon, seq, as_of, how many pulled
     authors, how many ids, how many reposts, 8 bytes each; then the authors and
     the ids, 8 bytes each; then the (entry, original, by) records of its reposts,
-    24 bytes each; then its (entry, user) answers, 16 bytes each)."""
+    24 bytes each; then its (entry, user) answers, 16 bytes each). A dropped
+    list's (op 15: owner, seq; 16 bytes) has none."""
+    if len(member) < 56:
+        return []
     start = 56 + 8 * int.from_bytes(member[32:40], "big")
     end = start + 8 * int.from_bytes(member[40:48], "big")
     reposts = member[end : end + 24 * int.from_bytes(member[48:56], "big")]

@@ -17,10 +17,14 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from fanout.model import events
+from fanout.model import events, owners
 from fanout.model.join import Mutation, Op
 
-OWNERS = (1, 2, 3, 4)
+USERS = (1, 2, 3, 4)
+#: Lists' timelines (owners -L) of users 1 and 2: their owners' entries in them
+#: are never hidden by their filters; a list may be dropped (deleted).
+LISTS = (owners.list_owner(owners.list_id(1, 1)), owners.list_owner(owners.list_id(2, 5)))
+OWNERS = (*USERS, *LISTS)
 AUTHORS = (101, 102)  # pulled authors
 #: The originals' authors, whom filters hide: :func:`original_author`.
 WRITERS = (201, 202, 203)
@@ -87,7 +91,7 @@ class RepostWorkload:
     def _actor(self) -> int:
         """Whose entries a mutation's are: now and then an owner's own (its
         filter does not apply to them), else someone else's."""
-        return self.rnd.choice([*OWNERS, 9, 9, 9])
+        return self.rnd.choice([*USERS, 9, 9, 9])
 
     def _some(self, k: int) -> tuple[int, ...]:
         pool = sorted(t for t in self.live if t not in self.listed)
@@ -104,7 +108,7 @@ class RepostWorkload:
         for _ in range(rnd.randint(1, 4)):
             self.seq += 1
             kind = rnd.random()
-            owners = tuple(rnd.sample(OWNERS, rnd.randint(1, len(OWNERS))))
+            targets = tuple(rnd.sample(OWNERS, rnd.randint(1, len(OWNERS))))
             if kind < 0.35:  # new entries (posts, reposts), now and then a late one
                 tweets = tuple(
                     sorted(
@@ -115,7 +119,7 @@ class RepostWorkload:
                 mutations.append(
                     Mutation(
                         Op.ADD,
-                        owners,
+                        targets,
                         tweets,
                         0,
                         self.seq,
@@ -129,7 +133,7 @@ class RepostWorkload:
                 mutations.append(
                     Mutation(
                         Op.ADD,
-                        owners,
+                        targets,
                         tweets,
                         horizon,
                         self.seq,
@@ -142,7 +146,7 @@ class RepostWorkload:
                 seq = 0 if rnd.random() < 0.3 else self.seq
                 mutations.append(
                     Mutation(
-                        Op.REMOVE, owners, tweets, 0, seq, reposts=self._pairs(tweets), actor=9
+                        Op.REMOVE, targets, tweets, 0, seq, reposts=self._pairs(tweets), actor=9
                     )
                 )
             elif kind < 0.65:  # a delete: the body first, then the entry and its reposts
@@ -156,7 +160,7 @@ class RepostWorkload:
                         Mutation(Op.REMOVE, OWNERS, gone, 0, 0, reposts=self._pairs(gone), actor=9)
                     )
             elif kind < 0.75:  # a refill from the database
-                owner = owners[0]
+                owner = targets[0]
                 tweets = self._some(rnd.randint(0, 8))
                 if rnd.random() < 0.3 and tweets:  # a tweet deleted since the read
                     newest = max(t for t in self.minted if t not in self.listed)
@@ -195,10 +199,13 @@ class RepostWorkload:
                 )
             elif kind < 0.88:  # an owner's hidden users change (a block, a mute)
                 hidden = tuple(sorted(rnd.sample(WRITERS, rnd.randint(0, 2))))
-                mutations.append(Mutation(Op.FILTER, (owners[0],), hidden, 0, self.seq))
+                mutations.append(Mutation(Op.FILTER, (targets[0],), hidden, 0, self.seq))
+                if targets[0] in LISTS and rnd.random() < 0.3:  # the list is deleted
+                    self.seq += 1
+                    mutations.append(Mutation(Op.DROP, (targets[0],), (), 0, self.seq))
             elif kind < 0.96:  # an owner starts or stops reading a pulled author's list
                 author = rnd.choice(AUTHORS)
-                owner = owners[0]
+                owner = targets[0]
                 mine = tuple(t for t in sorted(self.by_author.get(author, ())) if t in self.live)
                 if author in self.pulls.get(owner, set()):
                     self.pulls[owner].discard(author)

@@ -13,7 +13,7 @@ import redis
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from fanout.model import events
+from fanout.model import events, owners
 from fanout.model.author_state import AuthorState
 from fanout.model.join import Mutation, Op, join_events
 from fanout.store import keys
@@ -764,7 +764,8 @@ def test_the_lua_store_does_what_the_model_does_with_reposts(
 ) -> None:
     """Random mutations with reposts (new and late ones, undos, deletes of
     reposted originals, merges and removals, horizons, resets with pairs,
-    pulled lists with reposts, pulls and unpulls, counts), idle drops and
+    pulled lists with reposts, pulls and unpulls, counts), to home timelines
+    and to lists' (owners -L: filters, the owner's own reposts, drops), idle drops and
     regenerations between batches: Redis holds what the model says after
     every batch, and the merged views dedup per original across sources. The
     script's window (the newest winners and pairs it reads first for a
@@ -778,9 +779,11 @@ def test_the_lua_store_does_what_the_model_does_with_reposts(
     skipped = 0
     for _ in range(rnd.randint(10, 40)):
         user = rnd.choice(repost_workload.OWNERS)
-        if rnd.random() < 0.05:
-            model.drop(user)
-            store.drop_idle(GEN, [user])
+        if rnd.random() < 0.05:  # a user goes idle, with its lists
+            user = owners.user_of(user)
+            mine = [x for x in repost_workload.LISTS if owners.user_of(x) == user]
+            model.drop(user, mine)
+            store.drop_idle(GEN, [user], lists=mine)
         elif rnd.random() < 0.05 and user not in model.timelines:
             model.regenerating.add(user)
             store.claim_regeneration(GEN, user, window=600)

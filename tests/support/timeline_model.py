@@ -19,6 +19,12 @@ the view, counted by the cap), and a follow or an unfollow of the user they
 answer moves them in or out. The user an entry's original answers is
 checked by the filter too. A reader's followees screen the pulled lists'
 replies.
+
+Lists (docs/decisions.md D31): a list's timeline is owner -L, kept like a home
+timeline but for its filter (its own copy; a change empties -L alone) and its
+owner's own entries (``owners.user_of(-L)``): never hidden by the filter, its
+replies conditional all the same (their answers carry ``ops.OWN``). A dropped
+list (``Op.DROP``) waits like a reset, then leaves nothing.
 """
 
 from __future__ import annotations
@@ -26,8 +32,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from fanout.model import owners
 from fanout.model.join import Mutation, Op, winners
-from fanout.store.ops import group_by_timeline, view_of
+from fanout.store.ops import OWN, group_by_timeline, view_of
 
 
 @dataclass
@@ -109,6 +116,8 @@ class TimelineModel:
     filters: dict[int, set[int]] = field(default_factory=dict)
     #: Per owner, the pulled authors it reads without their reposts.
     quiet: dict[int, set[int]] = field(default_factory=dict)
+    #: Dropped owners (deleted lists) waiting for the watermark, by seq.
+    drops: dict[int, int] = field(default_factory=dict)
 
     @property
     def keep(self) -> int:
@@ -174,6 +183,8 @@ class TimelineModel:
                     self._remove(op.owner, (), op.seq)
                 listed = self.lists.get(author)
                 self._bump(op.owner, 1 + (listed.version if gone and listed else 0))
+            elif op.op is Op.DROP:
+                self.drops[op.seq] = op.owner
             else:
                 self.resets[op.seq] = (op.owner, op.tweets, op.horizon, op.as_of)
                 self.reset_pulls[op.seq] = op.authors
@@ -193,6 +204,7 @@ class TimelineModel:
         if not hidden:
             return list(tweets)
         answers = answers or {}
+        # (an answered user plus OWN, the owner's own entry, is in no filter)
         return [t for t in tweets if by.get(t, 0) not in hidden and answers.get(t, 0) not in hidden]
 
     def _place(
@@ -207,7 +219,7 @@ class TimelineModel:
         does not follow)."""
         if t < tl.horizon or t in tl.raw or t in tl.aside:
             return
-        original, user = originals.get(t, t), answers.get(t, 0)
+        original, user = originals.get(t, t), answers.get(t, 0) % OWN
         if user and original == t:
             if user not in self.follows.get(owner, set()):
                 tl.aside[t] = user
@@ -248,7 +260,8 @@ class TimelineModel:
         if self.filters.get(owner, set()) == hidden:
             return
         self.filters[owner] = hidden
-        for o in (owner, -owner):  # the home and mentions timelines
+        # the home and mentions timelines; a list alone
+        for o in (owner,) if owners.is_list(owner) else (owner, -owner):
             tl = self.timelines.get(o)
             if tl is not None:
                 self._empty(o, tl, seq)
@@ -297,8 +310,18 @@ class TimelineModel:
             self.timelines[owner].version += n
 
     def release(self, watermark: int) -> None:
-        """Apply the resets the contiguous watermark has reached, in seq order."""
-        for seq in sorted(s for s in self.resets if s <= watermark):
+        """Apply the resets and drops the contiguous watermark has reached, in
+        seq order; a dropped owner's resets still waiting go with it."""
+        gone: set[int] = set()
+        for seq in sorted(s for s in [*self.resets, *self.drops] if s <= watermark):
+            if seq in self.drops:
+                owner = self.drops.pop(seq)
+                self.forget(owner)
+                gone.add(owner)
+                continue
+            if self.resets[seq][0] in gone:
+                self._pop_reset(seq)
+                continue
             owner, tweets, horizon, as_of = self.resets.pop(seq)
             self._reset(
                 owner,
@@ -310,6 +333,27 @@ class TimelineModel:
                 self.reset_pairs.pop(seq),
                 self.reset_answers.pop(seq),
             )
+        for seq in [s for s, r in self.resets.items() if r[0] in gone]:
+            self._pop_reset(seq)
+
+    def _pop_reset(self, seq: int) -> None:
+        del self.resets[seq]
+        for held in (self.reset_pulls, self.reset_pairs, self.reset_answers):
+            del held[seq]
+
+    def forget(self, owner: int) -> None:
+        """Every trace of ``owner`` (a deleted list's drop)."""
+        for held in (
+            self.timelines,
+            self.follows,
+            self.pulls,
+            self.filters,
+            self.quiet,
+        ):
+            held.pop(owner, None)
+        self.refill.discard(owner)
+        self.regenerating.discard(owner)
+        self.idle.discard(owner)
 
     def _store(self, owner: int, tl: ModelTimeline, seq: int) -> None:
         """Trimmed when the view and the aside together outgrow cap + slack;
@@ -351,10 +395,11 @@ class TimelineModel:
             self._place(owner, tl, t, originals, answers)
         self._late(tl, had, top)
 
-    def drop(self, owner: int) -> None:
-        """What the idle sweep does to a user's timelines (home and mentions):
-        each becomes a tombstone, unless it is being regenerated."""
-        for o in (owner, -owner):  # the home and mentions timelines
+    def drop(self, owner: int, lists: Iterable[int] = ()) -> None:
+        """What the idle sweep does to a user's timelines (home and mentions)
+        and to ``lists`` (owners -L): each becomes a tombstone, unless it is
+        being regenerated."""
+        for o in (owner, -owner, *lists):  # the home and mentions timelines, lists
             if o in self.timelines and o not in self.regenerating:
                 del self.timelines[o]
                 self.idle.add(o)
@@ -496,7 +541,6 @@ class TimelineModel:
     def _lists_of(self, owner: int) -> list[ModelTimeline]:
         """The pulled lists the owner reads, as it sees them: without the
         reposts its filter hides, or any of a quiet pull's."""
-        hidden = self.filters.get(owner, set())
         quiet = self.quiet.get(owner, set())
         follows = self.follows.get(owner, set()) | {owner}
         out = []
@@ -504,9 +548,17 @@ class TimelineModel:
             listed = self.lists.get(a)
             if listed is None:
                 continue
+            # the timeline's user's own entries (a list's owner's): never hidden
+            hidden = set() if a == owners.user_of(owner) else self.filters.get(owner, set())
             if hidden or a in quiet or listed.answers:
 
-                def shows(e: int, o: int, listed: ModelTimeline = listed, a: int = a) -> bool:
+                def shows(
+                    e: int,
+                    o: int,
+                    listed: ModelTimeline = listed,
+                    a: int = a,
+                    hidden: set[int] = hidden,
+                ) -> bool:
                     user = listed.answers.get(e, 0)
                     if user in hidden or (e == o and user and user not in follows):
                         return False

@@ -24,11 +24,16 @@
 --  13 owner seq user                 the owner unfollows the user: its replies go aside
 --  14 owner seq ids author          the post names or answers user u, the owner -u: into
 --                                    u's mentions timeline unless u's filter hides the author
+--  15 owner seq                      the owner (a deleted list) is gone: kept like a reset
+--                                    until the watermark reaches seq, then every key of it
+--                                    goes (see drop_owner)
 -- `ids` are packed entry ids (ascending), `pairs` the reposts among them: 24-byte
 -- records (entry, original, by), '' when there are none; `by` is the user the
 -- owner's filter checks the entry against (0: none). `answers`: the entries whose
 -- original answers a user other than its author and the owner, as 16-byte records
--- (entry, user), '' when none (see "Replies" below).
+-- (entry, user), '' when none (see "Replies" below); a user plus OWN marks the entry
+-- as the owner's own (a list's owner o's, docs/decisions.md D31): conditional like
+-- any reply, but never left out by the filter.
 --
 -- Filters (docs/decisions.md D28): an owner's hidden users (P.filters, beside the
 -- timeline) leave out of every merge the reposts whose `by` they name, before the
@@ -172,6 +177,11 @@ local function ceiling(h, ids) return math.max(h.top, ids[#ids] or 0) end
 -- counts the aside: a timeline keeps its newest `keep` of winners and aside
 -- together.
 local REC = 16
+-- Added to the user of an `answers` record (user ids are below 2^32): the entry's
+-- actor is the timeline's user (a list's owner o replying, or reposting a reply):
+-- the filter leaves it in (o's own entries are never hidden), but a reply still
+-- shows only if its user is followed (a member of the list), else it goes aside.
+local OWN = 2 ^ 52
 
 -- How many replies the owner's timeline keeps aside.
 local function asides(owner) return redis.call('STRLEN', aside_key(owner)) / REC end
@@ -358,7 +368,7 @@ local function screen(owner, blob, pblob, ablob)
   end
   for pos = 1, #ablob, REC do
     local e, u = struct.unpack('>I8I8', ablob, pos)
-    if holds(f, u) then drop[e], any = true, true end
+    if u < OWN and holds(f, u) then drop[e], any = true, true end
   end
   if not any then return blob, pblob, ablob end
   local ids, kept, answers = {}, {}, {}
@@ -391,6 +401,7 @@ local function sort_replies(owner, blob, orig, ablob, floor)
   for pos = 1, #blob, 8 do here[upk(blob, pos)] = true end
   for pos = 1, #ablob, REC do
     local e, u = struct.unpack('>I8I8', ablob, pos)
+    if u >= OWN then u = u - OWN end  -- the owner's own: as conditional as any
     -- a post (a repost shows like any repost) the operation still holds
     if here[e] and orig[e] == nil and e >= floor then
       if holds(tf, u) then
@@ -1046,25 +1057,48 @@ local function reset(owner, key, blob, hr, seq, as_of, pulled, deleted, pblob, a
   return n + went
 end
 
+-- A dropped owner's queued member (op 15): the owner, then the seq.
+local DROP_MEMBER = 16
+
+-- Every key of `owner` (a deleted list) in this generation: its timeline, pairs,
+-- replies' keys, followees, pulled authors, filter, regeneration, refill-set entry.
+local function drop_owner(owner)
+  local o = gen .. ':' .. T .. owner
+  redis.call('DEL', P.timeline .. o, P.reposts .. o, P.followees .. o, P.aside .. o,
+             P.shown .. o, P.pulls .. o, P.filters .. o, P.regeneration .. o)
+  redis.call('SREM', P.refill .. T, owner)
+end
+
 local function release(watermark, gone)
   local key = P.resets .. gen .. T
   local due = redis.call('ZRANGEBYSCORE', key, '-inf', watermark)
   if #due == 0 then return end  -- no write: most batches have no reset to release
   local deleted = {}
   for _, id in ipairs(ids_of(gone)) do deleted[id] = true end
+  local dropped = {}  -- the owners dropped here: their later resets go too
   for _, member in ipairs(due) do
     local owner = struct.unpack('>i8', member, 1)
-    local hr, seq, as_of = upk(member, 9), upk(member, 17), upk(member, 25)
-    local ids_at = 57 + upk(member, 33) * 8
-    local pairs_at = ids_at + upk(member, 41) * 8
-    local answers_at = pairs_at + upk(member, 49) * ARG_PAIR
-    added = added + reset(num(owner), P.timeline .. gen .. ':' .. T .. num(owner),
-                          string.sub(member, ids_at, pairs_at - 1), hr, seq, as_of,
-                          string.sub(member, 57, ids_at - 1), deleted,
-                          string.sub(member, pairs_at, answers_at - 1),
-                          string.sub(member, answers_at))
+    if #member == DROP_MEMBER then
+      drop_owner(num(owner))
+      dropped[owner] = true
+    elseif not dropped[owner] then
+      local hr, seq, as_of = upk(member, 9), upk(member, 17), upk(member, 25)
+      local ids_at = 57 + upk(member, 33) * 8
+      local pairs_at = ids_at + upk(member, 41) * 8
+      local answers_at = pairs_at + upk(member, 49) * ARG_PAIR
+      added = added + reset(num(owner), P.timeline .. gen .. ':' .. T .. num(owner),
+                            string.sub(member, ids_at, pairs_at - 1), hr, seq, as_of,
+                            string.sub(member, 57, ids_at - 1), deleted,
+                            string.sub(member, pairs_at, answers_at - 1),
+                            string.sub(member, answers_at))
+    end
   end
   redis.call('ZREMRANGEBYSCORE', key, '-inf', watermark)
+  if next(dropped) ~= nil then  -- resets of a dropped owner still waiting go
+    for _, member in ipairs(redis.call('ZRANGEBYSCORE', key, '(' .. watermark, '+inf')) do
+      if dropped[struct.unpack('>i8', member, 1)] then redis.call('ZREM', key, member) end
+    end
+  end
 end
 
 -- A pulled author's list: its newest tweets and their horizon, as the job
@@ -1140,8 +1174,9 @@ local function filter(owner, key, seq, hidden)
   local old = redis.call('GET', fkey) or ''
   if old == hidden then return end
   if #hidden > 0 then redis.call('SET', fkey, hidden) else redis.call('DEL', fkey) end
-  -- The owner's mentions timeline (-owner) hides the same users: emptied and refilled too.
-  for _, o in ipairs({owner, '-' .. owner}) do
+  -- A home timeline's mentions timeline (-owner) hides the same users: emptied and
+  -- refilled too. A list (-L) has its own copy of its owner's filter and no sibling.
+  for _, o in ipairs(is_list(owner) and {owner} or {owner, '-' .. owner}) do
     local k = o == owner and key or P.timeline .. gen .. ':' .. T .. o
     local s = redis.call('GET', k)
     if s and #s >= HEADER then
@@ -1254,6 +1289,10 @@ while i <= nargs() do
                    .. arg(i + 5) .. arg(i + 6) .. arg(i + 7) .. arg(i + 8)
     redis.call('ZADD', P.resets .. gen .. T, arg(i + 3), member)
     i = i + 9
+  elseif op == '15' then                  -- drop: owner, seq (kept like a reset)
+    redis.call('ZADD', P.resets .. gen .. T, arg(i + 2),
+               struct.pack('>i8', tonumber(arg(i + 1))) .. pk(tonumber(arg(i + 2))))
+    i = i + 3
   elseif op == '7' then                   -- a pulled author's list: author, horizon, ids,
                                           -- pairs, answers
     set_list(arg(i + 1), tonumber(arg(i + 2)), arg(i + 3), arg(i + 4), arg(i + 5))

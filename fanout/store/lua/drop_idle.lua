@@ -1,7 +1,8 @@
 -- Drop idle users' timelines (fanout.store.timelines.TimelineStore.drop_idle), home and
--- mentions (owner -u): each one becomes a tombstone (IDLE; its pairs and replies go, its
--- followees stay), which no write goes to, unless its regeneration is pending (the user is
--- back). Arguments (after the prefixes): generation, user ids.
+-- mentions (owner -u), and their lists' (owners -L): each one becomes a tombstone (IDLE;
+-- its pairs and replies go, its followees stay), which no write goes to, unless its
+-- regeneration is pending (the user is back). Arguments (after the prefixes): generation,
+-- then owners: user ids u (u and -u go) and list owners -L (-L alone goes).
 -- Returns how many home timelines were dropped.
 
 local gen = arg(1)
@@ -21,7 +22,11 @@ local function drop(owner)
 end
 
 for i = 2, nargs() do
-  if drop(arg(i)) then dropped = dropped + 1 end
-  drop('-' .. arg(i))
+  if is_list(arg(i)) then
+    drop(arg(i))  -- a list: not counted
+  else
+    if drop(arg(i)) then dropped = dropped + 1 end
+    drop('-' .. arg(i))
+  end
 end
 return dropped

@@ -16,7 +16,9 @@
 -- So does a list with replies (its answers, `ac:`, docs/decisions.md D29): a
 -- reader sees a list's reply only if it answers the reader or someone the
 -- reader follows (the reader's followees, `tf:`), and no entry whose original
--- answers one of its hidden users.
+-- answers one of its hidden users. The timeline's user's own entries are never
+-- hidden (a list -L's owner o may be a pulled member of it: `user_of`), its
+-- replies still shown only if they answer someone followed (a member).
 
 -- First index in the ascending table t whose value is above x (#t + 1 if none).
 local function above_in(t, x)
@@ -238,6 +240,7 @@ local function view(gen, uid, s, given, cap)
   end
   local follows  -- the reader's followees, read once if a list has replies
   local reader = tonumber(uid)
+  local user = user_of(uid)  -- whose entries the filter leaves in (a list's: its owner's)
   local dropped, lists = {}, #sources
   for i = 2, lists do
     local src = sources[i]
@@ -252,14 +255,16 @@ local function view(gen, uid, s, given, cap)
         end
         follows = follows or redis.call('GET', P.followees .. gen .. ':' .. T .. uid) or ''
       end
+      local mine = tonumber(src.author) == user  -- never hidden by the filter
       -- A reply shows if it answers the reader or someone the reader follows.
       local function unseen(e)
         local u = ans[e]
-        return u ~= nil and (hides[u] or (u ~= reader and not holds(follows, u)))
+        return u ~= nil and ((hides[u] and not mine) or (u ~= reader and not holds(follows, u)))
       end
       local q = quiet[src.author]
       local function skip(e, o, by)
         if e == o then return unseen(e) end
+        if mine then return q end
         local u = ans[e]
         return q or hides[by] or (u ~= nil and hides[u])
       end

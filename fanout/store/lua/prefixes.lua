@@ -13,3 +13,16 @@ local P = {
 local T = ARGV[21]
 local function arg(i) return ARGV[21 + i] end
 local function nargs() return #ARGV - 21 end
+
+-- Timeline owners (fanout/model/owners.py, checked against it by the store's tests):
+-- u (1 .. 2^32 - 1) a home timeline, -u its user's mentions, -L list L's timeline,
+-- L = (n << 32) | o naming its owner o in its low 32 bits (L < 2^53: exact here).
+-- `owner` is a number or its decimal text.
+local MAX_USER = 2 ^ 32 - 1
+local function is_list(owner) return tonumber(owner) < -MAX_USER end
+-- The user whose timeline `owner` is: u for u and -u, a list's owner o.
+local function user_of(owner)
+  local n = tonumber(owner)
+  if n > 0 then return n end
+  return (-n) % 2 ^ 32
+end
