@@ -481,7 +481,7 @@ def test_the_lua_store_does_what_the_model_does(
     assert store.ensure_active_generation() == GEN
     model = TimelineModel(cap=cap, slack=slack)
     rnd = random.Random(seed)
-    _, envs = random_workload(
+    world, envs = random_workload(
         rnd,
         6,
         steps=80,
@@ -490,7 +490,9 @@ def test_the_lua_store_does_what_the_model_does(
         pull_threshold=threshold,
         replies=replies,
         relations=replies,
+        lists=replies,
     )
+    every_list = [owners.list_owner(x) for x in sorted({*world.lists, *world.deleted_lists})]
     states: dict[int, AuthorState] = {}
     applied: set[int] = set()
     written = {e.seq for e in envs}
@@ -500,8 +502,9 @@ def test_the_lua_store_does_what_the_model_does(
         # read claims its regeneration (the resets of the workload then complete it).
         user = rnd.randint(1, 6)
         if rnd.random() < 0.15:
-            model.drop(user)
-            store.drop_idle(GEN, [user])
+            mine = [o for o in every_list if owners.user_of(o) == user]
+            model.drop(user, mine)
+            store.drop_idle(GEN, [user], lists=mine)
         elif rnd.random() < 0.15 and user not in model.timelines:
             model.regenerating.add(user)
             store.claim_regeneration(GEN, user, window=600)
@@ -531,7 +534,7 @@ def test_the_lua_store_does_what_the_model_does(
         model.release(watermark)
         skipped += store.release_resets(GEN, watermark).skipped
     assert skipped == model.skipped
-    for user in range(1, 7):
+    for user in [*range(1, 7), *every_list]:
         assert unpack_ids(client.get(keys.followees(GEN, user, tag(user))) or b"") == sorted(
             model.follows.get(user, ())
         ), f"user {user}"
@@ -543,7 +546,7 @@ def test_the_lua_store_does_what_the_model_does(
         ):
             records = unpack_pairs(client.get(key) or b"")
             assert records == by_entry((u, e) for e, u in held.items()), f"user {user} {key}"
-    for owner in [*range(1, 7), *range(-6, 0)]:  # home timelines, mentions timelines
+    for owner in [*range(1, 7), *range(-6, 0), *every_list]:  # home, mentions, lists
         expected = model.timelines.get(owner)
         packed = client.get(timeline_key(GEN, owner, tag(owner)))
         pending = client.exists(keys.regeneration(GEN, owner, tag(owner)))
