@@ -254,3 +254,25 @@ def test_the_idle_sweep_names_the_idle_users_lists() -> None:
     assert [(sorted(u), ls) for u, ls in batches] == [
         (sorted((ann.pk, bob.pk)), tuple(sorted((-La, -La2))))
     ]
+
+
+def test_the_schema_declares_the_lists() -> None:
+    schema = client_for().get("/api/schema/?format=json").json()
+    paths = schema["paths"]
+    assert set(paths["/api/v1/lists"]) == {"get", "post"}
+    assert set(paths["/api/v1/lists/{list_id}"]) == {"get", "patch", "delete"}
+    assert set(paths["/api/v1/lists/{list_id}/members"]) == {"get", "post"}
+    assert set(paths["/api/v1/lists/{list_id}/members/{username}"]) == {"delete"}
+    timeline = paths["/api/v1/lists/{list_id}/timeline"]["get"]
+    assert {p["name"] for p in timeline["parameters"]} == {
+        "list_id",
+        "count",
+        "max_id",
+        "since_id",
+        "min_seq",
+    }
+    assert timeline["responses"]["200"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/Timeline"
+    }
+    assert "409" in paths["/api/v1/lists"]["post"]["responses"]
+    assert "429" in paths["/api/v1/lists/{list_id}/members"]["post"]["responses"]
