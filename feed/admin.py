@@ -28,6 +28,8 @@ from feed.models import (
     Block,
     Follow,
     Like,
+    List,
+    ListMember,
     ModerationAction,
     OutboxEvent,
     TimelineRebuild,
@@ -286,6 +288,31 @@ class BlockAdmin(_ReadOnlyAdmin):
     list_select_related = ("blocker", "blocked")
     search_fields = ("blocked__username", "blocker__username")
     raw_id_fields = ("blocker", "blocked")
+    ordering = ("-id",)
+    show_full_result_count = False
+
+
+@admin.register(List)
+class ListAdmin(_ReadOnlyAdmin):
+    """Users' lists (read-only: lists change through the API's use-cases;
+    private to their owners, visible to moderators here)."""
+
+    list_display = ("id", "owner", "name", "members_count", "created_at")
+    list_select_related = ("owner",)
+    search_fields = ("owner__username", "name")
+    raw_id_fields = ("owner",)
+    ordering = ("-id",)
+    show_full_result_count = False
+
+
+@admin.register(ListMember)
+class ListMemberAdmin(_ReadOnlyAdmin):
+    """Who is in which list (read-only)."""
+
+    list_display = ("id", "list", "member", "created_at")
+    list_select_related = ("list", "member")
+    search_fields = ("member__username", "list__owner__username")
+    raw_id_fields = ("list", "member")
     ordering = ("-id",)
     show_full_result_count = False
 

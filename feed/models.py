@@ -47,6 +47,9 @@ class User(AbstractUser):
     followers_count = models.PositiveIntegerField(default=0)
     following_count = models.PositiveIntegerField(default=0)
     tweets_count = models.PositiveIntegerField(default=0)
+    #: How many lists the user ever made: list n's id is ``owners.list_id(u, n)``
+    #: (feed.lists; taken under the user's row lock, never reused).
+    lists_made = models.PositiveIntegerField(default=0)
 
     class Meta:
         constraints = [
@@ -278,6 +281,52 @@ class Mute(models.Model):
 
     def __str__(self) -> str:
         return f"{self.muter_id} mutes {self.muted_id}"
+
+
+class List(models.Model):
+    """A user's list: a timeline of its own whose "follows" are its members
+    (docs/design.md, the list view). Private: only its owner sees it."""
+
+    #: ``owners.list_id(owner, n)``: the owner's n-th list (``User.lists_made``),
+    #: below 2**53 (exact as a JSON number); its timeline's owner id is -id.
+    id = models.BigIntegerField(primary_key=True)
+    owner = models.ForeignKey(User, on_delete=models.PROTECT, related_name="lists", db_index=False)
+    name = models.CharField(max_length=100)
+    description = models.CharField(max_length=500, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    #: Kept by the membership use-cases in the write's transaction (feed.lists).
+    members_count = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        indexes = [models.Index(fields=["owner", "-id"], name="list_owner_id_idx")]
+
+    def __str__(self) -> str:
+        return f"list {self.id} of {self.owner_id}: {self.name}"
+
+
+class ListMember(models.Model):
+    """``member`` is in ``list``: the list's timeline shows their entries.
+    Deleting a list deletes its members first, each with its removal's event
+    (feed.lists), so nothing cascades."""
+
+    list = models.ForeignKey(List, on_delete=models.PROTECT, related_name="members", db_index=False)
+    member = models.ForeignKey(User, on_delete=models.PROTECT, related_name="+", db_index=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            # Also the index of a list's members (the view's, the pages').
+            models.UniqueConstraint(fields=["list", "member"], name="list_member_once"),
+        ]
+        indexes = [
+            # A list's members, newest first (their pages).
+            models.Index(fields=["list", "-id"], name="list_member_list_id_idx"),
+            # The lists a user is in (a block's or mute's re-sent memberships).
+            models.Index(fields=["member", "list"], name="list_member_member_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.member_id} in list {self.list_id}"
 
 
 class OutboxEvent(models.Model):

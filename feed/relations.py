@@ -15,7 +15,7 @@ from __future__ import annotations
 from django.db import IntegrityError, transaction
 
 from fanout.model import events
-from feed import outbox, selectors
+from feed import lists, outbox, selectors
 from feed.errors import ApplicationError, NotFound
 from feed.models import Block, Follow, ModerationAction, Mute, User
 from feed.services import (
@@ -72,6 +72,20 @@ def followed(follower_id: int, followee_id: int) -> events.Followed:
 def filters_set(owner_id: int) -> events.FiltersSet:
     """The owner's hidden users as the tables say now (selectors.hidden_from)."""
     return events.FiltersSet(owner_id, tuple(sorted(selectors.hidden_from(owner_id))))
+
+
+def filters_changed(user_id: int, other: int) -> list[events.Event]:
+    """After ``user_id``'s hidden set changed (a block either way, or a mute,
+    between them and ``other``): their filter, the copy of each of their
+    lists, and ``other``'s memberships in those lists with the new ``muted``
+    flag (feed.lists.filter_events)."""
+    record = filters_set(user_id)
+    return [record, *lists.filter_events(user_id, record.hidden, other)]
+
+
+def _filters_both(a: int, b: int) -> list[events.Event]:
+    """A block's or unblock's: both sides' hidden sets change."""
+    return [*filters_changed(a, b), *filters_changed(b, a)]
 
 
 def _following(follower_id: int, followee_id: int) -> bool:
@@ -142,7 +156,7 @@ def block_create(*, blocker: User, blocked: User) -> Written:
         if deleted:
             count_follows(follower, followee, -1, active)
             written.append(events.Unfollowed(follower_id=follower, followee_id=followee))
-    written += [filters_set(blocker.pk), filters_set(blocked.pk)]
+    written += _filters_both(blocker.pk, blocked.pk)
     return Written(created=True, seq=outbox.append_many(written))
 
 
@@ -153,7 +167,7 @@ def block_delete(*, blocker: User, blocked: User) -> int:
     deleted, _ = Block.objects.filter(blocker=blocker, blocked=blocked).delete()
     if not deleted:
         return outbox.high_water_seq()
-    return outbox.append_many([filters_set(blocker.pk), filters_set(blocked.pk)])
+    return outbox.append_many(_filters_both(blocker.pk, blocked.pk))
 
 
 @transaction.atomic
@@ -182,9 +196,10 @@ def mute_delete(*, muter: User, muted: User) -> int:
 def _muted_events(muter_id: int, muted_id: int) -> list[events.Event]:
     """After a mute or unmute: the follow's record with its new flag (when
     the muter follows the muted: the join hides or shows the followee's
-    entries), and the muter's hidden users (reposts of the muted's tweets)."""
+    entries), and the muter's hidden users (reposts of the muted's tweets),
+    with their lists' copies and memberships (:func:`filters_changed`)."""
     out: list[events.Event] = []
     if _following(muter_id, muted_id):
         out.append(followed(muter_id, muted_id))
-    out.append(filters_set(muter_id))
+    out += filters_changed(muter_id, muted_id)
     return out

@@ -102,6 +102,12 @@ def add_timelines(result: dict[str, Any], **_: Any) -> dict[str, Any]:
                 },
             }
         }
+    # A list's timeline (feed.apis_lists) is a Django view of the same page.
+    listed = result["paths"].get("/api/v1/lists/{list_id}/timeline", {}).get("get")
+    if listed is not None:
+        listed["responses"]["200"]["content"] = {
+            "application/json": {"schema": {"$ref": "#/components/schemas/Timeline"}}
+        }
     return result
 
 

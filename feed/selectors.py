@@ -5,7 +5,7 @@ tweet clients see."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -17,8 +17,9 @@ from django.db import connection
 from django.db.models import Count, Exists, OuterRef, Q, QuerySet
 from django.db.models.functions import Coalesce
 
-from fanout.model import events, ids
-from feed.models import Block, Follow, Like, Mention, Mute, OutboxEvent, Tweet, User
+from fanout.model import events, ids, owners
+from feed.models import Block, Follow, Like, ListMember, Mention, Mute, OutboxEvent, Tweet, User
+from feed.models import List as ListRow
 
 if TYPE_CHECKING:
     from feed.timeline import TimelineQuery
@@ -286,6 +287,32 @@ def relation_page(
     return [u for _, u in pairs[:count]], (pairs[count - 1][0] if len(pairs) > count else None)
 
 
+def list_page(
+    owner: User, *, count: int, cursor: int | None = None
+) -> tuple[list[ListRow], int | None]:
+    """One page of ``owner``'s lists, newest first, and the cursor of the next
+    page (a list's id; None on the last page)."""
+    qs = ListRow.objects.filter(owner_id=owner.pk)
+    if cursor is not None:
+        qs = qs.filter(id__lt=cursor)
+    rows = list(qs.order_by("-id")[: count + 1])
+    page = rows[:count]
+    return page, (page[-1].pk if len(rows) > count else None)
+
+
+def member_page(
+    found: ListRow, *, count: int, cursor: int | None = None
+) -> tuple[list[User], int | None]:
+    """One page of a list's (active) members, newest first, and the cursor of
+    the next page (the membership's id; None on the last page)."""
+    qs = ListMember.objects.filter(list_id=found.pk, member__is_active=True)
+    if cursor is not None:
+        qs = qs.filter(id__lt=cursor)
+    rows = list(qs.select_related("member").order_by("-id")[: count + 1])
+    page = rows[:count]
+    return [m.member for m in page], (page[-1].id if len(rows) > count else None)
+
+
 def following(reader: User | None, user: User) -> dict[str, bool] | None:
     """``{"reposts"}`` of the reader's follow of ``user``; ``None`` when not
     following (or anonymous)."""
@@ -354,15 +381,19 @@ _REPLY_SHOWN = """(
 #: ``aud``) shows its reposts if ``e`` is one, and its original's author
 #: is not hidden.
 _ENTRY_SHOWN = f"(e.repost_of_id IS NULL OR ea.reposts) AND {_ORIGINAL_SHOWN}"
-#: ... and the greatest entry of its original in the view (no newer entry of
-#: the view: by an actor of the audience who shows reposts, of an original
-#: not hidden, whatever the page's bounds). Only a repost can be newer than
-#: an entry of the same original (reposts' ids are greater than their
-#: original's): served by the (repost_of, id) index, or by the (author,
-#: repost_of) unique index probed per actor.
-_NEWEST_OF_ITS_ORIGINAL = """
+
+
+def _newest_of_its_original(audience: str) -> str:
+    """``e`` is the greatest entry of its original in the view (no newer
+    entry of the view: a repost by an actor of the audience, joined as
+    ``na`` by ``audience``, of an original not hidden, whatever the page's
+    bounds). Only a repost can be newer than an entry of the same original
+    (reposts' ids are greater than their original's): served by the
+    (repost_of, id) index, or by the (author, repost_of) unique index probed
+    per actor."""
+    return f"""
     NOT EXISTS (
-        SELECT 1 FROM feed_tweet n JOIN aud na ON na.author_id = n.author_id AND na.reposts
+        SELECT 1 FROM feed_tweet n {audience}
         WHERE n.repost_of_id = COALESCE(e.repost_of_id, e.id) AND n.id > e.id
           AND (n.author_id = (SELECT id FROM me)
                OR (COALESCE(o.author_id, e.author_id) NOT IN (SELECT user_id FROM hid)
@@ -370,7 +401,14 @@ _NEWEST_OF_ITS_ORIGINAL = """
                         OR COALESCE(o.reply_to_id, e.reply_to_id)
                            NOT IN (SELECT user_id FROM hid))))
     )
-"""
+"""  # noqa: S608 (constants only)
+
+
+#: ... and the greatest entry of its original in the home view: the newer
+#: entries are by an actor of the audience who shows reposts.
+_NEWEST_OF_ITS_ORIGINAL = _newest_of_its_original(
+    "JOIN aud na ON na.author_id = n.author_id AND na.reposts"
+)
 
 
 def _join_sql(vendor: str, excluded: int = 0, *, aside: bool = False) -> str:
@@ -462,6 +500,119 @@ def home_timeline_entries(
         return [(int(e), int(o), int(u or 0)) for e, o, u in cursor.fetchall()]
 
 
+def _list_sql(excluded: int) -> str:
+    """The CTEs of list L's timeline, owner o: :func:`_hidden_sql`'s (o's),
+    ``lst`` (L), and ``mem``, the actors whose entries it shows: L's members,
+    active, not hidden from o, leaving out ``excluded``. Parameters: o, L,
+    the excluded."""
+    leave_out = f"AND m.member_id NOT IN ({', '.join(['%s'] * excluded)})" if excluded else ""
+    return f"""{_hidden_sql()},
+        lst AS (SELECT CAST(%s AS bigint) AS id),
+        mem AS (
+            SELECT m.member_id AS author_id FROM feed_listmember m
+            JOIN feed_user u ON u.id = m.member_id AND u.is_active
+            WHERE m.list_id = (SELECT id FROM lst) {leave_out}
+              AND m.member_id NOT IN (SELECT user_id FROM hid)
+        )"""  # noqa: S608 (placeholders only)
+
+
+#: A post of a list's that answers someone else shows only if the one it
+#: answers is a member (its owner has no exception here, unlike at home).
+_LIST_REPLY_SHOWN = """(
+    e.reply_to_id IS NULL OR e.reply_to_id = e.author_id
+    OR e.reply_to_id IN (SELECT member_id FROM feed_listmember
+                         WHERE list_id = (SELECT id FROM lst))
+)"""
+#: ... and the greatest entry of its original in the list's view: the newer
+#: entries are by a member (reposts always show in a list).
+_LIST_NEWEST = _newest_of_its_original("JOIN mem na ON na.author_id = n.author_id")
+
+
+def _list_join_sql(vendor: str, excluded: int = 0, *, aside: bool = False) -> str:
+    """List L's timeline by the database, newest first (docs/design.md, the
+    list view): the entries of its members, reposts included, of originals
+    its owner o does not hide (o's own entries whatever they show), a reply
+    to someone else only if they are a member (with ``aside``, every reply:
+    what its timeline holds), per original only the greatest; like
+    :func:`_join_sql`, a top-N per member through the (author, -id) index
+    on PostgreSQL. Parameters: o, L, the excluded, max_id, since_id, limit
+    (then, on PostgreSQL, the limit again)."""
+    shown = _ORIGINAL_SHOWN if aside else f"{_ORIGINAL_SHOWN} AND {_LIST_REPLY_SHOWN}"
+    where = f"{_VISIBLE_WHERE} AND {shown} AND {_LIST_NEWEST}"
+    if vendor == "postgresql":
+        return f"""
+            WITH {_list_sql(excluded)}
+            SELECT t.id FROM mem ea CROSS JOIN LATERAL (
+                SELECT e.id FROM feed_tweet e {_VISIBLE_ORIGINAL}
+                WHERE e.author_id = ea.author_id AND e.id <= %s AND e.id > %s AND {where}
+                ORDER BY e.id DESC LIMIT %s
+            ) AS t
+            ORDER BY t.id DESC LIMIT %s
+        """  # noqa: S608 (constants and placeholders only)
+    return f"""
+        WITH {_list_sql(excluded)}
+        SELECT e.id FROM feed_tweet e JOIN mem ea ON ea.author_id = e.author_id {_VISIBLE_ORIGINAL}
+        WHERE e.id <= %s AND e.id > %s AND {where}
+        ORDER BY e.id DESC LIMIT %s
+    """  # noqa: S608 (constants and placeholders only)
+
+
+def list_user(list_id: int) -> int:
+    """The user who owns list ``list_id`` (its id's low bits)."""
+    return owners.user_of(owners.list_owner(list_id))
+
+
+def list_timeline_ids(
+    list_id: int,
+    *,
+    limit: int,
+    max_id: int | None = None,
+    since_id: int | None = None,
+    excluded: Sequence[int] = (),
+    aside: bool = False,
+) -> list[int]:
+    """List L's view as the database computes it: the newest ``limit`` entry
+    ids (``max_id`` inclusive, ``since_id`` exclusive), newest first, each
+    the greatest entry of its original in the whole view; members in
+    ``excluded`` left out; with ``aside``, the replies to non-members in too
+    (what its timeline holds). A list that is no more has no members: []."""
+    high = ids.MAX_ID if max_id is None else max_id
+    low = 0 if since_id is None else since_id
+    params = [list_user(list_id), list_id, *excluded, high, low, limit]
+    if connection.vendor == "postgresql":
+        params.append(limit)
+    with connection.cursor() as cursor:
+        cursor.execute(_list_join_sql(connection.vendor, len(excluded), aside=aside), params)
+        return [row[0] for row in cursor.fetchall()]
+
+
+def list_timeline_entries(
+    list_id: int, *, low: int, excluded: Sequence[int] = ()
+) -> list[tuple[int, int, int, int]]:
+    """Every raw entry of list L's timeline at or above ``low``, the greatest
+    of its original or not, the replies to non-members included: ``(entry,
+    original, by, answers)`` ascending; ``by``, for a repost, its original's
+    author, 0 when the list's owner reposted it (the user the list's filter
+    checks it against), 0 for a post; ``answers``, the user the entry's
+    original answers when that is someone other than its author (else 0):
+    what a refill of the list carries above its horizon."""
+    sql = f"""
+        WITH {_list_sql(len(excluded))}
+        SELECT e.id, COALESCE(e.repost_of_id, e.id),
+               CASE WHEN e.repost_of_id IS NOT NULL AND e.author_id <> (SELECT id FROM me)
+                    THEN o.author_id ELSE 0 END,
+               CASE WHEN COALESCE(o.reply_to_id, e.reply_to_id)
+                         <> COALESCE(o.author_id, e.author_id)
+                    THEN COALESCE(o.reply_to_id, e.reply_to_id) ELSE 0 END
+        FROM mem ea JOIN feed_tweet e ON e.author_id = ea.author_id {_VISIBLE_ORIGINAL}
+        WHERE e.id >= %s AND {_VISIBLE_WHERE} AND {_ORIGINAL_SHOWN}
+        ORDER BY e.id
+    """  # noqa: S608 (constants and placeholders only)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [list_user(list_id), list_id, *excluded, low])
+        return [(int(e), int(o), int(b or 0), int(u or 0)) for e, o, b, u in cursor.fetchall()]
+
+
 def _mentions_side(rows: str, entry: str, named: str) -> str:
     """One side of the mentions view for one user: the newest posts ``t`` of
     ``rows`` whose user ``named`` is the user (an index on (``named``,
@@ -513,12 +664,18 @@ def mentions_timeline_ids(
 
 def timeline_page(owner_id: int, query: TimelineQuery) -> dict[str, Any]:
     """A page of a timeline from the database: user u's home timeline (owner
-    u) or mentions (owner -u, docs/decisions.md D30), ``{"tweets",
+    u), mentions (owner -u, docs/decisions.md D30) or list L's (-L), ``{"tweets",
     "next_max_id"}``, ``next_max_id`` null on the last page. Bounded:
     ``count + 1`` rows."""
     count = query.count
-    view = home_timeline_ids if owner_id > 0 else mentions_timeline_ids
-    found = view(abs(owner_id), limit=count + 1, max_id=query.max_id, since_id=query.since_id)
+    view: Callable[..., list[int]]
+    if owners.is_list(owner_id):
+        view, key = list_timeline_ids, owners.list_of(owner_id)
+    elif owner_id > 0:
+        view, key = home_timeline_ids, owner_id
+    else:
+        view, key = mentions_timeline_ids, -owner_id
+    found = view(key, limit=count + 1, max_id=query.max_id, since_id=query.since_id)
     page = found[:count]
     return {
         "tweets": tweet_objects(page),
@@ -528,11 +685,12 @@ def timeline_page(owner_id: int, query: TimelineQuery) -> dict[str, Any]:
 
 def timeline_fallback(owner_id: int, issued_at: float, query: TimelineQuery) -> bytes | None:
     """A page of a timeline missing from Redis computed by the database
-    (:func:`timeline_page`), the page JSON. None if the user is gone,
-    deactivated or revoked the token (the Redis read checks revocation; this
-    one must)."""
+    (:func:`timeline_page`), the page JSON. None if the user (a list's
+    owner, for a list) is gone, deactivated or revoked the token (the Redis
+    read checks revocation; this one must). A list that is no more has no
+    entries."""
     user = (
-        User.objects.filter(pk=abs(owner_id), is_active=True)
+        User.objects.filter(pk=owners.user_of(owner_id), is_active=True)
         .only("id", "tokens_valid_after")
         .first()
     )
@@ -546,6 +704,11 @@ def timeline_fallback(owner_id: int, issued_at: float, query: TimelineQuery) -> 
 def blocks(blocker: int, blocked: int) -> bool:
     """Whether ``blocker`` blocks ``blocked``."""
     return Block.objects.filter(blocker_id=blocker, blocked_id=blocked).exists()
+
+
+def mutes(muter: int, muted: int) -> bool:
+    """Whether ``muter`` mutes ``muted``."""
+    return Mute.objects.filter(muter_id=muter, muted_id=muted).exists()
 
 
 def blocked_between(a: int, b: int) -> bool:
@@ -658,3 +821,13 @@ def idle_user_ids(cutoff: datetime, *, batch: int = 1000) -> Iterator[list[int]]
             chunk = []
     if chunk:
         yield chunk
+
+
+def idle_batches(
+    cutoff: datetime, *, batch: int = 1000
+) -> Iterator[tuple[list[int], tuple[int, ...]]]:
+    """:func:`idle_user_ids`' batches, each with the timeline owners (-L) of
+    those users' lists, ascending: what the idle sweep drops with them."""
+    for users in idle_user_ids(cutoff, batch=batch):
+        lists = ListRow.objects.filter(owner_id__in=users).values_list("id", flat=True)
+        yield users, tuple(sorted(owners.list_owner(L) for L in lists))

@@ -21,7 +21,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from fanout.model import events, ids
+from fanout.model import events, ids, owners
 from feed import outbox, selectors
 from feed.errors import (
     ApplicationError,
@@ -32,7 +32,7 @@ from feed.errors import (
     ServiceUnavailable,
 )
 from feed.idgen import next_tweet_id
-from feed.models import DeletedReply, Like, ModerationAction, Tweet, User
+from feed.models import DeletedReply, Like, List, ModerationAction, Tweet, User
 from feed.validation import InvalidInput, validate_username
 
 log = logging.getLogger(__name__)
@@ -506,8 +506,9 @@ def lock_users(*user_ids: int) -> dict[int, bool]:
 @transaction.atomic
 def timeline_reset(user_id: int) -> int:
     """Have the fanout job refill one timeline from the database: user u's
-    home timeline (``user_id`` u) or their mentions (-u, docs/decisions.md
-    D30); return the seq to wait for.
+    home timeline (``user_id`` u), their mentions (-u, docs/decisions.md
+    D30) or list L's (-L, feed.lists.list_reset; NotFound for a list that
+    is no more); return the seq to wait for.
 
     The database computes the timeline's newest ``STARLING_TIMELINE_SIZE +
     STARLING_TIMELINE_SLACK`` entries (the join for this user) and the outbox carries
@@ -527,10 +528,19 @@ def timeline_reset(user_id: int) -> int:
     as_of = outbox.settled_high()  # the read below sees every write up to there
     if as_of is None:
         raise ServiceUnavailable("writes in flight hold the database; try again")
-    if abs(user_id) not in lock_users(abs(user_id)):
-        raise NotFound(f"no user with id {abs(user_id)}")
+    user = owners.user_of(user_id)
+    if user not in lock_users(user):
+        raise NotFound(f"no user with id {user}")
     config = settings.STARLING
     keep = config.timeline_size + config.timeline_slack
+    if owners.is_list(user_id):
+        from feed import lists
+
+        # Under its owner's lock, as every write of the user's lists: a list
+        # deleted (or never made) gets nothing, its drop is on its way.
+        if not List.objects.filter(pk=owners.list_of(user_id)).exists():
+            raise NotFound(f"no list with id {owners.list_of(user_id)}")
+        return outbox.append(lists.list_reset(user_id, keep, as_of))
     if user_id < 0:
         return outbox.append(_mentions_reset(-user_id, keep, as_of))
     return outbox.append(_home_reset(user_id, keep, as_of))

@@ -116,11 +116,12 @@ def refill_timelines() -> int:
 @shared_task(ignore_result=True)
 def drop_idle_timelines() -> int:
     """Drop the timelines of users idle for STARLING_ACTIVE_DAYS (no read, no
-    sign-in): the fanout job then writes nothing for them, and their next
-    read answers from the database while the timeline is regenerated. Run by
+    sign-in), and their lists': the fanout job then writes nothing for them,
+    and their next read answers from the database while the timeline is
+    regenerated. Run by
     beat every hour; it also drops what a rebuild wrote for idle users."""
     from fanout.store.timelines import store_for
-    from feed.selectors import idle_user_ids
+    from feed.selectors import idle_batches
 
     config = settings.STARLING
     store = store_for(config)
@@ -128,7 +129,12 @@ def drop_idle_timelines() -> int:
     if generation is None:
         return 0
     cutoff = timezone.now() - timedelta(days=config.active_days)
-    dropped = sum(store.drop_idle(generation, chunk) for chunk in idle_user_ids(cutoff))
+    # Their lists' timelines (owners -L) go with theirs, and come back on read.
+    # The keyword is the store's of branch lstore (the lists' store side).
+    dropped = sum(
+        store.drop_idle(generation, users, lists=lists)  # type: ignore[call-arg,misc]
+        for users, lists in idle_batches(cutoff)
+    )
     if dropped:
         log.info(
             "dropped %d idle users' timelines (not seen for %d days)", dropped, config.active_days

@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from feed import apis, apis_accounts, apis_conversations, apis_relations
+from feed import apis, apis_accounts, apis_conversations, apis_lists, apis_relations
 
 # GET /api/v1/timeline, /api/v1/mentions and /metrics are not here: the WSGI front
 # (feed.fastpath, in feed.wsgi) answers them before Django.
@@ -33,6 +33,17 @@ api_v1 = [
     path("users/<str:username>/likes", apis.UserLikesApi.as_view(), name="user-likes"),
     path("users/<str:username>/followers", apis.UserFollowersApi.as_view(), name="user-followers"),
     path("users/<str:username>/following", apis.UserFollowingApi.as_view(), name="user-following"),
+    path("lists", apis_lists.ListsApi.as_view(), name="lists"),
+    path("lists/<int:list_id>", apis_lists.ListDetailApi.as_view(), name="list-detail"),
+    path("lists/<int:list_id>/members", apis_lists.ListMembersApi.as_view(), name="list-members"),
+    path(
+        "lists/<int:list_id>/members/<str:username>",
+        apis_lists.ListMemberApi.as_view(),
+        name="list-member",
+    ),
+    path(
+        "lists/<int:list_id>/timeline", apis_lists.ListTimelineApi.as_view(), name="list-timeline"
+    ),
     path("health", apis.HealthApi.as_view(), name="health"),
 ]
 
