@@ -7,15 +7,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.http import HttpResponse
-from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from feed import lists, selectors, services, timeline
+from feed import lists, selectors, services
 from feed.apis import (
     SeqOut,
     StrictCharField,
@@ -28,7 +26,6 @@ from feed.apis import (
     name_nested_serializers,
     query_of,
 )
-from feed.auth import TokenClaims
 from feed.models import List
 
 
@@ -192,50 +189,6 @@ class ListMemberApi(_ListApi):
         found = lists.owned_list(owner, list_id)
         member = services.user_by_username(username, suspended=True)
         return Response({"seq": lists.member_remove(owner=owner, list_id=found.pk, member=member)})
-
-
-class ListTimelineApi(_ListApi):
-    """The list's timeline, read as ``GET /api/v1/timeline`` is
-    (:class:`feed.timeline.TimelineReader`, owner -L): the same page, paging,
-    ``min_seq`` and headers."""
-
-    @extend_schema(
-        parameters=[
-            OpenApiParameter(p.name, OpenApiTypes.INT64, description=p.help)
-            for p in timeline.PARAMS
-        ],
-        description="The list's timeline, newest first: its members' posts and reposts "
-        "(a reply to someone else only if they are a member), but what your blocks and "
-        "mutes hide. Read as GET /api/v1/timeline (the same paging, min_seq and headers: "
-        "X-Starling-Source, X-Starling-Watermark, X-Starling-Stale...).",
-        responses={
-            200: OpenApiResponse(description="A page of the timeline ({tweets, next_max_id})."),
-            **error_responses(400, 401, 404),
-        },
-    )
-    def get(self, request: Request, list_id: int) -> HttpResponse:
-        from fanout.model import owners
-        from feed.readpath import timeline_reader
-
-        user = current_user(request)
-        found = lists.owned_list(user, list_id)
-        claims = request.auth
-        assert isinstance(claims, TokenClaims)  # IsAuthenticated: a bearer token's
-        try:
-            query = timeline.parse_query(request.META.get("QUERY_STRING", ""))
-        except timeline.InvalidParameter as exc:
-            answer = timeline.error(400, "invalid", str(exc), fields={exc.name: [exc.message]})
-        else:
-            answer = timeline_reader().read(
-                user.pk,
-                claims.issued_at.timestamp(),
-                query,
-                owner=owners.list_owner(found.pk),
-            )
-        response = HttpResponse(answer.body, status=answer.status, content_type="application/json")
-        for name, value in answer.headers.items():
-            response[name] = value
-        return response
 
 
 name_nested_serializers(globals())

@@ -1,5 +1,5 @@
-"""The WSGI fast path for ``GET /api/v1/timeline`` and ``GET /api/v1/mentions``
-(and the door for ``/metrics``).
+"""The WSGI fast path for ``GET /api/v1/timeline``, ``GET /api/v1/mentions``
+and ``GET /api/v1/lists/{id}/timeline`` (and the door for ``/metrics``).
 
 The hottest endpoints skip Django's middleware and URL resolving: this
 wrapper answers those paths with :func:`feed.timeline.handle` and hands
@@ -16,6 +16,7 @@ Measured on this machine: docs/performance.md.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable, Iterable
 from http import HTTPStatus
@@ -39,6 +40,10 @@ PATH = "/api/v1/timeline"
 MENTIONS_PATH = "/api/v1/mentions"
 #: The paths answered here, and whether each is the mentions'.
 PATHS = {PATH: False, MENTIONS_PATH: True}
+#: A list's timeline: read as the home timeline is, its id in the path.
+LIST_PATH = re.compile(r"/api/v1/lists/(\d{1,16})/timeline")
+#: The list timelines' path in the metrics (one series, whatever the list).
+LIST_LABEL = "/api/v1/lists/{id}/timeline"
 StartResponse = Callable[..., Any]
 WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 
@@ -85,7 +90,8 @@ class TimelineFastPath:
         if environ.get("PATH_INFO") == metrics.PATH:
             return self._metrics(environ, start_response)
         path = environ.get("PATH_INFO", "")
-        if path not in PATHS:
+        listed = LIST_PATH.fullmatch(path) if path not in PATHS else None
+        if path not in PATHS and listed is None:
             return self.app(environ, start_response)
         from feed.readpath import timeline_reader
 
@@ -94,7 +100,12 @@ class TimelineFastPath:
             return self.app(environ, start_response)  # Django's redirect to HTTPS
         started = time.perf_counter()
         with request_scope(environ.get("HTTP_X_REQUEST_ID")) as rid:
-            response = self._answer(environ, timeline_reader, mentions=PATHS[path])
+            response = self._answer(
+                environ,
+                timeline_reader,
+                mentions=PATHS.get(path, False),
+                list_id=int(listed.group(1)) if listed else None,
+            )
         headers = [
             ("Content-Type", "application/json"),
             ("Content-Length", str(len(response.body))),
@@ -104,7 +115,8 @@ class TimelineFastPath:
         ]
         start_response(f"{response.status} {HTTPStatus(response.status).phrase}", headers)
         method = environ.get("REQUEST_METHOD", "GET")
-        metrics.observe_request(path, method, response.status, time.perf_counter() - started)
+        label = LIST_LABEL if listed else path
+        metrics.observe_request(label, method, response.status, time.perf_counter() - started)
         return [b"" if method == "HEAD" else response.body]
 
     def _metrics(self, environ: dict[str, Any], start_response: StartResponse) -> list[bytes]:
@@ -116,7 +128,12 @@ class TimelineFastPath:
         return [body]
 
     def _answer(
-        self, environ: dict[str, Any], reader: Callable[[], Any], *, mentions: bool
+        self,
+        environ: dict[str, Any],
+        reader: Callable[[], Any],
+        *,
+        mentions: bool,
+        list_id: int | None,
     ) -> timeline.Response:
         host = environ.get("HTTP_HOST") or environ.get("SERVER_NAME", "")
         if host not in self._good_hosts and not self._host_ok(host):
@@ -128,6 +145,7 @@ class TimelineFastPath:
                 environ.get("QUERY_STRING", ""),
                 reader(),
                 mentions=mentions,
+                list_id=list_id,
             )
         except Exception:
             log.exception("timeline read failed")

@@ -65,6 +65,14 @@ TIMELINES = (
         "them or answer one of their posts, but those of users they block, are blocked "
         "by or mute; read as the home timeline is (the same paging, min_seq and headers)",
     ),
+    (
+        "/api/v1/lists/{list_id}/timeline",
+        "v1_lists_timeline_retrieve",
+        "One of the signed-in user's lists, newest first: its members' posts and reposts "
+        "(a reply to someone else only if they are a member), but what the user's blocks "
+        "and mutes hide; read as the home timeline is (the same paging, min_seq and "
+        "headers); 404 for a list that is not the user's or is no more",
+    ),
 )
 
 
@@ -86,7 +94,7 @@ def add_timelines(result: dict[str, Any], **_: Any) -> dict[str, Any]:
                 "timeline. Headers: X-Starling-Source (redis|redis+database|database|"
                 "fallback), X-Starling-Watermark, X-Starling-Fanout-Lag, "
                 "X-Starling-Watermark-Age, X-Starling-Stale, X-Starling-Timeline-Version.",
-                "parameters": [_param(p) for p in timeline.PARAMS],
+                "parameters": [*_path_params(path), *(_param(p) for p in timeline.PARAMS)],
                 "tags": ["v1"],
                 "security": [{"bearerAuth": []}],
                 "responses": {
@@ -99,16 +107,23 @@ def add_timelines(result: dict[str, Any], **_: Any) -> dict[str, Any]:
                         "description": "A page of the timeline.",
                     },
                     "400": {"content": ERROR, "description": "A query parameter out of bounds."},
+                    **(
+                        {"404": {"content": ERROR, "description": "No such list of yours."}}
+                        if "{list_id}" in path
+                        else {}
+                    ),
                 },
             }
         }
-    # A list's timeline (feed.apis_lists) is a Django view of the same page.
-    listed = result["paths"].get("/api/v1/lists/{list_id}/timeline", {}).get("get")
-    if listed is not None:
-        listed["responses"]["200"]["content"] = {
-            "application/json": {"schema": {"$ref": "#/components/schemas/Timeline"}}
-        }
     return result
+
+
+def _path_params(path: str) -> list[dict[str, Any]]:
+    """A list timeline's ``list_id``, as the other list paths declare it."""
+    if "{list_id}" not in path:
+        return []
+    schema = {"type": "integer", "format": "int64"}
+    return [{"in": "path", "name": "list_id", "schema": schema, "required": True}]
 
 
 class BearerTokenScheme(OpenApiAuthenticationExtension):

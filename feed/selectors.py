@@ -18,6 +18,7 @@ from django.db.models import Count, Exists, OuterRef, Q, QuerySet
 from django.db.models.functions import Coalesce
 
 from fanout.model import events, ids, owners
+from feed.errors import NotFound
 from feed.models import Block, Follow, Like, ListMember, Mention, Mute, OutboxEvent, Tweet, User
 from feed.models import List as ListRow
 
@@ -687,8 +688,8 @@ def timeline_fallback(owner_id: int, issued_at: float, query: TimelineQuery) -> 
     """A page of a timeline missing from Redis computed by the database
     (:func:`timeline_page`), the page JSON. None if the user (a list's
     owner, for a list) is gone, deactivated or revoked the token (the Redis
-    read checks revocation; this one must). A list that is no more has no
-    entries."""
+    read checks revocation; this one must); :class:`~feed.errors.NotFound`
+    for a list that is no more."""
     user = (
         User.objects.filter(pk=owners.user_of(owner_id), is_active=True)
         .only("id", "tokens_valid_after")
@@ -698,6 +699,11 @@ def timeline_fallback(owner_id: int, issued_at: float, query: TimelineQuery) -> 
         return None
     if user.tokens_valid_after and issued_at < int(user.tokens_valid_after.timestamp()):
         return None
+    if (
+        owners.is_list(owner_id)
+        and not ListRow.objects.filter(pk=owners.list_of(owner_id)).exists()
+    ):
+        raise NotFound(f"no list {owners.list_of(owner_id)}")
     return orjson.dumps(timeline_page(owner_id, query))
 
 

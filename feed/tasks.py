@@ -130,10 +130,8 @@ def drop_idle_timelines() -> int:
         return 0
     cutoff = timezone.now() - timedelta(days=config.active_days)
     # Their lists' timelines (owners -L) go with theirs, and come back on read.
-    # The keyword is the store's of branch lstore (the lists' store side).
     dropped = sum(
-        store.drop_idle(generation, users, lists=lists)  # type: ignore[call-arg,misc]
-        for users, lists in idle_batches(cutoff)
+        store.drop_idle(generation, users, lists=lists) for users, lists in idle_batches(cutoff)
     )
     if dropped:
         log.info(

@@ -37,11 +37,11 @@ from urllib.parse import parse_qs
 import orjson
 import redis
 
-from fanout.model import ids
+from fanout.model import ids, owners
 from fanout.store.reads import Page
 from fanout.store.timelines import TimelineStore
 from feed.auth import InvalidToken, bearer_token, verify_token_cached
-from feed.errors import error_body
+from feed.errors import NotFound, error_body
 from feed.validation import InvalidInput, whole_number
 
 log = logging.getLogger("starling.timeline")
@@ -340,9 +340,14 @@ def handle(
     reader: TimelineReader,
     *,
     mentions: bool = False,
+    list_id: int | None = None,
 ) -> Response:
-    """``GET /api/v1/timeline`` (``GET /api/v1/mentions`` with ``mentions``)
-    from its raw inputs: the signed-in user's own timeline."""
+    """``GET /api/v1/timeline`` (``GET /api/v1/mentions`` with ``mentions``,
+    ``GET /api/v1/lists/{list_id}/timeline`` with ``list_id``) from its raw
+    inputs: the signed-in user's own timeline. A list's id names its owner
+    (fanout.model.owners), so another user's list is refused with no query;
+    a list of the user's that is no more reads cold, and the database says
+    so (404)."""
     if method not in ("GET", "HEAD"):
         return error(
             405, "method_not_allowed", f'Method "{method}" not allowed.', {"Allow": "GET, HEAD"}
@@ -361,4 +366,13 @@ def handle(
         query = parse_query(query_string)
     except InvalidParameter as exc:
         return error(400, "invalid", str(exc), fields={exc.name: [exc.message]})
-    return reader.read(user_id, issued_at, query, owner=-user_id if mentions else user_id)
+    if list_id is not None:
+        if not owners.is_list_id(list_id) or owners.user_of(-list_id) != user_id:
+            return error(404, "not_found", f"no list {list_id}")  # lists are private
+        owner = owners.list_owner(list_id)
+    else:
+        owner = -user_id if mentions else user_id
+    try:
+        return reader.read(user_id, issued_at, query, owner=owner)
+    except NotFound as exc:  # a list deleted since
+        return error(404, "not_found", str(exc))

@@ -4,8 +4,8 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from feed import apis, apis_accounts, apis_conversations, apis_lists, apis_relations
 
-# GET /api/v1/timeline, /api/v1/mentions and /metrics are not here: the WSGI front
-# (feed.fastpath, in feed.wsgi) answers them before Django.
+# GET /api/v1/timeline, /api/v1/mentions, /api/v1/lists/<id>/timeline and /metrics
+# are not here: the WSGI front (feed.fastpath, in feed.wsgi) answers them before Django.
 api_v1 = [
     path("auth/register", apis_accounts.RegisterApi.as_view(), name="register"),
     path("auth/token", apis_accounts.TokenApi.as_view(), name="token"),
@@ -40,9 +40,6 @@ api_v1 = [
         "lists/<int:list_id>/members/<str:username>",
         apis_lists.ListMemberApi.as_view(),
         name="list-member",
-    ),
-    path(
-        "lists/<int:list_id>/timeline", apis_lists.ListTimelineApi.as_view(), name="list-timeline"
     ),
     path("health", apis.HealthApi.as_view(), name="health"),
 ]

@@ -79,7 +79,7 @@ def write_list_timeline(store: TimelineStore, list_id: int, since: int) -> int:
 
 
 def test_a_warm_list_timeline_is_read_from_redis(
-    starling: StarlingConfig, django_assert_max_num_queries: Any
+    starling: StarlingConfig, django_assert_num_queries: Any
 ) -> None:
     ann, bob, cat = users("ann", "bob", "cat")
     start = high()
@@ -94,7 +94,7 @@ def test_a_warm_list_timeline_is_read_from_redis(
     assert stored is not None and stored.ids == shown[::-1]
     client = client_for(ann)
     client.get(f"/api/v1/lists/{L}/timeline")  # the day's first read records ann's activity
-    with django_assert_max_num_queries(2):  # the token's user and the list: no timeline SQL
+    with django_assert_num_queries(0):  # one Redis call: the list's id names its owner
         response = client.get(f"/api/v1/lists/{L}/timeline?count=2&min_seq={seq}")
     assert response["X-Starling-Source"] == "redis"
     assert response["X-Starling-Watermark"] == str(seq)
@@ -166,3 +166,25 @@ def test_no_refill_of_a_list_that_is_no_more(starling: StarlingConfig) -> None:
     assert tasks.refill_timelines() == 0
     assert outbox_after(before) == []
     assert not List.objects.exists()
+
+
+def test_a_list_timeline_is_its_owner_s_alone_and_gone_with_the_list(
+    starling: StarlingConfig, django_assert_num_queries: Any
+) -> None:
+    """Lists are private: another user's read of one, or of an id that names no
+    list, is a 404 with no query (the id names its owner); a list deleted, its
+    timeline dropped, reads cold and the database says it is no more."""
+    ann, bob = users("ann", "bob")
+    store_for(starling).ensure_active_generation()
+    L = new_list(ann, bob)
+    post(bob, "hi")
+    for reader, listed in ((bob, L), (ann, ann.pk), (ann, owners.list_id(bob.pk, 1))):
+        with django_assert_num_queries(0):
+            refused = read(reader, listed)
+        assert refused.status_code == 404, (reader, listed)
+        assert refused.json()["error"]["code"] == "not_found"
+    assert read(ann, L).status_code == 200
+    lists.list_delete(owner=ann, list_id=L)
+    gone = read(ann, L)
+    assert gone.status_code == 404 and gone.json()["error"]["code"] == "not_found"
+    assert read(ann, owners.list_id(ann.pk, 7)).status_code == 404  # never made
