@@ -60,18 +60,24 @@ def wrk(
     seconds: int,
     workdir: Path,
     mean_delay_ms: float = 0.0,
+    paths: list[str] | None = None,
 ) -> dict[str, float]:
     """Run wrk; return rps, p50, p99 (ms). Each request carries the token of a
-    random one of ``tokens`` (many users' timelines are read). With
+    random one of ``tokens`` (many users' timelines are read), and asks for
+    that user's path of ``paths`` if given (else ``url``'s). With
     ``mean_delay_ms`` each connection waits a random (exponential) time between
     requests: arrivals then look like independent users rather than 64
     connections firing in lock-step."""
     script = workdir / f"wrk-{uuid.uuid4().hex[:6]}.lua"
     listed = ",\n".join(f'"Bearer {t}"' for t in tokens)
+    routes = ",\n".join(f'"{p}"' for p in paths or ())
     script.write_text(
         textwrap.dedent(
             """
             local tokens = {
+            %s
+            }
+            local paths = {
             %s
             }
             local mean = %.3f
@@ -79,7 +85,9 @@ def wrk(
               math.randomseed(os.time() + tonumber(tostring({}):sub(8), 16) %% 100000)
             end
             function request()
-              wrk.headers["Authorization"] = tokens[math.random(#tokens)]
+              local i = math.random(#tokens)
+              wrk.headers["Authorization"] = tokens[i]
+              if #paths > 0 then return wrk.format(nil, paths[i]) end
               return wrk.format()
             end
             function delay()
@@ -88,7 +96,7 @@ def wrk(
             end
             """
         )
-        % (listed, mean_delay_ms)
+        % (listed, routes, mean_delay_ms)
     )
     args = ["wrk", "-t2", f"-c{connections}", f"-d{seconds}s", "--latency", "-s", str(script), url]
     out = subprocess.run(args, capture_output=True, text=True, check=True).stdout  # noqa: S603
@@ -104,18 +112,24 @@ def wrk(
 
 
 def paced(
-    url: str, tokens: list[str], connections: int, seconds: int, workdir: Path, rate: float
+    url: str,
+    tokens: list[str],
+    connections: int,
+    seconds: int,
+    workdir: Path,
+    rate: float,
+    paths: list[str] | None = None,
 ) -> dict[str, float]:
     """wrk at about ``rate`` requests/s. wrk's delay timer runs late here (about
     2x on this machine), so short calibration runs scale the mean delay until
     the achieved rate is within 5% of the target, then the measured run."""
     delay = 1000.0 * connections / rate
     for _ in range(4):
-        probe = wrk(url, tokens, connections, 3, workdir, delay)
+        probe = wrk(url, tokens, connections, 3, workdir, delay, paths)
         if abs(probe["rps"] - rate) <= 0.05 * rate:
             break
         delay *= probe["rps"] / rate
-    return wrk(url, tokens, connections, seconds, workdir, delay)
+    return wrk(url, tokens, connections, seconds, workdir, delay, paths)
 
 
 def _ms(value: str) -> float:
@@ -229,6 +243,13 @@ def main(argv: list[str] | None = None) -> int:
         "0 (the default) seeds and measures as without filters",
     )
     parser.add_argument(
+        "--lists",
+        action="store_true",
+        help="also measure list timelines: every other reader of each kind reads a list "
+        "of theirs holding what their home timeline holds (GET /api/v1/lists/{id}/timeline); "
+        "report list ÷ home (load_tests/read_lists.py)",
+    )
+    parser.add_argument(
         "--runs", type=int, default=1, help="measure this many times, alternated; report medians"
     )
     parser.add_argument(
@@ -238,6 +259,8 @@ def main(argv: list[str] | None = None) -> int:
     hidden = getattr(args, "hidden", 0)
     if hidden < 0 or (hidden and args.cluster):
         parser.error("--hidden takes N >= 0, and measures on one Redis (not with --cluster)")
+    if args.lists and (hidden or args.cluster):
+        parser.error("--lists measures on one Redis, without --hidden")
     for tool in ("wrk", "redis-benchmark"):
         if not shutil.which(tool):
             raise SystemExit(
@@ -337,6 +360,11 @@ def against_raw_script(
         from load_tests.read_hidden import with_hidden
 
         hidden_meta = with_hidden(store, generation, kinds, hidden, reposted)
+    listed: dict[int, int] = {}  # --lists: reader -> the list they read
+    if args.lists:
+        from load_tests.read_lists import with_lists
+
+        listed = with_lists(store, generation, kinds)
     readers = [u for pair in datasets.values() for group in pair for u in group]
     tokens = tokens_for(readers)
     wport = embedded.free_port()
@@ -359,17 +387,24 @@ def against_raw_script(
 
         def measure(readers: list[int], user_id: int, kind: str) -> dict[str, dict[str, float]]:
             """Raw script calls for one reader, then the endpoint for all of them."""
-            command = store.read_page_command(user_id, count=50)
+            owner = -listed[user_id] if kind.endswith("_list") else None
+            command = store.read_page_command(user_id, count=50, owner=owner)
             mine = [tokens[u] for u in readers]
-            wrk(url, mine, args.connections, 3, workdir)  # warm-up: workers, script cache
+            paths = (
+                [f"/api/v1/lists/{listed[u]}/timeline?count=50" for u in readers]
+                if owner is not None
+                else None
+            )
+            wrk(url, mine, args.connections, 3, workdir, 0.0, paths)  # warm-up: workers, scripts
             calls = 150_000
             if kind.endswith("_hidden"):  # as many as take about as long as the plain ones'
                 from load_tests.read_hidden import raw_calls
 
                 calls = raw_calls(store, command, 4 * args.seconds, calls, 10 * args.connections)
             raw = redis_benchmark(rport, command[1], command[3:], args.connections, calls)
-            peak = wrk(url, mine, args.connections, args.seconds, workdir)
-            half = paced(url, mine, args.connections, args.seconds, workdir, peak["rps"] / 2)
+            peak = wrk(url, mine, args.connections, args.seconds, workdir, 0.0, paths)
+            rate = peak["rps"] / 2
+            half = paced(url, mine, args.connections, args.seconds, workdir, rate, paths)
             return {"raw": raw, "peak": peak, "half": half}
 
         for _ in range(args.runs):
@@ -388,6 +423,10 @@ def against_raw_script(
         from load_tests.read_hidden import report_hidden
 
         code = report_hidden(args, results, hidden_meta) or code
+    if args.lists:
+        from load_tests.read_lists import report_lists
+
+        code = report_lists(args, results) or code
     return code
 
 

@@ -198,15 +198,16 @@ class TimelineReads:
                 found[i] = value or None
         return found
 
-    def read_page_command(self, user_id: int, *, count: int) -> list[str]:
+    def read_page_command(self, user_id: int, *, count: int, owner: int | None = None) -> list[str]:
         """The Redis command :meth:`read_page` sends for a first page (``EVALSHA``
-        and its arguments), for a benchmark to send with ``redis-benchmark``. The
+        and its arguments) of ``owner``'s timeline (by default the user's home)
+        read by the user, for a benchmark to send with ``redis-benchmark``. The
         script is loaded into Redis first. One shard on a single Redis only."""
         if self._read_page_hot is None:
             raise ValueError("read_page_command needs one shard on a single Redis")
         self.redis.script_load(self._read_page_script.source.text)
         args = self._read_page_script.arguments(
-            [user_id, user_id, count, 0, 0, self.cap, 0, *_today(), "-"]
+            [user_id if owner is None else owner, user_id, count, 0, 0, self.cap, 0, *_today(), "-"]
         )
         return ["EVALSHA", self._read_page_script.sha, "0", *map(str, args)]
 
