@@ -647,6 +647,10 @@ def exact(system: System, world: World) -> None:
             assert screened or tl.aside or system.model.pulls.get(user), f"user {user}: short"
             assert floor > 0, f"user {user}: short"
             assert len(tl.ids) + len(tl.aside) >= cap or tl.horizon == 0, f"user {user}: short"
+    for list_ in world.lists:  # a list is made by its first member (pulled or not)
+        owner = owners.list_owner(list_)
+        made = owner in system.model.timelines or owner in system.model.idle
+        assert made or not world.list_members(list_), f"list {list_} not made"
     for list_ in world.deleted_lists:  # a deleted list's keys are gone
         owner = owners.list_owner(list_)
         assert owner not in system.model.timelines and owner not in system.model.filters, list_

@@ -342,32 +342,35 @@ class Workload:
         return target, original
 
     def list_step(self, a: str, b: str) -> str | None:
-        """``a`` makes a list, adds ``b`` (or ``a``) to one of its lists or
-        removes a member (a suspended one too), or deletes one of its lists;
-        the kind of write made, None if none was."""
-        mine = sorted(x for x, (o, _) in self.owned.items() if o == a)
+        """``a`` makes a list (now and then: few lists, many members), or the
+        owner of a list drawn at random adds ``b`` (or themselves) to it,
+        removes a member (a suspended one too), or deletes it; the kind of
+        write made, None if none was."""
         roll = self.rnd.random()
-        if (roll < 0.15 and len(mine) < 3) or not mine:
+        mine = [x for x, (o, _) in self.owned.items() if o == a]
+        if (roll < 0.1 and len(mine) < 3) or not self.owned:
             made = self.call("POST", "/lists", a, {"name": f"list {len(mine)}", "description": ""})
             self.owned[made["id"]] = (a, set())
             return "list"
-        list_ = self.rnd.choice(mine)
-        members = self.owned[list_][1]
+        list_ = self.rnd.choice(sorted(self.owned))
+        owner, members = self.owned[list_]
+        if owner in self.suspended:
+            return None
         if roll < 0.8:
-            member = a if self.rnd.random() < 0.2 else b
+            member = owner if self.rnd.random() < 0.2 else b
             if member in members or member in self.suspended:
                 return None
-            self.call("POST", f"/lists/{list_}/members", a, {"username": member})
+            self.call("POST", f"/lists/{list_}/members", owner, {"username": member})
             members.add(member)
             return "member_add"
-        if roll < 0.97:
+        if roll < 0.98:
             if not members:
                 return None
             member = self.rnd.choice(sorted(members))
-            self.call("DELETE", f"/lists/{list_}/members/{member}", a)
+            self.call("DELETE", f"/lists/{list_}/members/{member}", owner)
             members.discard(member)
             return "member_remove"
-        self.call("DELETE", f"/lists/{list_}", a)
+        self.call("DELETE", f"/lists/{list_}", owner)
         del self.owned[list_]
         self.deleted_lists.add(list_)
         return "list_delete"

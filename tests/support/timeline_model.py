@@ -152,6 +152,8 @@ class TimelineModel:
             elif op.op is Op.LIST:
                 self._set_list(op.owner, op.tweets, op.horizon, originals, by, answers)
             elif op.op is Op.FOLLOWED:
+                if owners.is_list(op.owner) and op.owner not in {*self.timelines, *self.idle}:
+                    self._add(op.owner, (), 0, op.seq)  # a list is made by its first member
                 self.follows.setdefault(op.owner, set()).add(op.authors[0])
                 self._reveal(op.owner, op.authors[0], op.seq)
             elif op.op is Op.UNFOLLOWED:

@@ -1196,6 +1196,9 @@ end
 -- The owner now follows `user` (packed `u`): the replies to it kept aside
 -- join the view (a merge: those below the newest arrive late).
 local function followed(owner, key, seq, user, u)
+  -- A list is made by its first membership, as by an empty merge (a pulled
+  -- member's merges nothing): no entry of its members is missing, none yet.
+  if is_list(owner) and redis.call('EXISTS', key) == 0 then add(owner, key, '', 0, seq, '', '') end
   local fkey = followees_key(owner)
   local f = redis.call('GET', fkey) or ''
   if not holds(f, user) then
