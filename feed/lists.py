@@ -132,8 +132,10 @@ def list_update(
 
 @transaction.atomic
 def list_delete(*, owner: User, list_id: int) -> int:
-    """Delete a list: each member's removal, then the drop of its timeline
-    (held by the store until every earlier write is applied); returns the seq."""
+    """Delete a list: each member's removal, its filter's copy emptied (the
+    compacted changelog then holds nothing of it for a rebuild), then the drop
+    of its timeline (held by the store until every earlier write is applied);
+    returns the seq."""
     lock_users(owner.pk)
     found = owned_list(owner, list_id)
     list_owner = owners.list_owner(found.pk)
@@ -144,10 +146,10 @@ def list_delete(*, owner: User, list_id: int) -> int:
     )
     ListMember.objects.filter(list_id=found.pk).delete()
     found.delete()
-    if members:
-        as_of = outbox.append_many([events.Unfollowed(list_owner, m) for m in members])
-    else:
-        as_of = outbox.high_water_seq()
+    gone: list[events.Event] = [events.Unfollowed(list_owner, m) for m in members]
+    if selectors.hidden_from(owner.pk):  # its filter's copy, superseded by an empty one
+        gone.append(events.FiltersSet(list_owner, ()))
+    as_of = outbox.append_many(gone) if gone else outbox.high_water_seq()
     return outbox.append(events.TimelineReset(list_owner, (), 0, as_of=as_of, drop=True))
 
 

@@ -19,6 +19,7 @@ from tests.support.oracle import (
     MENTIONS_SQL,
     Workload,
     check_against_oracle,
+    check_lists,
     come_back,
     go_idle,
 )
@@ -151,7 +152,13 @@ def test_after_flushall_one_rebuild_brings_every_timeline_back(stack: Stack) -> 
     # owners' filters and screens the timelines with them, as the job does.
     # With likes, reposts and replies: it writes the counts, as the job does.
     work = Workload(
-        stack, random.Random(12), prefix="fl", engagements=0.2, relations=0.15, replies=0.15
+        stack,
+        random.Random(12),
+        prefix="fl",
+        engagements=0.2,
+        relations=0.15,
+        replies=0.15,
+        lists=0.1,
     )
     work.register(30)
     work.run(300)
@@ -184,6 +191,9 @@ def test_after_flushall_one_rebuild_brings_every_timeline_back(stack: Stack) -> 
     stats = check_against_oracle(stack, all_users(stack))
     assert stats["timelines"] == len(all_users(stack))
     assert stats["answered"] > 0  # counts with replies, from the rebuild alone
+    # Every list's timeline, and nothing of a deleted one, from the rebuild alone.
+    lists = check_lists(stack, work.deleted_lists)
+    assert lists["lists"] > 0 and lists["lists_entries"] > 0, lists
     found = stack.store.timeline(generation, user_id(stack, cy))
     assert found is not None and found.ids == [own], found
     # Every mentions timeline, from the rebuild alone (no write since its snapshot).

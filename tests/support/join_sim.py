@@ -572,8 +572,11 @@ class World:
         return self.log.unfollow(owners.list_owner(list_), member)
 
     def delete_list(self, list_: int) -> list[events.Envelope]:
-        """lists.list_delete: every membership removed, then the list's drop."""
+        """lists.list_delete: every membership removed, its filter's copy
+        emptied, then the list's drop."""
         out = [self.remove_member(list_, m) for m in sorted(self.list_members(list_))]
+        if self.hidden(self.lists[list_]):  # its filter's copy emptied
+            out.append(self.log.filters(owners.list_owner(list_), set()))
         del self.lists[list_]
         self.deleted_lists.add(list_)
         seq = next(self.log.seq)
