@@ -348,7 +348,7 @@ class Workload:
         write made, None if none was."""
         roll = self.rnd.random()
         mine = [x for x, (o, _) in self.owned.items() if o == a]
-        if (roll < 0.1 and len(mine) < 3) or not self.owned:
+        if (roll < 0.12 and len(mine) < 3) or not self.owned:
             made = self.call("POST", "/lists", a, {"name": f"list {len(mine)}", "description": ""})
             self.owned[made["id"]] = (a, set())
             return "list"
@@ -363,7 +363,7 @@ class Workload:
             self.call("POST", f"/lists/{list_}/members", owner, {"username": member})
             members.add(member)
             return "member_add"
-        if roll < 0.98:
+        if roll < 0.95:
             if not members:
                 return None
             member = self.rnd.choice(sorted(members))
