@@ -206,7 +206,7 @@ def _with_answers(op: TimelineOp, answered: dict[int, tuple[int, int]]) -> Timel
     if op.op is Op.RESET or not op.tweets or op.op is Op.FILTER:
         return op
     owner = op.owner
-    user = owners.user_of(owner) if owner < -owners.MAX_USER else 0  # a list's owner o
+    user = owners.user_of(owner) if owners.is_list(owner) else 0  # a list's owner o
     found = []
     for t in op.tweets:
         fact = answered.get(t)
@@ -218,7 +218,7 @@ def _with_answers(op: TimelineOp, answered: dict[int, tuple[int, int]]) -> Timel
 def _own(owner: int, actor: int) -> bool:
     """Whether ``actor``'s entries are ``owner``'s own (never hidden by its
     filter): its home timeline's, or a list of its (``owners.user_of``)."""
-    return owner == actor or (owner < -owners.MAX_USER and -owner & owners.MAX_USER == actor)
+    return owner == actor or (owners.is_list(owner) and owners.user_of(owner) == actor)
 
 
 #: entry -> (original, original's author, actor) of the reposts a batch names.
