@@ -1,4 +1,4 @@
-"""Write use-cases of lists (/work/lists-spec.md, docs/design.md "The view"):
+"""Write use-cases of lists (docs/design.md "The view", docs/decisions.md D31):
 a list is another timeline owner, ``-L``, whose follows are its members.
 
 Each use-case changes its rows and appends its outbox events in one
