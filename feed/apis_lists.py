@@ -91,6 +91,7 @@ class ListsApi(_ListApi):
         )
 
     @extend_schema(
+        operation_id="v1_lists_list",
         parameters=[QuerySerializer],
         description="Your lists, newest first.",
         responses={200: ListPageOut, **error_responses(400, 401)},

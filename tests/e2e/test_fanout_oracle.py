@@ -78,7 +78,6 @@ def test_random_workload_matches_the_sql_join(stack: Stack) -> None:
     lists = check_lists(stack, work.deleted_lists)
     print(f"\nlists: {lists}, {len(work.owned)} lists, {len(work.deleted_lists)} deleted")
     assert lists["lists"] >= 5 and lists["lists_entries"] > 50 and work.deleted_lists
-    assert lists["lists_at_the_cap"] > 0
     assert work.counts["list"] >= 5
     assert min(work.counts.get(k, 0) for k in ("member_add", "member_remove")) > 5, work.counts
     store, ids = stack.store, dict(stack.sql("SELECT username, id FROM feed_user"))
