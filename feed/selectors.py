@@ -429,26 +429,49 @@ def _join_sql(vendor: str, excluded: int = 0, *, aside: bool = False) -> str:
     With ``aside``, the replies the view leaves out for now (to users the
     user does not follow) are in too: what a timeline holds, aside or not.
     """
-    audience = _audience_sql(excluded)
     shown = _ENTRY_SHOWN if aside else f"{_ENTRY_SHOWN} AND {_REPLY_SHOWN}"
+    where = f"{_VISIBLE_WHERE} AND {shown} AND {_NEWEST_OF_ITS_ORIGINAL}"
+    return _top_n_sql(vendor, _audience_sql(excluded), "aud", where)
+
+
+def _top_n_sql(vendor: str, ctes: str, actors: str, where: str) -> str:
+    """The newest entries by the actors of the CTE ``actors`` (its
+    ``author_id``) that meet ``where``, newest first: on PostgreSQL a LATERAL
+    top-N per actor through the (author, -id) index, merged; on SQLite a scan
+    by id. Parameters after the CTEs': max_id, since_id, limit (then, on
+    PostgreSQL, the limit again: per actor, then of the whole)."""
     if vendor == "postgresql":
         return f"""
-            WITH {audience}
-            SELECT t.id FROM aud ea CROSS JOIN LATERAL (
+            WITH {ctes}
+            SELECT t.id FROM {actors} ea CROSS JOIN LATERAL (
                 SELECT e.id FROM feed_tweet e {_VISIBLE_ORIGINAL}
-                WHERE e.author_id = ea.author_id AND e.id <= %s AND e.id > %s
-                  AND {_VISIBLE_WHERE} AND {shown} AND {_NEWEST_OF_ITS_ORIGINAL}
+                WHERE e.author_id = ea.author_id AND e.id <= %s AND e.id > %s AND {where}
                 ORDER BY e.id DESC LIMIT %s
             ) AS t
             ORDER BY t.id DESC LIMIT %s
         """  # noqa: S608 (constants and placeholders only)
     return f"""
-        WITH {audience}
-        SELECT e.id FROM feed_tweet e JOIN aud ea ON ea.author_id = e.author_id {_VISIBLE_ORIGINAL}
-        WHERE e.id <= %s AND e.id > %s
-          AND {_VISIBLE_WHERE} AND {shown} AND {_NEWEST_OF_ITS_ORIGINAL}
+        WITH {ctes}
+        SELECT e.id FROM feed_tweet e JOIN {actors} ea ON ea.author_id = e.author_id
+          {_VISIBLE_ORIGINAL}
+        WHERE e.id <= %s AND e.id > %s AND {where}
         ORDER BY e.id DESC LIMIT %s
     """  # noqa: S608 (constants and placeholders only)
+
+
+def _view_ids(
+    sql: str, head: Sequence[int], max_id: int | None, since_id: int | None, limit: int
+) -> list[int]:
+    """The entry ids :func:`_top_n_sql`'s ``sql`` finds, its CTEs' parameters
+    ``head``, between ``since_id`` (exclusive) and ``max_id`` (inclusive)."""
+    high = ids.MAX_ID if max_id is None else max_id
+    low = 0 if since_id is None else since_id
+    params = [*head, high, low, limit]
+    if connection.vendor == "postgresql":
+        params.append(limit)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return [row[0] for row in cursor.fetchall()]
 
 
 def home_timeline_ids(
@@ -465,14 +488,8 @@ def home_timeline_ids(
     each the greatest entry of its original in the whole view; followees in
     ``excluded`` left out; with ``aside``, the replies to users the user does
     not follow in too (what a timeline holds, view and aside: D29)."""
-    high = ids.MAX_ID if max_id is None else max_id
-    low = 0 if since_id is None else since_id
-    params = [user_id, *excluded, high, low, limit]
-    if connection.vendor == "postgresql":
-        params.append(limit)
-    with connection.cursor() as cursor:
-        cursor.execute(_join_sql(connection.vendor, len(excluded), aside=aside), params)
-        return [row[0] for row in cursor.fetchall()]
+    sql = _join_sql(connection.vendor, len(excluded), aside=aside)
+    return _view_ids(sql, [user_id, *excluded], max_id, since_id, limit)
 
 
 def home_timeline_entries(
@@ -540,22 +557,7 @@ def _list_join_sql(vendor: str, excluded: int = 0, *, aside: bool = False) -> st
     (then, on PostgreSQL, the limit again)."""
     shown = _ORIGINAL_SHOWN if aside else f"{_ORIGINAL_SHOWN} AND {_LIST_REPLY_SHOWN}"
     where = f"{_VISIBLE_WHERE} AND {shown} AND {_LIST_NEWEST}"
-    if vendor == "postgresql":
-        return f"""
-            WITH {_list_sql(excluded)}
-            SELECT t.id FROM mem ea CROSS JOIN LATERAL (
-                SELECT e.id FROM feed_tweet e {_VISIBLE_ORIGINAL}
-                WHERE e.author_id = ea.author_id AND e.id <= %s AND e.id > %s AND {where}
-                ORDER BY e.id DESC LIMIT %s
-            ) AS t
-            ORDER BY t.id DESC LIMIT %s
-        """  # noqa: S608 (constants and placeholders only)
-    return f"""
-        WITH {_list_sql(excluded)}
-        SELECT e.id FROM feed_tweet e JOIN mem ea ON ea.author_id = e.author_id {_VISIBLE_ORIGINAL}
-        WHERE e.id <= %s AND e.id > %s AND {where}
-        ORDER BY e.id DESC LIMIT %s
-    """  # noqa: S608 (constants and placeholders only)
+    return _top_n_sql(vendor, _list_sql(excluded), "mem", where)
 
 
 def list_user(list_id: int) -> int:
@@ -577,14 +579,8 @@ def list_timeline_ids(
     the greatest entry of its original in the whole view; members in
     ``excluded`` left out; with ``aside``, the replies to non-members in too
     (what its timeline holds). A list that is no more has no members: []."""
-    high = ids.MAX_ID if max_id is None else max_id
-    low = 0 if since_id is None else since_id
-    params = [list_user(list_id), list_id, *excluded, high, low, limit]
-    if connection.vendor == "postgresql":
-        params.append(limit)
-    with connection.cursor() as cursor:
-        cursor.execute(_list_join_sql(connection.vendor, len(excluded), aside=aside), params)
-        return [row[0] for row in cursor.fetchall()]
+    sql = _list_join_sql(connection.vendor, len(excluded), aside=aside)
+    return _view_ids(sql, [list_user(list_id), list_id, *excluded], max_id, since_id, limit)
 
 
 def list_timeline_entries(
