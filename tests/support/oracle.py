@@ -18,6 +18,7 @@ from fanout.config import DEFAULT_ACTIVE_DAYS
 from fanout.model import events
 from fanout.store import keys
 from fanout.store.ops import IDLE
+from fanout.store.reads import Timeline
 from spark.source.datasource import read_range
 from spark.source.kafka_io import EndOffsetReader
 from spark.source.offsets import ranges
@@ -448,13 +449,8 @@ def check_against_oracle(stack: Stack, usernames: list[str]) -> dict[str, int]:
         shown = found.ids
         assert len(shown) == len(set(shown)), f"{name}: duplicate entries"
         # Exact: the join's newest `cap`, whatever was trimmed, deleted or unfollowed.
-        if (
-            len(shown) < cap
-            and len(full) > len(shown)
-            and (_screens_lists(stack, generation, uid) or store.with_replies(generation, [uid]))
-        ):
-            assert found.horizon > 0, f"{name}: short"
-            full = [t for t in full if t >= found.horizon]
+        full, screened = _above_floor(stack, generation, uid, found, full, name)
+        if screened:
             stats["screened"] = stats.get("screened", 0) + 1
         assert shown == full[:cap], f"{name}: timeline differs from the join"
         stats["timelines"] += 1
@@ -475,18 +471,15 @@ def check_mentions(stack: Stack, ids: dict[str, int]) -> dict[str, int]:
     """Every mentions timeline in Redis (owner -u) is exactly the mentions
     view's newest ``STARLING_TIMELINE_SIZE``, but those left idle (a
     tombstone: their reads go to the database until regenerated)."""
-    view: dict[int, list[int]] = {}
-    for owner, tweet_id in stack.sql(MENTIONS_SQL):
-        view.setdefault(owner, []).append(tweet_id)
+    view = _views(stack, MENTIONS_SQL)
     store = stack.store
     generation = store.active_generation()
     assert generation is not None
     cap = stack.timeline_size
     stats = {"mentions": 0, "mentions_entries": 0, "mentions_idle": 0}
     for name, uid in ids.items():
-        full = sorted(view.get(uid, []), reverse=True)
-        key = keys.timeline(generation, -uid, store.shards.tag_of(uid))
-        if store.redis.get(key) == IDLE:
+        full = view.get(uid, [])
+        if _idle(stack, generation, -uid):
             stats["mentions_idle"] += 1
             continue
         found = store.timeline(generation, -uid)
@@ -506,9 +499,7 @@ def check_lists(stack: Stack, deleted: set[int]) -> dict[str, int]:
     newest ``STARLING_TIMELINE_SIZE`` (above its floor when the list keeps
     replies aside or screens pulled lists, as a home timeline), but those of
     idle owners (a tombstone); a deleted list leaves no key."""
-    view: dict[int, list[int]] = {}
-    for owner, tweet_id in stack.sql(LIST_SQL):
-        view.setdefault(owner, []).append(tweet_id)
+    view = _views(stack, LIST_SQL)
     store = stack.store
     generation = store.active_generation()
     assert generation is not None
@@ -516,9 +507,8 @@ def check_lists(stack: Stack, deleted: set[int]) -> dict[str, int]:
     stats = {"lists": 0, "lists_entries": 0, "lists_idle": 0, "lists_at_the_cap": 0}
     for (list_,) in stack.sql("SELECT id FROM feed_list"):
         owner = -list_
-        full = sorted(view.get(owner, []), reverse=True)
-        key = keys.timeline(generation, owner, store.shards.tag_of(owner))
-        if store.redis.get(key) == IDLE:
+        full = view.get(owner, [])
+        if _idle(stack, generation, owner):
             stats["lists_idle"] += 1
             continue
         found = store.timeline(generation, owner)
@@ -526,15 +516,7 @@ def check_lists(stack: Stack, deleted: set[int]) -> dict[str, int]:
             assert not full, f"list {list_}: no timeline"
             continue
         assert len(found.ids) == len(set(found.ids)), f"list {list_}: duplicate entries"
-        if (
-            len(found.ids) < cap
-            and len(full) > len(found.ids)
-            and (
-                _screens_lists(stack, generation, owner) or store.with_replies(generation, [owner])
-            )
-        ):
-            assert found.horizon > 0, f"list {list_}: short"
-            full = [t for t in full if t >= found.horizon]
+        full, _ = _above_floor(stack, generation, owner, found, full, f"list {list_}")
         assert found.ids == full[:cap], f"list {list_}: timeline differs from the view"
         stats["lists"] += 1
         stats["lists_entries"] += len(found.ids)
@@ -546,6 +528,38 @@ def check_lists(stack: Stack, deleted: set[int]) -> dict[str, int]:
             keys.timeline(generation, owner, tag), keys.filters(generation, owner, tag)
         ), f"deleted list {list_} left keys"
     return stats
+
+
+def _views(stack: Stack, sql: str) -> dict[int, list[int]]:
+    """A view's rows (owner, entry) by owner, newest first."""
+    view: dict[int, list[int]] = {}
+    for owner, tweet_id in stack.sql(sql):
+        view.setdefault(owner, []).append(tweet_id)
+    return {owner: sorted(ts, reverse=True) for owner, ts in view.items()}
+
+
+def _idle(stack: Stack, generation: int, owner: int) -> bool:
+    """Whether ``owner``'s timeline is an idle tombstone."""
+    store = stack.store
+    return store.redis.get(keys.timeline(generation, owner, store.shards.tag_of(owner))) == IDLE
+
+
+def _above_floor(
+    stack: Stack, generation: int, owner: int, found: Timeline, full: list[int], what: str
+) -> tuple[list[int], bool]:
+    """The view (``full``, newest first) a timeline ``found`` must show: all of
+    it, or, when the timeline keeps replies aside or its reads screen pulled
+    lists and it shows fewer than the cap, the view at or above its floor
+    (reads go on into the database below it); and whether it was cut so."""
+    shown, store = found.ids, stack.store
+    if (
+        len(shown) < stack.timeline_size
+        and len(full) > len(shown)
+        and (_screens_lists(stack, generation, owner) or store.with_replies(generation, [owner]))
+    ):
+        assert found.horizon > 0, f"{what}: short"
+        return [t for t in full if t >= found.horizon], True
+    return full, False
 
 
 def _screens_lists(stack: Stack, generation: int, uid: int) -> bool:
