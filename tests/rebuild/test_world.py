@@ -20,10 +20,11 @@ from fanout.model.join import aside, winners
 from fanout.store.ops import visible
 from spark.rebuild.decode import decode_records
 from spark.rebuild.read import PartitionJoin, Row
-from spark.rebuild.tasks import FILTER_ROW, OWNED, STATE, KeptIds, OwnerInput, owner_inputs
+from spark.rebuild.tasks import FILTER_ROW, OWNED, STATE, KeptIds, Made, OwnerInput, owner_inputs
 from spark.runtime import arrow
 from spark.source.offsets import OffsetRange
 from tests.support.join_sim import Log, System, World, interleave, list_step
+from tests.support.timeline_model import ModelTimeline
 
 TOPICS = TopicNames("w.")
 CAP, SLACK, THRESHOLD = 4, 2, 3
@@ -165,15 +166,7 @@ def check(world: World, system: System, rebuilt: Rebuilt, seen: Counter[str]) ->
             seen["short"] += 1
         # The streaming job's store holds the same above both horizons.
         tl = model.timelines[user]
-        top = max(horizon, tl.horizon)
-        assert [t for t in tl.ids if t >= top] == [t for t in made.ids if t >= top], f"user {user}"
-        assert [p for p in tl.pairs if p[1] >= top] == [p for p in made.pairs if p[1] >= top]
-        assert {e: u for e, u in tl.aside.items() if e >= top} == {
-            e: u for u, e in made.aside if e >= top
-        }, f"user {user}"
-        assert {e: u for e, u in tl.cond.items() if e >= top} == {
-            e: u for u, e in made.shown if e >= top
-        }, f"user {user}"
+        same_above_both_horizons(tl, made, f"user {user}")
         # What readers see: the pulled lists merged in and screened, exact at
         # or above the floor (and reads go on into the database below it).
         view = got.timeline(CAP, SLACK, seen=True)
@@ -217,6 +210,21 @@ def check(world: World, system: System, rebuilt: Rebuilt, seen: Counter[str]) ->
     check_lists(world, system, rebuilt, seen)
 
 
+def same_above_both_horizons(tl: ModelTimeline, made: Made, what: str) -> None:
+    """The streaming store's timeline ``tl`` (the model's) and the rebuilt
+    ``made`` hold the same entries, pairs, replies aside and shown above both
+    their horizons."""
+    top = max(made.horizon, tl.horizon)
+    assert [t for t in tl.ids if t >= top] == [t for t in made.ids if t >= top], what
+    assert [p for p in tl.pairs if p[1] >= top] == [p for p in made.pairs if p[1] >= top], what
+    assert {e: u for e, u in tl.aside.items() if e >= top} == {
+        e: u for u, e in made.aside if e >= top
+    }, what
+    assert {e: u for e, u in tl.cond.items() if e >= top} == {
+        e: u for u, e in made.shown if e >= top
+    }, what
+
+
 def check_lists(world: World, system: System, rebuilt: Rebuilt, seen: Counter[str]) -> None:
     """Each list's timeline (owner -L) is the streaming store's: its filter's
     copy, its members (those its owner hides too) as followees, the same
@@ -238,15 +246,7 @@ def check_lists(world: World, system: System, rebuilt: Rebuilt, seen: Counter[st
         made = got.timeline(CAP, SLACK)
         tl = model.timelines.get(owner)
         if tl is not None:
-            top = max(made.horizon, tl.horizon)
-            assert [t for t in tl.ids if t >= top] == [t for t in made.ids if t >= top]
-            assert [p for p in tl.pairs if p[1] >= top] == [p for p in made.pairs if p[1] >= top]
-            assert {e: u for e, u in tl.aside.items() if e >= top} == {
-                e: u for u, e in made.aside if e >= top
-            }, f"list {list_}"
-            assert {e: u for e, u in tl.cond.items() if e >= top} == {
-                e: u for u, e in made.shown if e >= top
-            }, f"list {list_}"
+            same_above_both_horizons(tl, made, f"list {list_}")
         view = got.timeline(CAP, SLACK, seen=True)
         exact = [t for t in joined.get(owner, []) if t >= view.horizon][:CAP]
         assert visible(view.ids, CAP) == exact, f"list {list_}"
