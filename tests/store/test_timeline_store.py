@@ -88,6 +88,30 @@ def test_a_trim_fences_at_the_job_s_high_water_whatever_the_op_s_seq(
     assert 19 in ids and header.fence == 600
 
 
+@pytest.mark.parametrize(
+    ("tweets", "view", "horizon"),
+    [((17,), [12, 13, 14, 15, 16], 12), ((17, 18), [13, 14, 15, 16, 18], 13)],
+)
+def test_a_reply_going_aside_trims_a_full_timeline_as_the_model_does(
+    store: TimelineStore, tweets: tuple[int, ...], view: list[int], horizon: int
+) -> None:
+    """The cap counts the replies kept aside: a reply that goes aside from a
+    full timeline (cap + slack entries) trims it to its newest cap + slack // 2
+    with the aside, whether nothing else of its op is merged or a post is."""
+    adds = [
+        Mutation(Op.ADD, (7,), tuple(range(10, 17)), 0, 1, actor=2),
+        Mutation(Op.ADD, (7,), tweets, 0, 2, actor=2, answers=((17, 9),)),  # 7 follows no 9
+    ]
+    model = TimelineModel(cap=5, slack=2)
+    for m in adds:
+        store.apply(GEN, {}, [m])
+        model.apply({}, [m])
+    header, ids = raw(store.redis, 7)
+    assert (header.horizon, ids) == (horizon, view)
+    assert (model.timelines[7].horizon, model.timelines[7].ids) == (horizon, view)
+    assert unpack_pairs(store.redis.get(keys.aside(GEN, 7)) or b"") == [(9, 17)]
+
+
 def test_a_merge_with_a_horizon_raises_the_timelines_and_sets_the_fence(
     store: TimelineStore,
 ) -> None:

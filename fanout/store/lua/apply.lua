@@ -155,16 +155,6 @@ end
 -- The ids packed in `blob`, as numbers.
 local function ids_of(blob) return unpack_ids(blob, 1, #blob / 8) end
 
--- Index (1-based) of the first of `ids` (ascending) at or above `id`.
-local function index_of(ids, id)
-  local lo, hi = 1, #ids
-  while lo <= hi do
-    local mid = math.floor((lo + hi) / 2)
-    if ids[mid] < id then lo = mid + 1 else hi = mid - 1 end
-  end
-  return lo
-end
-
 -- The newest id a timeline holds or held: an entry arriving below it is late.
 local function ceiling(h, ids) return math.max(h.top, ids[#ids] or 0) end
 
@@ -211,6 +201,26 @@ local function cut(ids, a)
   return x
 end
 
+-- cut() of the newest winners `t` (packed: at least `keep` of them, or all)
+-- and the aside records `a`, without decoding either (a trim runs every slack/2
+-- entries of a full timeline): the k-th newest of two sorted lists, by binary
+-- search on how many of the kept are aside. Returns the horizon and how many
+-- winners are kept.
+local function cut_packed(t, a)
+  local nt, na = #t / 8, #a / REC
+  local function winner(k) return upk(t, #t - k * 8 + 1) end  -- the k-th newest
+  local function aside(k) return upk(a, #a - k * REC + 9) end
+  local lo, hi = math.max(0, keep - nt), math.min(na, keep)  -- j: the aside kept
+  while lo < hi do
+    local j = math.floor((lo + hi) / 2)
+    if aside(j + 1) > winner(keep - j) then lo = j + 1 else hi = j end
+  end
+  local k = keep - lo
+  if lo == 0 then return winner(k), k end
+  if k == 0 then return aside(lo), k end
+  return math.min(winner(k), aside(lo)), k
+end
+
 -- Index (1-based) of the first record of `s` whose entry is at or above `e`;
 -- #s / REC + 1 if none.
 local function record_index(s, e)
@@ -228,18 +238,23 @@ local function put_records(key, s)
 end
 
 -- Add distinct records {u, e} to `key` (those it holds stay once); returns how
--- many were new. Newer than every record kept (a delivery's reply), they are
--- appended; older ones (a follow's run, a late reply, a batch run again) are
--- placed by binary search in the string as read, written once.
+-- many were new, and the key's length in bytes when it was appended to (else
+-- nil). Newer than every record kept (a delivery's reply), they are appended;
+-- older ones (a follow's run, a late reply, a batch run again) are placed by
+-- binary search in the string as read, written once.
 local function insert_records(key, recs)
-  if #recs > 1 then table.sort(recs, function(a, b) return a[2] < b[2] end) end
+  for k = 2, #recs do  -- most often ascending already (answers come by entry)
+    if recs[k][2] < recs[k - 1][2] then
+      table.sort(recs, function(a, b) return a[2] < b[2] end)
+      break
+    end
+  end
   local tail = redis.call('GETRANGE', key, -8, -1)  -- the newest record's entry ('': none)
   local last = #tail == 8 and upk(tail) or 0
   local parts = {}
   if recs[1][2] > last then
     for k, r in ipairs(recs) do parts[k] = struct.pack('>I8I8', r[1], r[2]) end
-    redis.call('APPEND', key, table.concat(parts))
-    return #recs
+    return #recs, redis.call('APPEND', key, table.concat(parts))
   end
   local s = redis.call('GET', key) or ''
   local from, n = 1, 0
@@ -390,36 +405,39 @@ local function screen(owner, blob, pblob, ablob)
 end
 
 -- Sort the replies among an operation's entries (`answers`: (entry, user)
--- records) as the owner's followees say: those to users it follows go into the
--- view (and are recorded as shown), the others aside, where they are not in the
--- view and count towards the cap. `floor`: the timeline's horizon after the
--- operation; entries below it are left in (the merge skips them and fences).
--- Returns the ids for the view, and how many went aside.
+-- records by entry) as the owner's followees say: those to users it follows go
+-- into the view (and are recorded as shown), the others aside, where they are
+-- not in the view and count towards the cap. `floor`: the timeline's horizon
+-- after the operation; entries below it are left in (the merge skips them and
+-- fences). Returns the ids for the view, how many went aside, and the aside's
+-- length in bytes when they were appended (else nil). This runs once per
+-- delivery of a reply: `ids` and `answers` are walked together (both
+-- ascending), and the ids for the view are cut from `ids` around the replies
+-- that go aside, not decoded and packed again.
 local function sort_replies(owner, blob, orig, ablob, floor)
   local tf = redis.call('GET', followees_key(owner)) or ''
-  local away, shown, aside, here = {}, {}, {}, {}
-  for pos = 1, #blob, 8 do here[upk(blob, pos)] = true end
-  for pos = 1, #ablob, REC do
-    local e, u = struct.unpack('>I8I8', ablob, pos)
+  local shown, aside = {}, {}
+  local parts, from, pos, nb = {}, 1, 1, #blob
+  for at = 1, #ablob, REC do
+    local e, u = struct.unpack('>I8I8', ablob, at)
     if u >= OWN then u = u - OWN end  -- the owner's own: as conditional as any
+    while pos <= nb and upk(blob, pos) < e do pos = pos + 8 end
     -- a post (a repost shows like any repost) the operation still holds
-    if here[e] and orig[e] == nil and e >= floor then
+    if pos <= nb and upk(blob, pos) == e and orig[e] == nil and e >= floor then
       if holds(tf, u) then
         shown[#shown + 1] = {u, e}
       else
         aside[#aside + 1] = {u, e}
-        away[e] = true
+        parts[#parts + 1] = string.sub(blob, from, pos - 1)
+        from = pos + 8
       end
     end
   end
   if #shown > 0 then insert_records(shown_key(owner), shown) end
   if #aside == 0 then return blob, 0 end
-  local ids = {}
-  for pos = 1, #blob, 8 do
-    local e = upk(blob, pos)
-    if not away[e] then ids[#ids + 1] = e end
-  end
-  return pack_ids(ids), insert_records(aside_key(owner), aside)
+  parts[#parts + 1] = string.sub(blob, from)
+  local went, len = insert_records(aside_key(owner), aside)
+  return table.concat(parts), went, len
 end
 
 -- The raw entries (entry -> original) of winners `ids` and pairs string `p`.
@@ -587,16 +605,20 @@ local function trim(key, len, seq, owner)
       tail = redis.call('GETRANGE', key, len - keep * 8, -1)
       h.horizon = upk(tail, 1)
     else
-      local ids = ids_of(redis.call('GETRANGE', key, HEADER, -1))
-      h.horizon = cut(ids, aside_entries(owner))
-      local kept = {}
-      for i = index_of(ids, h.horizon), #ids do kept[#kept + 1] = ids[i] end
-      tail = pack_ids(kept)
+      local akey = aside_key(owner)
+      local a = redis.call('GET', akey)
+      local t = redis.call('GETRANGE', key, math.max(HEADER, len - keep * 8), -1)
+      local k
+      h.horizon, k = cut_packed(t, a)
+      tail = string.sub(t, #t - k * 8 + 1)
+      local i = record_index(a, h.horizon)
+      if i > 1 then put_records(akey, string.sub(a, (i - 1) * REC + 1)) end
+      prune_records(shown_key(owner), h.horizon)
     end
     fence(h, math.max(seq, HIGH))
     redis.call('SET', key, pack_header(h) .. tail)
     prune_pairs(pairs_key(owner), h.horizon)
-    prune_replies(owner, h.horizon)
+    if na == 0 then prune_replies(owner, h.horizon) end
   end
 end
 
@@ -794,10 +816,10 @@ local function add_newest(owner, key, h, n, t, base, blob, orig, seq)
 end
 
 -- Merge packed ids (ascending). A plain add of the newest tweets is an APPEND.
-local function merge_in(owner, key, s_len, blob, hm, seq, pblob)
+local function merge_in(owner, key, s_len, blob, hm, seq, pblob, head)
   if hm == 0 and s_len > 0 then
     if #blob == 0 then return 0 end
-    local h = read_header(redis.call('GETRANGE', key, 0, HEADER - 1))
+    local h = read_header(head or redis.call('GETRANGE', key, 0, HEADER - 1))
     local n = (s_len - HEADER) / 8
     -- With reposts, the newest winners (add_newest searches them); else the newest.
     local base = #pblob > 0 and math.max(1, n - WINDOW + 1) or n
@@ -834,11 +856,14 @@ local function merge_in(owner, key, s_len, blob, hm, seq, pblob)
   return add_raw(owner, key, s, ids_of(blob), originals_of(pblob), hm, seq)
 end
 
--- After replies went aside: trimmed if the view and the aside together
--- outgrow the limit (the merge trimmed already if it wrote).
-local function settle(owner, key, seq)
-  local len = redis.call('STRLEN', key)
-  if len < HEADER or len + asides(owner) * 8 <= HEADER + limit * 8 then return end
+-- After replies went aside and the merge added nothing (an add trims, the
+-- aside counted): trimmed if the view and the aside together outgrow the
+-- limit. `len`, `na`: the timeline's length in bytes and the aside's records,
+-- when the caller knows them.
+local function settle(owner, key, seq, len, na)
+  len = len or redis.call('STRLEN', key)
+  na = na or asides(owner)
+  if len < HEADER or len + na * 8 <= HEADER + limit * 8 then return end
   local pkey = pairs_key(owner)
   local p = redis.call('GET', pkey)
   if not p then return trim(key, len, seq, owner) end
@@ -858,11 +883,21 @@ local function add(owner, key, blob, hm, seq, pblob, ablob)
     s_len = 0  -- a placeholder replaces it
   end
   if #ablob == 0 then return merge_in(owner, key, s_len, blob, hm, seq, pblob) end
-  local floor = s_len > 0 and math.max(hm, upk(redis.call('GETRANGE', key, 0, 7))) or hm
-  local went
-  blob, went = sort_replies(owner, blob, originals_of(pblob), ablob, floor)
-  local n = merge_in(owner, key, s_len, blob, hm, seq, pblob)
-  if went > 0 then settle(owner, key, seq) end
+  local head = s_len > 0 and redis.call('GETRANGE', key, 0, HEADER - 1) or nil
+  local floor = head and math.max(hm, upk(head)) or hm
+  local went, len
+  blob, went, len = sort_replies(owner, blob, #pblob > 0 and originals_of(pblob) or {}, ablob,
+                                 floor)
+  local n = merge_in(owner, key, s_len, blob, hm, seq, pblob, head)
+  if went > 0 and n == 0 then
+    -- Every entry went aside (the merge returned at once: the timeline and the
+    -- aside are as they were left here), or none was new.
+    if #blob == 0 and hm == 0 and s_len > 0 then
+      settle(owner, key, seq, s_len, len and len / REC)
+    else
+      settle(owner, key, seq)
+    end
+  end
   return n + went
 end
 
