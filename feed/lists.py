@@ -24,7 +24,7 @@ from django.db import transaction
 from django.db.models import F, Q
 
 from fanout.model import events, owners
-from feed import outbox, selectors
+from feed import outbox, selectors, view_sql
 from feed.errors import ApplicationError, Conflict, NotFound
 from feed.models import List, ListMember, User
 from feed.services import Written, lock_users
@@ -210,9 +210,9 @@ def list_reset(list_owner: int, keep: int, as_of: int) -> events.TimelineReset:
 
     list_id = owners.list_of(list_owner)
     pulled = store_for(settings.STARLING).pulled_authors(list_owner)
-    found = selectors.list_timeline_ids(list_id, limit=keep + 1, excluded=pulled, aside=True)
+    found = view_sql.list_timeline_ids(list_id, limit=keep + 1, excluded=pulled, aside=True)
     horizon = found[keep - 1] if len(found) > keep else 0
-    raw = selectors.list_timeline_entries(list_id, low=horizon, excluded=pulled)
+    raw = view_sql.list_timeline_entries(list_id, low=horizon, excluded=pulled)
     return events.TimelineReset(
         list_owner,
         tuple(sorted({entry for entry, _, _, _ in raw})),

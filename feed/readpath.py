@@ -14,7 +14,7 @@ from django.conf import settings
 from fanout.config import StarlingConfig
 from fanout.procs import per_process
 from fanout.store.timelines import store_for
-from feed import outbox, selectors, services
+from feed import outbox, services, view_sql
 from feed.timeline import TimelineReader
 
 
@@ -27,9 +27,9 @@ def timeline_reader() -> TimelineReader:
 def _reader(config: StarlingConfig, max_wait: float) -> TimelineReader:
     return TimelineReader(
         store=store_for(config),
-        fallback=selectors.timeline_fallback,
+        fallback=view_sql.timeline_fallback,
         regenerate=services.timeline_reset,
-        continuation=selectors.timeline_page,
+        continuation=view_sql.timeline_page,
         high_water=outbox.high_water_seq,
         seen=services.user_seen,
         max_wait=max_wait,

@@ -22,7 +22,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from fanout.model import events, ids, owners
-from feed import outbox, selectors
+from feed import outbox, selectors, view_sql
 from feed.errors import (
     ApplicationError,
     Blocked,
@@ -566,9 +566,9 @@ def _home_reset(user_id: int, keep: int, as_of: int) -> events.TimelineReset:
     # another entry of their original hides too, and the originals of the
     # reposts among them: the timeline's pairs (fanout/store, "reposts").
     # The replies the view leaves out for now count: the timeline keeps them aside (D29).
-    found = selectors.home_timeline_ids(user_id, limit=keep + 1, excluded=pulled, aside=True)
+    found = view_sql.home_timeline_ids(user_id, limit=keep + 1, excluded=pulled, aside=True)
     horizon = _horizon(found, keep)
-    raw = selectors.home_timeline_entries(user_id, low=horizon, excluded=pulled)
+    raw = view_sql.home_timeline_entries(user_id, low=horizon, excluded=pulled)
     return events.TimelineReset(
         user_id,
         tuple(sorted({entry for entry, _, _ in raw})),
@@ -585,7 +585,7 @@ def _mentions_reset(user_id: int, keep: int, as_of: int) -> events.TimelineReset
     """The refill of user's mentions timeline (owner -user_id): the newest
     ``keep`` posts of the mentions view, each an entry of its own (no
     reposts, no replies aside, nothing pulled)."""
-    found = selectors.mentions_timeline_ids(user_id, limit=keep + 1)
+    found = view_sql.mentions_timeline_ids(user_id, limit=keep + 1)
     return events.TimelineReset(-user_id, tuple(sorted(found[:keep])), _horizon(found, keep), as_of)
 
 

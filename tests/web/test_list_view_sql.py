@@ -1,5 +1,5 @@
 """The database's side of the lists' view (docs/design.md, List(L)): the
-design's SQL, the paged selector (:func:`feed.selectors.list_timeline_ids`)
+design's SQL, the paged selector (:func:`feed.view_sql.list_timeline_ids`)
 and a list's refill (``services.timeline_reset(-L)``), against a
 plain-Python model of the view on random tweets, reposts, replies, blocks,
 mutes, suspensions and lists (some holding their owner, a user the owner
@@ -18,7 +18,7 @@ from django.db import connection
 
 from fanout.config import StarlingConfig
 from fanout.model import events, owners
-from feed import selectors, services
+from feed import services, view_sql
 from feed.models import List, ListMember, OutboxEvent
 from tests.web.test_view_sql import World, _design_sql, make_world, pages_follow
 
@@ -120,17 +120,17 @@ def test_the_list_query_pages_through_the_list_view(seed: int) -> None:
         view = list_view(world, owner, members)
         hidden += len(list_view(unfiltered, owner, members)) - len(view)
         asides += len(list_view(world, owner, members, aside=True)) - len(view)
-        assert selectors.list_timeline_ids(list_id, limit=1000) == view
-        assert selectors.list_timeline_ids(list_id, limit=1000, aside=True) == list_view(
+        assert view_sql.list_timeline_ids(list_id, limit=1000) == view
+        assert view_sql.list_timeline_ids(list_id, limit=1000, aside=True) == list_view(
             world, owner, members, aside=True
         )
-        pages_follow(functools.partial(selectors.list_timeline_ids, list_id), view, rng)
+        pages_follow(functools.partial(view_sql.list_timeline_ids, list_id), view, rng)
         left_out = frozenset(rng.sample(sorted(members), 1))
-        got = selectors.list_timeline_ids(list_id, limit=1000, excluded=sorted(left_out))
+        got = view_sql.list_timeline_ids(list_id, limit=1000, excluded=sorted(left_out))
         assert got == list_view(world, owner, members, left_out)
     assert hidden > 5 and asides > 5  # the filter and the reply rule had work to do
     # A list that is no more has no entries.
-    assert selectors.list_timeline_ids(owners.list_id(world.users[0], 99), limit=10) == []
+    assert view_sql.list_timeline_ids(owners.list_id(world.users[0], 99), limit=10) == []
 
 
 @pytest.mark.parametrize("seed", range(3))

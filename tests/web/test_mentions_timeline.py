@@ -19,7 +19,7 @@ from fanout.model import events
 from fanout.model.join import Mutation, Op
 from fanout.store import keys
 from fanout.store.timelines import TimelineStore, store_for
-from feed import relations, selectors, services, tasks
+from feed import relations, services, tasks, view_sql
 from feed.errors import NotFound
 from feed.models import OutboxEvent, User
 from tests.support.clients import client_for
@@ -70,10 +70,10 @@ def test_the_mentions_are_the_posts_of_others_naming_or_answering_the_user() -> 
     relations.block_create(blocker=fay, blocked=ann)
     relations.block_create(blocker=ann, blocked=gus)
     expected = sorted(shown, reverse=True)
-    assert selectors.mentions_timeline_ids(ann.pk, limit=50) == expected
+    assert view_sql.mentions_timeline_ids(ann.pk, limit=50) == expected
     # Unmuted, eve's post is back: the filter is the current one.
     relations.mute_delete(muter=ann, muted=eve)
-    assert len(selectors.mentions_timeline_ids(ann.pk, limit=50)) == len(expected) + 1
+    assert len(view_sql.mentions_timeline_ids(ann.pk, limit=50)) == len(expected) + 1
     # Cold (nothing in Redis): the database's page, the same view.
     relations.mute_create(muter=ann, muted=eve)
     response = mentions(ann)

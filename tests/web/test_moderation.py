@@ -13,8 +13,8 @@ from django.test import Client
 
 from feed.models import ModerationAction, OutboxEvent, User
 from feed.relations import follow_create
-from feed.selectors import home_timeline_ids
 from feed.services import tweet_create
+from feed.view_sql import home_timeline_ids
 from tests.support.clients import StarlingClient, client_for
 from tests.support.factories import UserFactory
 

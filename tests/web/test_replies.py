@@ -23,7 +23,7 @@ from fanout.model import events, ids
 from fanout.model.join import Mutation, Op
 from fanout.store.reads import compose
 from fanout.store.timelines import store_for
-from feed import conversations, moderation, relations, selectors, services
+from feed import conversations, moderation, relations, selectors, services, view_sql
 from feed.errors import Forbidden
 from feed.models import DeletedReply, Mention, Tweet, User
 from tests.support import postgres
@@ -281,7 +281,7 @@ def test_a_reply_s_fields_are_the_same_in_every_rendering() -> None:
     assert body["mentions"] == ["ann", "cat"]
     assert client_for().get(f"/api/v1/tweets/{answer}").json() == body
     assert client_for().get("/api/v1/users/bob/tweets").json()["tweets"] == [body]
-    page = selectors.timeline_page(cat.pk, _query(count=10))
+    page = view_sql.timeline_page(cat.pk, _query(count=10))
     assert page["tweets"][0] == body  # above ann's post
     # The timeline read's object, from the body the job caches: the same.
     assert _cached(answer, before) == body
@@ -345,7 +345,7 @@ def test_a_timeline_page_from_redis_shows_replies_as_the_database_s_page_does(
     from_redis = _timeline_from_redis(starling, cat, before)
     assert len(from_redis) == 3 and from_redis[0]["repost_of"]["id"] == answer
     assert from_redis[0]["in_reply_to"] == {"id": parent, "author": "ann"}
-    assert from_redis == selectors.timeline_page(cat.pk, _query(count=10))["tweets"]
+    assert from_redis == view_sql.timeline_page(cat.pk, _query(count=10))["tweets"]
 
 
 def test_a_post_s_fields_are_null_and_empty_in_every_rendering() -> None:
@@ -690,7 +690,7 @@ def test_a_rename_posts_again_only_the_user_s_own_tweets_others_keep_the_names_a
     # The timeline served from Redis and the database's page agree, and so
     # does the thread (the database's objects).
     from_redis = _timeline_from_redis(starling, dee, start)
-    assert from_redis == selectors.timeline_page(dee.pk, _query(count=10))["tweets"]
+    assert from_redis == view_sql.timeline_page(dee.pk, _query(count=10))["tweets"]
     assert [t["id"] for t in from_redis] == [repost, own, mentioning, parent]
     assert from_redis[0]["in_reply_to"] == {"id": parent, "author": "ann"}
     assert from_redis[2]["author"] == "kat" and from_redis[2]["mentions"] == ["ann"]

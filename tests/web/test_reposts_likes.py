@@ -15,7 +15,7 @@ import pytest
 from fanout.config import StarlingConfig
 from fanout.model import events
 from fanout.store import keys
-from feed import moderation, relations, selectors, services
+from feed import moderation, relations, selectors, services, view_sql
 from feed.models import Like, OutboxEvent, Tweet, User
 from tests.support.clients import client_for
 from tests.support.factories import ModeratorFactory, UserFactory
@@ -255,7 +255,7 @@ def test_every_tweet_object_has_one_shape_with_the_original_s_counts(
     assert liked == [plain]
     bobs = client_for().get("/api/v1/users/bob/tweets").json()["tweets"]
     assert bobs == [got]
-    page = selectors.timeline_page(bob.pk, _query(count=10))
+    page = view_sql.timeline_page(bob.pk, _query(count=10))
     assert page["tweets"] == [got]
 
 
@@ -353,7 +353,7 @@ def test_a_suspension_tombstones_reposts_and_likes_and_a_reinstatement_brings_th
         events.TweetDeleted(b_repost, bob.pk),  # an entry of an invisible original
     ]
     # The database's view agrees: nothing of ann's, no repost of ann's tweets.
-    assert selectors.home_timeline_ids(bob.pk, limit=10) == []
+    assert view_sql.home_timeline_ids(bob.pk, limit=10) == []
     before = high()
     moderation.user_reinstate(user=ann, moderator=mod)
     assert sorted(outbox_after(before), key=repr) == sorted(
@@ -370,7 +370,7 @@ def test_a_suspension_tombstones_reposts_and_likes_and_a_reinstatement_brings_th
         ],
         key=repr,
     )
-    assert selectors.home_timeline_ids(bob.pk, limit=10) == [b_repost]
+    assert view_sql.home_timeline_ids(bob.pk, limit=10) == [b_repost]
 
 
 def test_a_reinstated_reposter_s_repost_of_a_suspended_author_stays_out() -> None:

@@ -1,9 +1,9 @@
 """The database's side of the view with reposts (docs/design.md, "The view"):
-the deep-page SQL (:func:`feed.selectors.home_timeline_ids`), the ORM oracle
+the deep-page SQL (:func:`feed.view_sql.home_timeline_ids`), the ORM oracle
 and the refills' contents, against a plain-Python computation of the view on
 random tweets, reposts, follows (some with reposts off), blocks, mutes and
 suspensions; and the mentions view (docs/design.md's SQL and
-:func:`feed.selectors.mentions_timeline_ids`) on the same tweets, with
+:func:`feed.view_sql.mentions_timeline_ids`) on the same tweets, with
 mentions and replies whose parent is deleted. Runs on PostgreSQL (the
 LATERAL query) and, with ``STARLING_TEST_DATABASE=sqlite``, on SQLite."""
 
@@ -21,7 +21,7 @@ from django.db import connection
 
 from fanout.config import StarlingConfig
 from fanout.model import events, ids
-from feed import selectors, services
+from feed import selectors, services, view_sql
 from feed.models import Block, Follow, Mention, Mute, OutboxEvent, Tweet, User
 from tests.support.factories import UserFactory
 from tests.support.oracle import ORACLE_SQL
@@ -236,13 +236,13 @@ def test_deep_pages_follow_the_view_over_the_whole_timeline(seed: int) -> None:
         view = world.view(owner)
         hidden += len(world.entries(owner)) - len(view)
         filtered += len(unfiltered.entries(owner)) - len(world.entries(owner))
-        assert selectors.home_timeline_ids(owner, limit=1000) == view
-        pages_follow(functools.partial(selectors.home_timeline_ids, owner), view, rng)
+        assert view_sql.home_timeline_ids(owner, limit=1000) == view
+        pages_follow(functools.partial(view_sql.home_timeline_ids, owner), view, rng)
         # Followees left out (pulled authors): the rule among the others.
         followees = sorted(g for f, g in world.follows if f == owner)
         if followees:
             left_out = frozenset(rng.sample(followees, min(2, len(followees))))
-            got = selectors.home_timeline_ids(owner, limit=1000, excluded=sorted(left_out))
+            got = view_sql.home_timeline_ids(owner, limit=1000, excluded=sorted(left_out))
             assert got == world.view(owner, left_out)
     assert hidden > 10  # the rule had entries to hide
     assert filtered > 10  # and blocks, mutes and reposts turned off too
@@ -342,5 +342,5 @@ def test_the_mentions_query_pages_through_the_mentions_view(seed: int) -> None:
     rng = random.Random(seed)
     for owner in world.users:
         view = world.mentions_view(owner)
-        assert selectors.mentions_timeline_ids(owner, limit=1000) == view
-        pages_follow(functools.partial(selectors.mentions_timeline_ids, owner), view, rng)
+        assert view_sql.mentions_timeline_ids(owner, limit=1000) == view
+        pages_follow(functools.partial(view_sql.mentions_timeline_ids, owner), view, rng)
