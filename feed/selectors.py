@@ -9,7 +9,7 @@ import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 import redis
@@ -20,9 +20,6 @@ from django.db.models.functions import Coalesce
 from fanout.model import events, ids, owners
 from feed.models import Block, Follow, Like, ListMember, Mention, Mute, OutboxEvent, Tweet, User
 from feed.models import List as ListRow
-
-if TYPE_CHECKING:
-    pass
 
 log = logging.getLogger(__name__)
 
