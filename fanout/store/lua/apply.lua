@@ -187,30 +187,15 @@ local function aside_entries(owner)
   return out
 end
 
--- The horizon that keeps the newest `keep` of winners `ids` and aside `a`
--- (both ascending) together.
-local function cut(ids, a)
-  local i, j, x = #ids, #a, 0
-  for _ = 1, keep do
-    if j == 0 or (i > 0 and ids[i] > a[j]) then
-      x, i = ids[i], i - 1
-    else
-      x, j = a[j], j - 1
-    end
-  end
-  return x
-end
-
--- cut() of the newest winners `t` (packed: at least `keep` of them, or all)
--- and the aside records `a`, without decoding either (a trim runs every slack/2
--- entries of a full timeline): the k-th newest of two sorted lists, by binary
--- search on how many of the kept are aside. Returns the horizon and how many
--- winners are kept.
-local function cut_packed(t, a)
-  local nt, na = #t / 8, #a / REC
-  local function winner(k) return upk(t, #t - k * 8 + 1) end  -- the k-th newest
-  local function aside(k) return upk(a, #a - k * REC + 9) end
-  local lo, hi = math.max(0, keep - nt), math.min(na, keep)  -- j: the aside kept
+-- The horizon that keeps the newest `keep` of `nw` winners and the aside
+-- records `a` (packed) together, and how many winners it keeps: the keep-th
+-- newest of two ascending lists, by a binary search on how many of the kept
+-- are aside. `winner(k)`: the k-th newest winner (at least `keep` of them, or
+-- all). Nothing is decoded: a full timeline trims every slack/2 entries.
+local function cut(nw, winner, a)
+  local na = #a / REC
+  local function aside(k) return upk(a, #a - k * REC + 9) end  -- the k-th newest
+  local lo, hi = math.max(0, keep - nw), math.min(na, keep)  -- the aside kept
   while lo < hi do
     local j = math.floor((lo + hi) / 2)
     if aside(j + 1) > winner(keep - j) then lo = j + 1 else hi = j end
@@ -219,6 +204,12 @@ local function cut_packed(t, a)
   if lo == 0 then return winner(k), k end
   if k == 0 then return aside(lo), k end
   return math.min(winner(k), aside(lo)), k
+end
+
+-- cut() of winners `ids` (ascending) and the owner's aside: the horizon.
+local function cut_ids(owner, ids)
+  local n = #ids
+  return (cut(n, function(k) return ids[n - k + 1] end, redis.call('GET', aside_key(owner))))
 end
 
 -- Index (1-based) of the first record of `s` whose entry is at or above `e`;
@@ -339,7 +330,7 @@ local function fence(h, seq) if seq > h.fence then h.fence = seq end end
 local function store(owner, key, h, ids, seq)
   local na = asides(owner)
   if #ids + na > limit then
-    h.horizon = na == 0 and ids[#ids - keep + 1] or cut(ids, aside_entries(owner))
+    h.horizon = na == 0 and ids[#ids - keep + 1] or cut_ids(owner, ids)
     local kept = {}
     for i = 1, #ids do if ids[i] >= h.horizon then kept[#kept + 1] = ids[i] end end
     ids = kept
@@ -528,7 +519,7 @@ local function store_raw(owner, key, pkey, h, raw, seq, had, top)
   end
   local na = asides(owner)
   if #ids + na > limit then
-    h.horizon = na == 0 and ids[#ids - keep + 1] or cut(ids, aside_entries(owner))
+    h.horizon = na == 0 and ids[#ids - keep + 1] or cut_ids(owner, ids)
     prune(raw, h.horizon)
     prune_replies(owner, h.horizon)
     ids, p = view_of(raw)
@@ -609,7 +600,7 @@ local function trim(key, len, seq, owner)
       local a = redis.call('GET', akey)
       local t = redis.call('GETRANGE', key, math.max(HEADER, len - keep * 8), -1)
       local k
-      h.horizon, k = cut_packed(t, a)
+      h.horizon, k = cut(#t / 8, function(j) return upk(t, #t - j * 8 + 1) end, a)
       tail = string.sub(t, #t - k * 8 + 1)
       local i = record_index(a, h.horizon)
       if i > 1 then put_records(akey, string.sub(a, (i - 1) * REC + 1)) end
