@@ -40,8 +40,7 @@ from typing import Any
 import redis
 
 from fanout.model import events, ids
-from fanout.store import keys
-from fanout.store.ops import group_by_timeline, pack_ids
+from fanout.store.ops import group_by_timeline
 from fanout.store.timelines import TimelineStore
 from feed.devstack import embedded
 from load_tests import network
@@ -75,10 +74,7 @@ def one_run(
     followees: dict[int, list[int]] = defaultdict(list)
     for f, g in pairs:
         followees[f].append(g)
-    pipe = client.pipeline(transaction=False)
-    for f, gs in followees.items():
-        pipe.set(keys.followees(GENERATION, f, store.shards.tag_of(f)), pack_ids(sorted(gs)))
-    pipe.execute()
+    store.write_followees(GENERATION, followees.items())
     out: dict[str, dict[str, Any]] = {}
     for name, (batches, _) in zip(("warm-up", *PHASES), runs, strict=True):
         ops = sum(len(group_by_timeline(b[1], keep=store.cap + store.slack)[0]) for b in batches)

@@ -26,8 +26,6 @@ from fanout.model import events, ids
 from fanout.model.author_state import AuthorState
 from fanout.model.engagements import Counts, Engagements, count_events
 from fanout.model.join import Mutation, join_events
-from fanout.store import keys
-from fanout.store.ops import pack_ids
 from fanout.store.timelines import TimelineStore
 from load_tests import network
 from load_tests.fanout_rig import Changelog, SteadyLoad, make_tweets
@@ -323,11 +321,7 @@ def ceilings(
     followees: dict[int, list[int]] = defaultdict(list)
     for f, g in pairs:
         followees[f].append(g)
-    tag = store.shards.tag_of
-    pipe = store.redis.pipeline(transaction=False)
-    for f, gs in followees.items():
-        pipe.set(keys.followees(99, f, tag(f)), pack_ids(sorted(gs)))
-    pipe.execute()
+    spare.write_followees(99, followees.items())
     rates = []
     for batches, planned in runs:
         started = time.perf_counter()
